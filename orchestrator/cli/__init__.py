@@ -1,0 +1,52 @@
+"""The `hpc-rollout` command line: a thin layer over the Python API.
+
+Each area of the system adds its commands from its own module through `register(cli)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import click
+
+from orchestrator import __version__
+
+# Modules under orchestrator/cli/ that contribute commands, in help order.
+COMMAND_MODULES = ("core", "launch", "sandbox", "llm", "sbatch")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="hpc-rollout")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """Rollouts for RL of LLM agents on HPC clusters.
+
+    A run is a directory (the spool) on the shared filesystem: submit tasks into it, start
+    stage workers on it (locally or as Slurm arrays), and read trajectories out of its
+    Parquet shards. Everything in it can be inspected with ls and cat.
+
+    \b
+    Typical session:
+      hpc-rollout init spool/demo
+      hpc-rollout submit spool/demo tasks.jsonl --samples 8
+      hpc-rollout launch spool/demo --local --workers 2 --wait
+      hpc-rollout status spool/demo
+      hpc-rollout tail spool/demo
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(f"orchestrator.cli.{_name}")
+    except ModuleNotFoundError as _exc:  # an area not built yet must not break the others
+        if _exc.name != f"orchestrator.cli.{_name}":
+            raise
+        continue
+    _module.register(cli)
+
+
+def main() -> None:
+    cli(prog_name="hpc-rollout")

@@ -1,0 +1,43 @@
+"""A job: one sample of one task, as submitted. Immutable once submitted."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Stage(str, enum.Enum):
+    INIT = "init"
+    RUN = "run"
+    EVAL = "eval"
+
+
+class JobStatus(str, enum.Enum):
+    """Final status of a job, as written in its shard row."""
+
+    OK = "ok"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str             # <submission>-<task index:06d>-<sample index:03d>; sorts in submission order
+    group_id: str           # <submission>-<task index:06d>; shared by the samples of one task
+    instance_id: str        # the task's own id when it has one, else the group id
+    sample_index: int
+    handler: str
+    instance: dict[str, Any]
+    sampling: dict[str, Any] = field(default_factory=dict)
+    submission_id: str = ""
+    submitted_at: float = 0.0
+    data_source: str = ""   # verl rows keep theirs; otherwise the handler name
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "JobSpec":
+        return cls(**data)

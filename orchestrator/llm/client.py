@@ -1,0 +1,145 @@
+"""Token-in/token-out clients: the shared request loop, retries and result type.
+
+Protocol details live in vllm.py and sglang.py; `client_for(backend)` picks one.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from orchestrator.llm.errors import BackendFailed, RequestRejected
+from orchestrator.llm.registry import Backend, Protocol
+from orchestrator.llm.urls import endpoint
+
+log = logging.getLogger(__name__)
+
+# Sampling keys every client understands; anything else in the job's sampling dict is
+# passed through to the server untouched (seed, top_k, min_p, stop_token_ids, ...).
+MAX_TOKENS_KEYS = ("max_tokens", "max_new_tokens")
+DEFAULT_MAX_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 3            # total tries on one backend before it counts as failed
+    backoff_s: float = 0.25      # doubled after each failure
+    max_backoff_s: float = 4.0
+    timeout_s: float = 300.0     # one request, generation included
+    connect_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled continuation, ids and logprobs aligned one to one."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str                  # stop | length | abort
+    logprob_mode: str                   # raw (vLLM default) | processed (after temperature)
+    weight_version: str | None = None   # what the server reports, when it does
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_id: str
+    max_model_len: int | None
+
+
+@dataclass
+class BackendClient(abc.ABC):
+    backend: Backend
+    http: httpx.AsyncClient
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    _info: ModelInfo | None = field(default=None, repr=False)
+
+    @abc.abstractmethod
+    def build_request(self, model: str, prompt_ids: list[int], max_tokens: int,
+                      sampling: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(path, JSON body) of a generate request."""
+
+    @abc.abstractmethod
+    def parse_response(self, body: Any) -> Completion:
+        """The completion in a generate response, or BackendFailed naming what is missing."""
+
+    async def model_info(self) -> ModelInfo:
+        """Model id (registry's, else the first of /v1/models) and the context length."""
+        if self._info is None:
+            data: dict[str, Any] = {}
+            try:
+                data = await self.request("GET", "/v1/models")
+            except RequestRejected:
+                pass  # an SGLang server without the OpenAI layer; model id must be registered
+            models = data.get("data") or [{}]
+            model_id = self.backend.model or models[0].get("id")
+            if not model_id:
+                raise BackendFailed(self.backend.url, "/v1/models lists no model: register one with --model")
+            max_len = models[0].get("max_model_len")
+            self._info = ModelInfo(model_id, int(max_len) if max_len else None)
+        return self._info
+
+    async def generate(self, prompt_ids: list[int], sampling: dict[str, Any]) -> Completion:
+        info = await self.model_info()
+        params = {k: v for k, v in sampling.items() if k not in MAX_TOKENS_KEYS}
+        wanted = next((int(sampling[k]) for k in MAX_TOKENS_KEYS if k in sampling), DEFAULT_MAX_TOKENS)
+        room = wanted if info.max_model_len is None else min(wanted, info.max_model_len - len(prompt_ids))
+        if room <= 0:  # the context is full: nothing can be sampled, the conversation ends
+            return Completion([], [], "length", "raw")
+        path, body = self.build_request(info.model_id, list(prompt_ids), room, params)
+        return self.parse_response(await self.request("POST", path, body))
+
+    async def health(self) -> bool:
+        try:
+            response = await self.http.get(endpoint(self.backend.url, "/health"), timeout=5.0)
+            return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """JSON response of one call, retried with backoff on transient failures."""
+        url = endpoint(self.backend.url, path)
+        timeout = httpx.Timeout(self.retry.timeout_s, connect=self.retry.connect_timeout_s)
+        delay = self.retry.backoff_s
+        problem = ""
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                response = await self.http.request(method, url, json=body, timeout=timeout)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            else:
+                if response.status_code < 400:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        problem = f"{path} answered non-JSON: {response.text[:200]!r}"
+                elif response.status_code in (408, 429) or response.status_code >= 500:
+                    problem = f"{path} answered HTTP {response.status_code}: {response.text[:200]}"
+                else:
+                    raise RequestRejected(
+                        f"backend {self.backend.url} rejected {path} with HTTP "
+                        f"{response.status_code}: {response.text[:500]}"
+                    )
+            if attempt < self.retry.attempts:
+                log.info("backend %s attempt %d failed (%s); retry in %.2fs", self.backend.url,
+                         attempt, problem, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.retry.max_backoff_s)
+        raise BackendFailed(self.backend.url, f"{problem} (after {self.retry.attempts} attempts)")
+
+
+def client_for(backend: Backend, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> BackendClient:
+    from orchestrator.llm.sglang import SGLangClient
+    from orchestrator.llm.vllm import VLLMClient
+
+    kind = {Protocol.VLLM: VLLMClient, Protocol.SGLANG: SGLangClient}[backend.protocol]
+    return kind(backend, http, retry or RetryPolicy())
+
+
+def require(condition: bool, url: str, message: str) -> None:
+    if not condition:
+        raise BackendFailed(url, message)

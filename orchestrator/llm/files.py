@@ -1,0 +1,27 @@
+"""Atomic small-file writes: write a hidden temporary next to the target, then rename.
+
+rename() within one directory is atomic on local disks, NFS and Lustre, so a reader sees
+either the old or the new content, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def write_json_atomic(path: Path, data: Any, *, indent: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    option = orjson.OPT_INDENT_2 if indent else 0
+    tmp.write_bytes(orjson.dumps(data, option=option) + b"\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """Parsed content of `path`; raises FileNotFoundError or orjson.JSONDecodeError."""
+    return orjson.loads(path.read_bytes())

@@ -1,0 +1,102 @@
+"""Tasks in flight per backend, shared by every worker of a run through the spool.
+
+Each worker owns one file, `backends/inflight/<worker>.json`, rewritten atomically whenever
+its counts change: {"worker": W, "node": N, "inflight": {url: n}, "assigned": {url: n}}.
+A reader sums the files of live workers only: a worker is alive while its heartbeat file
+(`workers/<worker>.json`, refreshed by the worker engine) is younger than the lease, so a
+dead worker's counts vanish with its lease and nobody has to clean them up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from orchestrator.llm.files import write_json_atomic
+from orchestrator.paths import SpoolPaths, safe_name
+
+DEFAULT_LEASE_S = 30.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """The cluster-wide view used for one routing decision."""
+
+    inflight: dict[str, int]   # url -> tasks in flight on live workers (this one included)
+    assigned: dict[str, int]   # url -> tasks ever assigned (lifetime, every worker file)
+    live_workers: int
+
+
+@dataclass
+class InflightBoard:
+    """This worker's own counts (kept in memory, mirrored to its file) and the cluster sum."""
+
+    paths: SpoolPaths
+    worker_id: str
+    node: str = ""
+    lease_s: float = DEFAULT_LEASE_S
+    inflight: Counter[str] = field(default_factory=Counter)
+    assigned: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        safe_name(self.worker_id, "worker id")
+
+    @property
+    def own_file(self) -> Path:
+        return self.paths.backends_inflight / f"{self.worker_id}.json"
+
+    def change(self, url: str, delta: int) -> None:
+        """+1 when a task starts on `url`, -1 when it ends or leaves it; then publish."""
+        self.inflight[url] += delta
+        if self.inflight[url] <= 0:
+            del self.inflight[url]
+        if delta > 0:
+            self.assigned[url] += delta
+        self.publish()
+
+    def publish(self) -> None:
+        write_json_atomic(
+            self.own_file,
+            {"worker": self.worker_id, "node": self.node, "updated_at": time.time(),
+             "inflight": dict(self.inflight), "assigned": dict(self.assigned)},
+        )
+
+    def read(self, now: float | None = None) -> Load:
+        """Sum the in-flight counts of every live worker; lifetime assignments of all."""
+        now = time.time() if now is None else now
+        inflight: Counter[str] = Counter(self.inflight)
+        assigned: Counter[str] = Counter(self.assigned)
+        live = 1
+        try:
+            entries = list(os.scandir(self.paths.backends_inflight))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            worker = name[: -len(".json")]
+            if worker == self.worker_id:
+                continue
+            try:
+                data = orjson.loads(open(entry.path, "rb").read())
+            except (OSError, orjson.JSONDecodeError):
+                continue  # vanished or being replaced: counts as absent for this decision
+            for url, n in (data.get("assigned") or {}).items():
+                assigned[url] += int(n)
+            if self.is_alive(worker, now):
+                live += 1
+                for url, n in (data.get("inflight") or {}).items():
+                    inflight[url] += int(n)
+        return Load(dict(inflight), dict(assigned), live)
+
+    def is_alive(self, worker_id: str, now: float) -> bool:
+        try:
+            return now - self.paths.heartbeat(worker_id).stat().st_mtime < self.lease_s
+        except FileNotFoundError:
+            return False

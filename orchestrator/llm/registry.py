@@ -1,0 +1,325 @@
+"""The backend registry: `backends.json` in the run directory, readable with `cat`.
+
+Writers hold `backends.json.lock` (an exclusive-create lock file, portable across nodes where
+flock is not) and replace the file atomically; readers never lock. Format:
+
+    {"format": 1, "policy_version": 4, "updated_at": 1732230000.0,
+     "backends": [{"url": "http://node17:8000/v1", "protocol": "vllm", "model": "...",
+                   "tokenizer": null, "policy_version": 4, "node": "node17", "state": "up",
+                   "added_at": 1732230000.0, "state_changed_at": 1732230000.0, "reason": ""}]}
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from filelock import SoftFileLock, Timeout
+
+from orchestrator.llm.errors import RegistryCorrupt, RegistryError
+from orchestrator.llm.files import read_json, write_json_atomic
+from orchestrator.paths import SpoolPaths, current_node
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+LOCK_TIMEOUT_S = 30.0
+# A registry write takes milliseconds; a lock file this old belongs to a writer that died.
+STALE_LOCK_S = 60.0
+
+
+class Protocol(str, enum.Enum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+class BackendState(str, enum.Enum):
+    UP = "up"              # takes new tasks
+    DOWN = "down"          # failed; skipped, probed again later
+    DRAINING = "draining"  # no new tasks; tasks already on it finish there
+
+
+def parse_enum(kind: type[enum.Enum], value: str, what: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        options = ", ".join(m.value for m in kind)
+        raise RegistryError(f"{what} {value!r} is not valid: use one of {options}") from None
+
+
+def normalize_url(url: str) -> str:
+    """`url` without trailing slash, or RegistryError saying what a valid one looks like."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RegistryError(
+            f"backend URL {url!r} is not an http(s) URL with a host, e.g. http://node17:8000/v1"
+        )
+    if parts.query or parts.fragment:
+        raise RegistryError(f"backend URL {url!r} must not carry a query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise RegistryError(f"backend URL {url!r} has a bad port: {exc}") from None
+    return url.strip().rstrip("/")
+
+
+def node_of(url: str) -> str:
+    """The node a backend runs on, from its host name (loopback means this node)."""
+    host = urlsplit(url).hostname or ""
+    return current_node() if host in ("localhost", "127.0.0.1", "::1") else host.split(".")[0]
+
+
+@dataclass(frozen=True)
+class Backend:
+    url: str
+    protocol: Protocol = Protocol.VLLM
+    model: str | None = None          # served model id; asked from /v1/models when None
+    tokenizer: str | None = None      # local tokenizer path; defaults to `model` when a directory
+    policy_version: int = 0
+    node: str = ""
+    state: BackendState = BackendState.UP
+    added_at: float = 0.0
+    state_changed_at: float = 0.0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["protocol"] = self.protocol.value
+        data["state"] = self.state.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Backend":
+        return cls(
+            url=str(data["url"]),
+            protocol=Protocol(data.get("protocol", "vllm")),
+            model=data.get("model"),
+            tokenizer=data.get("tokenizer"),
+            policy_version=int(data.get("policy_version", 0)),
+            node=str(data.get("node", "")),
+            state=BackendState(data.get("state", "up")),
+            added_at=float(data.get("added_at", 0.0)),
+            state_changed_at=float(data.get("state_changed_at", 0.0)),
+            reason=str(data.get("reason", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent read of the registry."""
+
+    policy_version: int = 0
+    backends: tuple[Backend, ...] = ()
+    updated_at: float = 0.0
+
+    def find(self, url: str) -> Backend | None:
+        return next((b for b in self.backends if b.url == url), None)
+
+    def usable(self) -> tuple[Backend, ...]:
+        return tuple(b for b in self.backends if b.state is BackendState.UP)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "policy_version": self.policy_version,
+            "updated_at": self.updated_at,
+            "backends": [b.to_json() for b in self.backends],
+        }
+
+
+def parse_snapshot(raw: bytes, path: Path) -> Snapshot:
+    try:
+        data = orjson.loads(raw)
+        if not isinstance(data, dict) or not isinstance(data.get("backends"), list):
+            raise ValueError("expected an object with a 'backends' list")
+        if data.get("format", FORMAT) != FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, this version reads {FORMAT}")
+        backends = tuple(Backend.from_json(b) for b in data["backends"])
+        return Snapshot(int(data.get("policy_version", 0)), backends, float(data.get("updated_at", 0)))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RegistryCorrupt(
+            f"backend registry {path} is corrupt ({exc}); no task is routed until it is fixed: "
+            f"repair it by hand or run `hpc-rollout backend clear {path.parent} --force` "
+            f"and add the backends again"
+        ) from exc
+
+
+@dataclass
+class BackendRegistry:
+    """Read and change `backends.json` of one run directory."""
+
+    paths: SpoolPaths
+    _cache_key: tuple[int, int, int] | None = field(default=None, repr=False)
+    _cache: Snapshot = field(default_factory=Snapshot, repr=False)
+
+    @classmethod
+    def of(cls, run_dir: str | os.PathLike[str] | SpoolPaths) -> "BackendRegistry":
+        paths = run_dir if isinstance(run_dir, SpoolPaths) else SpoolPaths.of(run_dir)
+        return cls(paths)
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self) -> Snapshot:
+        """The current registry; re-parsed only when the file changed (one stat otherwise)."""
+        path = self.paths.backends
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            self._cache_key, self._cache = None, Snapshot()
+            return self._cache
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._cache_key:
+            self._cache = parse_snapshot(path.read_bytes(), path)
+            self._cache_key = key
+        return self._cache
+
+    # -- writing ------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[Snapshot]:
+        lock_path = self.paths.backends_lock
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        self._break_stale_lock(lock_path)
+        lock = SoftFileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise RegistryError(
+                f"registry lock {lock_path} is held for over {LOCK_TIMEOUT_S:.0f} s: if no "
+                f"`hpc-rollout backend` command is running, remove that file and retry"
+            ) from None
+        try:
+            self._cache_key = None
+            yield self.read()
+        finally:
+            lock.release()
+
+    @staticmethod
+    def _break_stale_lock(lock_path: Path) -> None:
+        try:
+            age = time.time() - lock_path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > STALE_LOCK_S:
+            log.warning("removing stale registry lock %s (%.0f s old)", lock_path, age)
+            lock_path.unlink(missing_ok=True)
+
+    def _write(self, snapshot: Snapshot) -> Snapshot:
+        snapshot = replace(snapshot, updated_at=time.time())
+        write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True)
+        self._cache_key = None
+        return snapshot
+
+    def add(
+        self,
+        url: str,
+        *,
+        protocol: Protocol | str = Protocol.VLLM,
+        model: str | None = None,
+        tokenizer: str | None = None,
+        version: int | None = None,
+        node: str | None = None,
+    ) -> Backend:
+        """Add (or replace) the backend at `url`; its version defaults to the registry's."""
+        url = normalize_url(url)
+        protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        now = time.time()
+        with self._locked() as snap:
+            backend = Backend(
+                url=url, protocol=protocol, model=model, tokenizer=tokenizer,
+                policy_version=snap.policy_version if version is None else check_version(version),
+                node=node or node_of(url), state=BackendState.UP,
+                added_at=now, state_changed_at=now,
+            )
+            others = tuple(b for b in snap.backends if b.url != url)
+            top = max(snap.policy_version, backend.policy_version)
+            self._write(Snapshot(top, others + (backend,)))
+        return backend
+
+    def remove(self, url: str) -> Backend:
+        url = normalize_url(url)
+        with self._locked() as snap:
+            found = snap.find(url)
+            if found is None:
+                known = ", ".join(b.url for b in snap.backends) or "none"
+                raise RegistryError(f"no backend {url} in the registry; registered: {known}")
+            self._write(replace(snap, backends=tuple(b for b in snap.backends if b.url != url)))
+        return found
+
+    def clear(self) -> int:
+        """Remove every backend (the policy version is kept). Also repairs a corrupt file."""
+        with self._locked_tolerant() as snap:
+            self._write(Snapshot(snap.policy_version, ()))
+        return len(snap.backends)
+
+    @contextmanager
+    def _locked_tolerant(self) -> Iterator[Snapshot]:
+        try:
+            with self._locked() as snap:
+                yield snap
+        except RegistryCorrupt:
+            log.warning("replacing corrupt registry %s", self.paths.backends)
+            quarantine = self.paths.backends.with_name(f"backends.json.corrupt-{int(time.time())}")
+            os.replace(self.paths.backends, quarantine)
+            with self._locked() as snap:
+                yield snap
+
+    def swap(
+        self,
+        urls: Sequence[str],
+        *,
+        version: int | None = None,
+        protocol: Protocol | str = Protocol.VLLM,
+        model: str | None = None,
+        tokenizer: str | None = None,
+    ) -> Snapshot:
+        """Replace the whole backend set and bump the policy version in one atomic write.
+
+        Tasks in flight keep their backend (sticky) and finish; their later turns record the
+        version the registry gives that URL now.
+        """
+        if not urls:
+            raise RegistryError("swap needs at least one backend URL")
+        clean = [normalize_url(u) for u in urls]
+        protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        now = time.time()
+        with self._locked() as snap:
+            new_version = snap.policy_version + 1 if version is None else check_version(version)
+            previous = {b.url: b for b in snap.backends}
+            backends = tuple(
+                Backend(
+                    url=u, protocol=protocol,
+                    model=model if model is not None else getattr(previous.get(u), "model", None),
+                    tokenizer=tokenizer if tokenizer is not None else getattr(previous.get(u), "tokenizer", None),
+                    policy_version=new_version, node=node_of(u),
+                    state=BackendState.UP, added_at=now, state_changed_at=now,
+                )
+                for u in dict.fromkeys(clean)
+            )
+            return self._write(Snapshot(new_version, backends))
+
+    def set_state(self, url: str, state: BackendState, reason: str = "") -> Backend | None:
+        """Mark a backend up/down/draining; None when it is no longer registered."""
+        with self._locked() as snap:
+            found = snap.find(url)
+            if found is None:
+                return None
+            if found.state is state and found.reason == reason:
+                return found
+            updated = replace(found, state=state, reason=reason, state_changed_at=time.time())
+            backends = tuple(updated if b.url == url else b for b in snap.backends)
+            self._write(replace(snap, backends=backends))
+            return updated
+
+
+def check_version(version: int) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise RegistryError(f"policy version {version!r} must be an integer >= 0")
+    return version

@@ -1,0 +1,149 @@
+"""Cluster-wide least-in-flight routing with sticky assignment and health marking.
+
+One backend per task: the pick is the `up` backend with the fewest tasks in flight across
+every live worker of the run, then the one on this worker's node, then the one with the
+fewest lifetime assignments, then random (so racing workers on other nodes spread out).
+A failed backend is marked `down` in the registry for everyone and probed again after
+`probe_after_s`; the registry is the single place that says which backends exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+import httpx
+
+from orchestrator.llm.errors import NoBackendAvailable
+from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
+from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
+from orchestrator.llm.urls import health_url
+from orchestrator.paths import SpoolPaths, current_node
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROBE_AFTER_S = 15.0
+
+
+@dataclass
+class Router:
+    paths: SpoolPaths
+    worker_id: str
+    node: str = field(default_factory=current_node)
+    lease_s: float = DEFAULT_LEASE_S
+    probe_after_s: float = DEFAULT_PROBE_AFTER_S
+    registry: BackendRegistry = field(init=False)
+    board: InflightBoard = field(init=False)
+    _rng: random.Random = field(default_factory=random.Random, repr=False)
+    # Backends this process saw fail, skipped until the registry write catches up everywhere.
+    _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.registry = BackendRegistry(self.paths)
+        self.board = InflightBoard(self.paths, self.worker_id, self.node, self.lease_s)
+
+    # -- the decision ---------------------------------------------------------------------
+    def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:
+        """The backend a new task should use now (no side effect)."""
+        now = time.time()
+        candidates = [
+            b for b in snapshot.usable()
+            if b.url not in exclude and now - self._failed_at.get(b.url, -1e18) > self.probe_after_s
+        ]
+        if not candidates:
+            raise NoBackendAvailable(self._explain(snapshot, exclude))
+        load = self.board.read(now)
+        return min(
+            candidates,
+            key=lambda b: (
+                load.inflight.get(b.url, 0),
+                b.node != self.node,
+                load.assigned.get(b.url, 0),
+                self._rng.random(),
+            ),
+        )
+
+    async def acquire(self, exclude: Collection[str] = ()) -> Backend:
+        """Pick a backend for a task and count the task in flight on it (cluster-wide)."""
+        snapshot = self.registry.read()
+        if any(b.state is BackendState.DOWN for b in snapshot.backends):
+            snapshot = await self.probe_down(snapshot)
+        backend = self.choose(snapshot, exclude)
+        self.board.change(backend.url, +1)
+        return backend
+
+    def release(self, url: str) -> None:
+        """The task on `url` finished or moved away."""
+        self.board.change(url, -1)
+
+    def current(self, url: str) -> Backend | None:
+        """The registry's entry for `url` now (its policy version may have been swapped)."""
+        return self.registry.read().find(url)
+
+    # -- health ---------------------------------------------------------------------------
+    def mark_down(self, url: str, reason: str) -> None:
+        self._failed_at[url] = time.time()
+        log.warning("backend %s marked down: %s", url, reason)
+        try:
+            self.registry.set_state(url, BackendState.DOWN, reason[:300])
+        except Exception as exc:  # the local mark still keeps this worker off it
+            log.warning("could not record %s as down in the registry: %s", url, exc)
+
+    async def probe_down(self, snapshot: Snapshot) -> Snapshot:
+        """Probe `down` backends whose last change is older than probe_after_s; revive healthy ones."""
+        now = time.time()
+        due = [
+            b for b in snapshot.backends
+            if b.state is BackendState.DOWN and now - b.state_changed_at > self.probe_after_s
+        ]
+        if not due:
+            return snapshot
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            for backend in due:
+                healthy = await probe(http, backend)
+                state = BackendState.UP if healthy else BackendState.DOWN
+                reason = "" if healthy else backend.reason
+                if healthy:
+                    self._failed_at.pop(backend.url, None)
+                # Rewriting DOWN refreshes state_changed_at: the next probe waits again.
+                self.registry.set_state(backend.url, state, reason or "probe failed")
+                log.info("probed %s: %s", backend.url, state.value)
+        return self.registry.read()
+
+    def _explain(self, snapshot: Snapshot, exclude: Collection[str]) -> str:
+        if not snapshot.backends:
+            return (
+                f"no LLM backend is registered in {self.paths.backends}: add one with "
+                f"`hpc-rollout backend add {self.paths.root} URL`"
+            )
+        states = ", ".join(
+            f"{b.url} ({'failed for this task' if b.url in exclude else b.state.value})"
+            for b in snapshot.backends
+        )
+        return f"no usable LLM backend: {states}; start one or re-add it with `hpc-rollout backend add`"
+
+
+async def probe(http: httpx.AsyncClient, backend: Backend) -> bool:
+    try:
+        response = await http.get(health_url(backend.url))
+        return response.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+_routers: dict[tuple[str, str], Router] = {}
+
+
+def router_for(
+    paths: SpoolPaths, worker_id: str, node: str | None = None, lease_s: float = DEFAULT_LEASE_S
+) -> Router:
+    """The one router of this process for (run dir, worker id): its counts live in memory."""
+    key = (str(paths.root), worker_id)
+    router = _routers.get(key)
+    if router is None:
+        router = Router(paths, worker_id, node or current_node(), lease_s)
+        _routers[key] = router
+    return router

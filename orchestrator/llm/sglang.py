@@ -1,0 +1,51 @@
+"""SGLang's native /generate with input_ids in, output ids and logprobs out.
+
+Logprobs are SGLang's default: log_softmax(logits / T), after temperature ("processed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.llm.client import BackendClient, Completion, require
+
+@dataclass
+class SGLangClient(BackendClient):
+    def build_request(self, model: str, prompt_ids: list[int], max_tokens: int,
+                      sampling: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        params = dict(sampling)  # SGLang shares the common names (temperature, top_p, top_k, ...)
+        sampling_params = {
+            "temperature": 1.0, "top_p": 1.0, **params,
+            "max_new_tokens": max_tokens, "skip_special_tokens": False, "no_stop_trim": True,
+        }
+        body = {"input_ids": prompt_ids, "sampling_params": sampling_params,
+                "return_logprob": True, "logprob_start_len": -1}
+        return "/generate", body
+
+    def parse_response(self, body: Any) -> Completion:
+        url = self.backend.url
+        if isinstance(body, list):  # a batch answer; we always send one prompt
+            require(len(body) == 1, url, f"/generate answered {len(body)} results for one prompt")
+            body = body[0]
+        require(isinstance(body, dict) and isinstance(body.get("meta_info"), dict), url,
+                f"/generate answered without meta_info: {str(body)[:200]}")
+        meta = body["meta_info"]
+        triples = meta.get("output_token_logprobs")
+        require(isinstance(triples, list), url, "no output_token_logprobs: was return_logprob ignored?")
+        ids = body.get("output_ids")
+        if ids is None:
+            ids = [t[1] for t in triples]
+        require(len(ids) == len(triples), url, f"{len(ids)} output ids but {len(triples)} logprobs")
+        require(all(int(t[1]) == int(i) for t, i in zip(triples, ids)), url,
+                "output_ids and output_token_logprobs disagree")
+        finish = meta.get("finish_reason")
+        reason = finish.get("type") if isinstance(finish, dict) else (finish or "stop")
+        version = meta.get("weight_version")
+        return Completion(
+            output_ids=[int(i) for i in ids],
+            logprobs=[float(t[0]) for t in triples],
+            finish_reason=str(reason),
+            logprob_mode="processed",
+            weight_version=str(version) if version is not None else None,
+        )

@@ -67,36 +67,51 @@ class InflightBoard:
         )
 
     def read(self, now: float | None = None) -> Load:
-        """Sum the in-flight counts of every live worker; lifetime assignments of all."""
-        now = time.time() if now is None else now
-        inflight: Counter[str] = Counter(self.inflight)
-        assigned: Counter[str] = Counter(self.assigned)
-        live = 1
-        try:
-            entries = list(os.scandir(self.paths.backends_inflight))
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            name = entry.name
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            worker = name[: -len(".json")]
-            if worker == self.worker_id:
-                continue
-            try:
-                data = orjson.loads(open(entry.path, "rb").read())
-            except (OSError, orjson.JSONDecodeError):
-                continue  # vanished or being replaced: counts as absent for this decision
-            for url, n in (data.get("assigned") or {}).items():
-                assigned[url] += int(n)
-            if self.is_alive(worker, now):
-                live += 1
-                for url, n in (data.get("inflight") or {}).items():
-                    inflight[url] += int(n)
-        return Load(dict(inflight), dict(assigned), live)
+        """The cluster view, with this worker's own counts taken from memory."""
+        return read_load(self.paths, self.lease_s, now=now, own=self)
 
-    def is_alive(self, worker_id: str, now: float) -> bool:
+
+
+def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float, now: float) -> bool:
+    """A worker is alive while its heartbeat file is younger than the lease."""
+    try:
+        return now - paths.heartbeat(worker_id).stat().st_mtime < lease_s
+    except FileNotFoundError:
+        return False
+
+
+def read_load(
+    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+    own: InflightBoard | None = None,
+) -> Load:
+    """Sum in-flight counts of live workers and lifetime assignments of all workers.
+
+    `own` (the caller's board) is counted from memory and alive by definition.
+    """
+    now = time.time() if now is None else now
+    inflight: Counter[str] = Counter(own.inflight if own else {})
+    assigned: Counter[str] = Counter(own.assigned if own else {})
+    live = 1 if own else 0
+    try:
+        entries = list(os.scandir(paths.backends_inflight))
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        name = entry.name
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        worker = name[: -len(".json")]
+        if own is not None and worker == own.worker_id:
+            continue
         try:
-            return now - self.paths.heartbeat(worker_id).stat().st_mtime < self.lease_s
-        except FileNotFoundError:
-            return False
+            with open(entry.path, "rb") as handle:
+                data = orjson.loads(handle.read())
+        except (OSError, orjson.JSONDecodeError):
+            continue  # vanished or being replaced: absent for this decision
+        for url, n in (data.get("assigned") or {}).items():
+            assigned[url] += int(n)
+        if is_alive(paths, worker, lease_s, now):
+            live += 1
+            for url, n in (data.get("inflight") or {}).items():
+                inflight[url] += int(n)
+    return Load(dict(inflight), dict(assigned), live)

@@ -1,0 +1,192 @@
+"""`hpc-rollout backend ...` (the LLM backend registry) and `hpc-rollout serve-llm`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import click
+
+from orchestrator.llm.errors import LLMError
+from orchestrator.llm.inflight import DEFAULT_LEASE_S, read_load
+from orchestrator.llm.registry import BackendRegistry, Protocol, Snapshot
+from orchestrator.paths import SpoolPaths
+
+RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+PROTOCOL = click.option("--protocol", type=click.Choice([p.value for p in Protocol]), default="vllm",
+                        show_default=True, help="vllm: /v1/completions; sglang: native /generate.")
+MODEL = click.option("--model", default=None, help="Served model id (default: first of GET /v1/models).")
+TOKENIZER = click.option("--tokenizer", default=None,
+                         help="Local tokenizer directory (default: the model id when it is a directory).")
+
+
+def registry_of(run_dir: Path) -> BackendRegistry:
+    return BackendRegistry.of(run_dir)
+
+
+def fail(exc: Exception) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@click.group("backend")
+def backend() -> None:
+    """The LLM backends of a run (backends.json in the run directory).
+
+    \b
+      hpc-rollout backend add spool/run1 http://node17:8000/v1 --version 3
+      hpc-rollout backend list spool/run1
+      hpc-rollout backend swap spool/run1 --version 4 http://node17:8000/v1 http://node18:8000/v1
+    """
+
+
+@backend.command("add")
+@RUN_DIR
+@click.argument("url")
+@PROTOCOL
+@MODEL
+@TOKENIZER
+@click.option("--version", "version", type=click.IntRange(min=0), default=None,
+              help="Policy version served (default: the registry's current one).")
+@click.option("--node", default=None, help="Node the server runs on (default: the URL's host).")
+def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: str | None,
+        version: int | None, node: str | None) -> None:
+    """Register the server at URL (replaces an entry with the same URL)."""
+    try:
+        entry = registry_of(run_dir).add(url, protocol=protocol, model=model, tokenizer=tokenizer,
+                                         version=version, node=node)
+    except LLMError as exc:
+        raise fail(exc) from None
+    click.echo(f"added {entry.url} ({entry.protocol.value}, node {entry.node}, version {entry.policy_version})")
+
+
+@backend.command("remove")
+@RUN_DIR
+@click.argument("url")
+def remove(run_dir: Path, url: str) -> None:
+    """Unregister URL: no new task goes there; tasks already on it finish."""
+    try:
+        entry = registry_of(run_dir).remove(url)
+    except LLMError as exc:
+        raise fail(exc) from None
+    click.echo(f"removed {entry.url}")
+
+
+@backend.command("clear")
+@RUN_DIR
+@click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept as backends.json.corrupt-*).")
+def clear(run_dir: Path, force: bool) -> None:
+    """Unregister every backend (the policy version is kept)."""
+    registry = registry_of(run_dir)
+    try:
+        if not force:
+            registry.read()  # a corrupt file is an error unless --force
+        count = registry.clear()
+    except LLMError as exc:
+        raise fail(exc) from None
+    click.echo(f"cleared {count} backend(s)")
+
+
+@backend.command("swap")
+@RUN_DIR
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--version", "version", type=click.IntRange(min=0), default=None,
+              help="New policy version (default: current + 1).")
+@PROTOCOL
+@MODEL
+@TOKENIZER
+def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, protocol: str,
+         model: str | None, tokenizer: str | None) -> None:
+    """Replace the backend set with URLS and bump the policy version, in one atomic write."""
+    try:
+        snapshot = registry_of(run_dir).swap(list(urls), version=version, protocol=protocol,
+                                             model=model, tokenizer=tokenizer)
+    except LLMError as exc:
+        raise fail(exc) from None
+    click.echo(f"policy version {snapshot.policy_version}: {len(snapshot.backends)} backend(s)")
+
+
+@backend.command("list")
+@RUN_DIR
+@click.option("--json", "as_json", is_flag=True, help="Print the registry plus load as JSON.")
+@click.option("--lease", type=click.FloatRange(min=1), default=DEFAULT_LEASE_S, show_default=True,
+              help="Seconds after which a silent worker's in-flight counts are ignored.")
+def list_backends(run_dir: Path, as_json: bool, lease: float) -> None:
+    """Backends with node, policy version, state and tasks in flight (all live workers)."""
+    paths = SpoolPaths.of(run_dir)
+    try:
+        snapshot = registry_of(run_dir).read()
+    except LLMError as exc:
+        raise fail(exc) from None
+    load = read_load(paths, lease)
+    if as_json:
+        data = snapshot.to_json()
+        for entry in data["backends"]:
+            entry["inflight"] = load.inflight.get(entry["url"], 0)
+            entry["assigned"] = load.assigned.get(entry["url"], 0)
+        click.echo(json.dumps(data, indent=2))
+        return
+    print_table(snapshot, load.inflight, load.assigned, load.live_workers)
+
+
+def print_table(snapshot: Snapshot, inflight: dict[str, int], assigned: dict[str, int], workers: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"policy version {snapshot.policy_version} · {workers} live worker(s)")
+    for column in ("url", "protocol", "node", "version", "state", "in flight", "assigned", "model"):
+        table.add_column(column, justify="right" if column in ("version", "in flight", "assigned") else "left",
+                         no_wrap=column in ("url", "in flight"))
+    for b in snapshot.backends:
+        state = b.state.value + (f" ({b.reason})" if b.reason else "")
+        table.add_row(b.url, b.protocol.value, b.node, str(b.policy_version), state,
+                      str(inflight.get(b.url, 0)), str(assigned.get(b.url, 0)), b.model or "-")
+    if not snapshot.backends:
+        click.echo("no backends registered: hpc-rollout backend add RUN_DIR URL")
+        return
+    Console().print(table)
+
+
+@click.command("serve-llm")
+@click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="A local Hugging Face model directory.")
+@click.option("--tiny", is_flag=True, help="Serve the tiny random model (built offline and cached on first use).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="0 picks a free port (printed on the first line).")
+@click.option("--record", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Append every request's prompt ids, sampled ids and logprobs to this JSONL file.")
+@click.option("--max-model-len", type=click.IntRange(min=16), default=2048, show_default=True)
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Concurrent requests sampled together.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
+@click.option("--weight-version", default="0", show_default=True, help="Reported by /model_info and /generate.")
+@click.option("--legacy-vllm", is_flag=True, hidden=True,
+              help="Answer like vLLM < 0.10.2 (no token_ids), to exercise the client's fallback.")
+def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: Path | None,
+              max_model_len: int, max_batch: int, threads: int | None, weight_version: str,
+              legacy_vllm: bool) -> None:
+    """A reference LLM server speaking vLLM's token-in/token-out protocol (and SGLang's /generate).
+
+    \b
+      hpc-rollout serve-llm --tiny --port 8000 &
+      hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
+    """
+    from orchestrator.llm.server import ServerOptions, serve
+    from orchestrator.llm.tiny_model import tiny_model_dir
+
+    if tiny == (model_dir is not None):
+        raise click.UsageError("give exactly one of --model DIR or --tiny")
+    directory = tiny_model_dir() if tiny else model_dir
+    assert directory is not None
+    options = ServerOptions(
+        model_dir=directory.absolute(), host=host, port=port, record=record,
+        max_model_len=max_model_len, max_batch=max_batch, threads=threads,
+        weight_version=weight_version, legacy_vllm=legacy_vllm,
+    )
+    asyncio.run(serve(options))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(backend)
+    cli.add_command(serve_llm)

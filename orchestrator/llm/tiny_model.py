@@ -1,0 +1,150 @@
+"""A tiny real causal LM and tokenizer, built offline on CPU and cached.
+
+`serve-llm --tiny` and the tests need a real model without hub access: a byte-level BPE
+tokenizer is trained on text that ships with Python itself (the standard library's sources),
+given special tokens and a chat template with tool calls, and a randomly initialised
+Qwen2-style model of ~0.4 M parameters is saved next to it. The first build takes seconds;
+later loads use `local_files_only=True`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Bump when the recipe changes so an old cache is not reused.
+RECIPE = "tiny-v1"
+VOCAB_SIZE = 4096
+CORPUS_BYTES = 3_000_000
+SEED = 1234
+SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+]
+# ChatML with tool calls. Jinja trims newlines after block tags, so newlines are explicit.
+CHAT_TEMPLATE = (
+    "{%- if tools -%}"
+    "{{ '<|im_start|>system\\n# Tools\\n' }}"
+    "{%- for tool in tools -%}{{ tool | tojson }}{{ '\\n' }}{%- endfor -%}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'tool' -%}"
+    "{{ '<|im_start|>tool\\n<tool_response>\\n' + message['content'] + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else -%}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string -%}{{ message['content'] }}{%- endif -%}"
+    "{%- if message['tool_calls'] is defined and message['tool_calls'] -%}"
+    "{%- for call in message['tool_calls'] -%}"
+    "{%- set fn = call['function'] if call['function'] is defined else call -%}"
+    "{{ '\\n<tool_call>\\n' }}{{ fn | tojson }}{{ '\\n</tool_call>' }}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{ '<|im_end|>\\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("HPC_ROLLOUT_CACHE")
+    base = Path(configured) if configured else Path.home() / ".cache" / "hpc-rollout"
+    return base / "tiny"
+
+
+def tiny_model_dir() -> Path:
+    """Directory of the cached tiny model + tokenizer, built on first use."""
+    target = cache_root() / RECIPE
+    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{RECIPE}-", dir=target.parent))
+    try:
+        log.info("building the tiny model in %s (one time, offline)", target)
+        build(staging)
+        try:
+            os.rename(staging, target)  # atomic publish; a concurrent builder may have won
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def corpus() -> list[str]:
+    """Deterministic local training text: the Python standard library's own sources."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts: list[str] = []
+    total = 0
+    for path in sorted(stdlib.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        texts.append(text)
+        total += len(text)
+        if total >= CORPUS_BYTES:
+            break
+    if total < 100_000:
+        raise RuntimeError(f"too little local text under {stdlib} to train the tiny tokenizer")
+    return texts
+
+
+def build_tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[3:],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build(directory: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
+
+    tokenizer = build_tokenizer()
+    tokenizer.save_pretrained(directory)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=256, tie_word_embeddings=True,
+        max_position_embeddings=4096, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+    )
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
+    model.save_pretrained(directory)
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """A tokenizer from a local directory, never from the network."""
+    from transformers import AutoTokenizer
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"tokenizer directory {path} does not exist: give a local path (the registry's "
+            f"`tokenizer` field, or `model` when it is a directory)"
+        )
+    return AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -1,0 +1,109 @@
+"""The token buffer of one conversation: ids are appended, never re-tokenized.
+
+Re-rendering a history from decoded text changes ids (byte-level BPE merges differently,
+templates re-space tool calls), which silently corrupts the policy gradient. So:
+  * the first prompt is rendered with the chat template once;
+  * each assistant turn appends exactly the sampled ids (mask 1, logprobs from the server);
+  * new messages (user, tool) are rendered as a text *delta* of the template and appended
+    (mask 0, logprob 0.0), together with whatever the template closes an assistant turn with
+    that the model did not sample itself (e.g. "\\n" after <|im_end|>, or all of it when the
+    reply was cut by max_tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be extended by a delta (it rewrites earlier turns)."""
+
+
+@dataclass
+class Conversation:
+    tokenizer: Any
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)   # 1 sampled, 0 observation/template
+    logprobs: list[float] = field(default_factory=list)      # aligned with response_ids; 0.0 where mask 0
+    _last_stop_text: str | None = None
+
+    def __post_init__(self) -> None:
+        self.messages = [dict(m) for m in self.messages]
+        if not self.prompt_ids:
+            self.prompt_ids = self.encode(self.render(self.messages, generation_prompt=True))
+
+    @property
+    def input_ids(self) -> list[int]:
+        """What the next generation request sends: the whole conversation so far."""
+        return self.prompt_ids + self.response_ids
+
+    def render(self, messages: Sequence[dict[str, Any]], *, generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages), tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def add_assistant(self, output_ids: Sequence[int], logprobs: Sequence[float], finish_reason: str) -> str:
+        """Append sampled ids verbatim; returns the reply text (kept for templating only)."""
+        if len(output_ids) != len(logprobs):
+            raise ValueError(f"{len(output_ids)} output ids but {len(logprobs)} logprobs")
+        self.response_ids.extend(int(i) for i in output_ids)
+        self.response_mask.extend([1] * len(output_ids))
+        self.logprobs.extend(float(x) for x in logprobs)
+        stop_id = output_ids[-1] if output_ids and finish_reason == "stop" else None
+        self._last_stop_text = self.tokenizer.decode([stop_id]) if stop_id is not None else None
+        text = self.tokenizer.decode(list(output_ids), skip_special_tokens=True)
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+    def add_messages(self, new: Sequence[dict[str, Any]]) -> list[int]:
+        """Append new user/tool messages as observation tokens; returns the appended ids."""
+        if not self.messages or self.messages[-1].get("role") != "assistant":
+            raise ValueError("add_messages follows an assistant turn; call add_assistant first")
+        ids = self.encode(self.closing_text() + self.delta_text(list(new)))
+        self.messages.extend(dict(m) for m in new)
+        self.response_ids.extend(ids)
+        self.response_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        return ids
+
+    def closing_text(self) -> str:
+        """What the template writes after an assistant reply that the model did not sample."""
+        history = self.messages[:-1] + [{"role": "assistant", "content": SENTINEL}]
+        rendered = self.render(history, generation_prompt=False)
+        suffix = rendered[rendered.rindex(SENTINEL) + len(SENTINEL):]
+        stop = self._last_stop_text
+        if stop and suffix.startswith(stop):
+            return suffix[len(stop):]
+        return suffix
+
+    def delta_text(self, new: list[dict[str, Any]]) -> str:
+        """Template text of `new` messages (+ generation prompt) as the template appends it."""
+        history = self.messages[:-1] + [{"role": "assistant", "content": SENTINEL}]
+        before = self.render(history, generation_prompt=False)
+        after = self.render(history + new, generation_prompt=True)
+        if after.startswith(before):
+            return after[len(before):]
+        # Templates that rewrite earlier turns: render the new messages after a stub turn.
+        stub = [{"role": "user", "content": SENTINEL}]
+        before = self.render(stub, generation_prompt=False)
+        after = self.render(stub + new, generation_prompt=True)
+        if not after.startswith(before):
+            raise TemplateError(
+                "the chat template renders earlier messages differently once new ones are added, "
+                "so a delta cannot be computed; use a template that appends turns"
+            )
+        return after[len(before):]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt_ids": self.prompt_ids, "response_ids": self.response_ids,
+                "response_mask": self.response_mask, "logprobs": self.logprobs}

@@ -1,0 +1,159 @@
+"""One task's LLM session: a sticky backend, failover, and a record of every turn.
+
+    async with session_for(ctx) as llm:
+        tokenizer = await llm.tokenizer()
+        turn = await llm.generate(prompt_ids, ctx.job.sampling)
+
+The backend is picked once per task (least in flight cluster-wide) and every turn goes
+to it, so its prefix cache is reused. When it fails, it is marked down for everyone, the
+task moves to another backend for this and later turns, and the switch is recorded as a
+job event and in the turn. Each turn records the backend and the policy version the
+registry gives that backend at request time (a swap shows up from the next turn on).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import httpx
+
+from orchestrator.llm.client import BackendClient, RetryPolicy, client_for
+from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
+from orchestrator.llm.registry import Backend
+from orchestrator.llm.router import Router, router_for
+from orchestrator.llm.tiny_model import load_tokenizer
+
+if TYPE_CHECKING:
+    from orchestrator.context import JobContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SWITCHES = 3
+
+
+@dataclass(frozen=True)
+class Turn:
+    input_ids: list[int]
+    output_ids: list[int]
+    logprobs: list[float]
+    backend: str
+    policy_version: int
+    finish_reason: str
+    logprob_mode: str
+    switched_from: str | None = None   # the backend that failed during this turn, if any
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LLMSession:
+    router: Router
+    job_id: str = ""
+    event: Callable[..., None] = lambda name, **fields: None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_switches: int = DEFAULT_MAX_SWITCHES
+    backend: Backend | None = None
+    failed: list[str] = field(default_factory=list)
+    _http: httpx.AsyncClient | None = field(default=None, repr=False)
+    _clients: dict[str, BackendClient] = field(default_factory=dict, repr=False)
+
+    async def __aenter__(self) -> "LLMSession":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the task's in-flight slot and the HTTP connections. Safe to call twice."""
+        if self.backend is not None:
+            self.router.release(self.backend.url)
+            self.backend = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- the backend ------------------------------------------------------------------------
+    async def ensure_backend(self) -> Backend:
+        if self.backend is None:
+            self.backend = await self.router.acquire(exclude=self.failed)
+            self.event("llm_backend", backend=self.backend.url, node=self.backend.node,
+                       policy_version=self.backend.policy_version)
+        # Re-read the entry: a swap may have given this URL a new policy version. A removed
+        # entry keeps serving this task (it finishes undisturbed) with its last known version.
+        current = self.router.current(self.backend.url)
+        if current is not None:
+            self.backend = current
+        return self.backend
+
+    def client(self, backend: Backend) -> BackendClient:
+        existing = self._clients.get(backend.url)
+        if existing is None or (existing.backend.protocol, existing.backend.model) != (backend.protocol, backend.model):
+            if self._http is None:
+                self._http = httpx.AsyncClient()
+            existing = client_for(backend, self._http, self.retry)
+            self._clients[backend.url] = existing
+        return existing
+
+    async def tokenizer(self) -> Any:
+        """The policy's tokenizer, loaded offline from the registry's tokenizer/model path."""
+        backend = await self.ensure_backend()
+        path = backend.tokenizer or backend.model
+        if path is None:
+            path = (await self.client(backend).model_info()).model_id
+        if not Path(path).is_dir():
+            raise LLMError(
+                f"backend {backend.url} serves model {path!r}, which is not a local directory: "
+                f"register its tokenizer with `hpc-rollout backend add ... --tokenizer DIR`"
+            )
+        return cached_tokenizer(str(Path(path).resolve()))
+
+    # -- generation ---------------------------------------------------------------------------
+    async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
+        """Sample one reply on the task's backend, moving to another one if it fails."""
+        switched_from: str | None = None
+        while True:
+            backend = await self.ensure_backend()
+            try:
+                completion = await self.client(backend).generate(prompt_ids, dict(sampling or {}))
+            except BackendFailed as exc:
+                switched_from = backend.url
+                self._switch(backend, str(exc))
+                continue
+            return Turn(
+                input_ids=list(prompt_ids), output_ids=completion.output_ids,
+                logprobs=completion.logprobs, backend=backend.url,
+                policy_version=backend.policy_version, finish_reason=completion.finish_reason,
+                logprob_mode=completion.logprob_mode, switched_from=switched_from,
+            )
+
+    def _switch(self, backend: Backend, reason: str) -> None:
+        self.router.mark_down(backend.url, reason)
+        self.router.release(backend.url)
+        self.backend = None
+        self.failed.append(backend.url)
+        self.event("llm_backend_failed", backend=backend.url, reason=reason[:500])
+        if len(self.failed) > self.max_switches:
+            raise NoBackendAvailable(
+                f"task {self.job_id}: {len(self.failed)} backends failed ({', '.join(self.failed)}); "
+                f"last error: {reason}"
+            )
+
+
+@functools.lru_cache(maxsize=8)
+def cached_tokenizer(path: str) -> Any:
+    return load_tokenizer(path)
+
+
+def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
+                max_switches: int = DEFAULT_MAX_SWITCHES) -> LLMSession:
+    """The LLM session of the job in `ctx`; use it as `async with` so its slot is released."""
+    router = ctx.services.llm_router
+    if not isinstance(router, Router):
+        router = router_for(ctx.paths, ctx.worker_id, ctx.node)
+    return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event,
+                      retry=retry or RetryPolicy(), max_switches=max_switches)

@@ -34,6 +34,7 @@ class JobSpec:
     submission_id: str = ""
     submitted_at: float = 0.0
     data_source: str = ""   # verl rows keep theirs; otherwise the handler name
+    group_size: int = 1     # samples in the group (--samples)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

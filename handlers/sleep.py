@@ -1,0 +1,89 @@
+"""`sleep`: stages that take a given time and fail with a given probability.
+
+Instance keys (all optional):
+    init, run, eval   seconds: a number, or a distribution:
+                        {"uniform": [low, high]}
+                        {"lognormal": {"mean": m, "sigma": s}}   (mean of the distribution itself)
+                        {"exponential": mean}
+                      any of them may add "tail_p" and "tail_factor": with probability tail_p
+                      the duration is multiplied by tail_factor (heavy tails)
+    scale             multiplies every duration (run a profile faster)
+    seed              makes the draws reproducible (per job and stage)
+    fail              {"init": p, "run": p, "eval": p}: probability that the stage raises
+    reward            the reward EVAL returns (default 1.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from typing import Any
+
+from orchestrator.context import JobContext
+from orchestrator.handler import AgentHandler
+
+DISTRIBUTIONS = ("uniform", "lognormal", "exponential")
+
+
+class SleepFailure(RuntimeError):
+    """The failure the instance asked for."""
+
+
+def draw_seconds(spec: Any, rng: random.Random) -> float:
+    """Seconds for one stage from a number or a distribution spec; ValueError when malformed."""
+    if spec is None:
+        return 0.0
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        if spec < 0:
+            raise ValueError(f"duration {spec} is negative")
+        return float(spec)
+    if not isinstance(spec, dict):
+        raise ValueError(f"duration {spec!r}: expected seconds or one of {', '.join(DISTRIBUTIONS)}")
+    kinds = [k for k in DISTRIBUTIONS if k in spec]
+    if len(kinds) != 1:
+        raise ValueError(f"duration {spec!r}: give exactly one of {', '.join(DISTRIBUTIONS)}")
+    kind, args = kinds[0], spec[kinds[0]]
+    if kind == "uniform":
+        low, high = float(args[0]), float(args[1])
+        value = rng.uniform(low, high)
+    elif kind == "lognormal":
+        mean, sigma = float(args["mean"]), float(args.get("sigma", 0.5))
+        value = rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+    else:
+        value = rng.expovariate(1.0 / float(args))
+    if rng.random() < float(spec.get("tail_p", 0.0)):
+        value *= float(spec.get("tail_factor", 10.0))
+    return max(value, 0.0)
+
+
+class SleepHandler(AgentHandler):
+    name = "sleep"
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        rng = random.Random(0)
+        for stage in ("init", "run", "eval"):
+            draw_seconds(instance.get(stage), rng)
+        fail = instance.get("fail", {})
+        if not isinstance(fail, dict) or not all(0 <= float(p) <= 1 for p in fail.values()):
+            raise ValueError(f"fail {fail!r}: expected {{stage: probability in [0, 1]}}")
+
+    async def _stage(self, ctx: JobContext, stage: str) -> dict[str, Any]:
+        instance = ctx.job.instance
+        rng = random.Random(f"{instance.get('seed', '')}/{ctx.job.job_id}/{stage}/{ctx.attempt}")
+        seconds = draw_seconds(instance.get(stage), rng) * float(instance.get("scale", 1.0))
+        await asyncio.sleep(seconds)
+        if rng.random() < float(instance.get("fail", {}).get(stage, 0.0)):
+            raise SleepFailure(f"{stage} failed on purpose (fail probability {instance['fail'][stage]})")
+        return {f"{stage}_slept_s": round(seconds, 6), "node": ctx.node}
+
+    async def init(self, ctx: JobContext) -> dict[str, Any]:
+        return await self._stage(ctx, "init")
+
+    async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
+        return await self._stage(ctx, "run")
+
+    async def eval(self, ctx: JobContext, result: dict[str, Any]) -> dict[str, Any]:
+        out = await self._stage(ctx, "eval")
+        out["reward"] = float(ctx.job.instance.get("reward", 1.0))
+        return out

@@ -1,0 +1,70 @@
+"""Cancellation requests: files under cancel/ that every worker polls.
+
+    cancel/JOB        cancel one job
+    cancel/group-G    cancel every sample of group G
+    cancel/ALL        cancel every job submitted before the time written in it
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from orchestrator import fsops
+from orchestrator.jobs import JobSpec
+from orchestrator.paths import SpoolPaths, safe_name
+
+ALL = "ALL"
+GROUP_PREFIX = "group-"
+
+
+def request_cancel(
+    paths: SpoolPaths, job_ids: tuple[str, ...] = (), groups: tuple[str, ...] = (), everything: bool = False
+) -> list[str]:
+    """Write cancellation requests; return the request file names written."""
+    fsops.ensure_dir(paths.cancel)
+    written = []
+    for job_id in job_ids:
+        name = safe_name(job_id, "job id")
+        fsops.create_exclusive(paths.cancel / name)
+        written.append(name)
+    for group in groups:
+        name = GROUP_PREFIX + safe_name(group, "group id")
+        fsops.create_exclusive(paths.cancel / name)
+        written.append(name)
+    if everything:
+        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp)
+        written.append(ALL)
+    return written
+
+
+@dataclass
+class CancelWatch:
+    """A worker's view of cancel/, refreshed by listing the directory (one op per refresh)."""
+
+    paths: SpoolPaths
+    jobs: set[str] = field(default_factory=set)
+    groups: set[str] = field(default_factory=set)
+    all_before: float = 0.0
+
+    def refresh(self) -> None:
+        jobs, groups = set(), set()
+        all_before = 0.0
+        for name in fsops.list_names(self.paths.cancel):
+            if name == ALL:
+                try:
+                    all_before = float(fsops.read_bytes(self.paths.cancel / ALL) or 0)
+                except (OSError, ValueError):
+                    all_before = time.time()
+            elif name.startswith(GROUP_PREFIX):
+                groups.add(name[len(GROUP_PREFIX):])
+            else:
+                jobs.add(name)
+        self.jobs, self.groups, self.all_before = jobs, groups, all_before
+
+    def is_cancelled(self, job: JobSpec) -> bool:
+        return (
+            job.job_id in self.jobs
+            or job.group_id in self.groups
+            or (self.all_before > 0 and job.submitted_at <= self.all_before)
+        )

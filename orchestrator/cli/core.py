@@ -1,0 +1,247 @@
+"""`init`, `submit`, `status`, `inspect`, `cancel`, `tail`: the spool from the command line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cancel import request_cancel
+from orchestrator.config import ConfigError
+from orchestrator.inspect_job import JobNotFound, inspect_job
+from orchestrator.shards import iter_rows
+from orchestrator.spool import init_run, open_run
+from orchestrator.status import snapshot
+from orchestrator.submit import SubmitError, parse_sampling, submit_file
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _open(run_dir: str) -> Any:
+    try:
+        return open_run(run_dir)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError
+
+
+def _dumps(value: Any, indent: bool = False) -> str:
+    option = orjson.OPT_INDENT_2 if indent else 0
+    return orjson.dumps(value, default=_json_default, option=option | orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+@click.command("init")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override a run.toml setting, e.g. --set pools.run=16 --set jobs.timeout_s=600.")
+def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
+    """Create the run directory RUN_DIR (or update its run.toml)."""
+    overrides = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{setting!r}: expected SECTION.KEY=VALUE, e.g. pools.run=16", param_hint="--set")
+        overrides[key.strip()] = value.strip()
+    try:
+        paths, _ = init_run(run_dir, overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    out.print(f"run directory ready: {paths.root}")
+    out.print(f"  settings: {paths.run_config}")
+    out.print(f"  next: hpc-rollout submit {run_dir} tasks.jsonl --samples 8")
+
+
+@click.command("submit")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("tasks_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--handler", help="Handler for bare instances (rows without a handler or data_source).")
+@click.option("--samples", default=1, show_default=True, type=click.IntRange(1, 9999),
+              help="Jobs per task: one group, sample indices 0..N-1.")
+@click.option("--sampling", "sampling_pairs", multiple=True, metavar="KEY=VALUE",
+              help="Sampling parameter for every job, e.g. --sampling temperature=0.7 (repeatable).")
+@click.option("--sampling-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="JSON object of sampling parameters (--sampling wins on shared keys).")
+@click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
+def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
+               sampling_pairs: tuple[str, ...], sampling_file: Path | None, strict: bool) -> None:
+    """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
+
+    \b
+    A row is one of:
+      {"handler": "echo", "instance": {...}}
+      a verl row: {"data_source": "chat", "prompt": [...], "reward_model": {...}, "extra_info": {...}}
+      a bare instance, with --handler NAME
+    Malformed rows are reported with their line numbers; the others are queued (unless
+    --strict) and the exit status is 1 when any row was rejected.
+    """
+    paths, _ = _open(run_dir)
+    started = time.monotonic()
+    try:
+        sampling = parse_sampling(sampling_pairs, sampling_file)
+        report = submit_file(paths, tasks_file, handler, samples, sampling, strict)
+    except SubmitError as exc:
+        raise click.ClickException(str(exc)) from None
+    for problem in report.rejected:
+        err.print(f"[red]{tasks_file}:{problem.line}[/red]: {problem.reason}")
+    elapsed = time.monotonic() - started
+    if strict and report.rejected:
+        err.print(f"[red]rejected the whole file[/red] (--strict): {len(report.rejected)} malformed row(s)")
+        sys.exit(1)
+    out.print(
+        f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
+        f"queued in {elapsed:.1f}s" + (f", [red]{len(report.rejected)} row(s) rejected[/red]" if report.rejected else "")
+    )
+    if report.jobs:
+        out.print(f"  jobs {report.first_job} .. {report.last_job}")
+        out.print(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
+    if report.rejected:
+        sys.exit(1)
+
+
+@click.command("status")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status_cmd(run_dir: str, as_json: bool) -> None:
+    """Jobs per queue and state, workers alive, throughput over the last minute, failure reasons."""
+    paths, config = _open(run_dir)
+    snap = snapshot(paths, config)
+    if as_json:
+        click.echo(_dumps(snap.to_json(), indent=True))
+        return
+    out.print(f"run {paths.root}")
+    jobs = Table()
+    jobs.add_column("where")
+    jobs.add_column("jobs", justify="right")
+    for queue, count in snap.queued.items():
+        jobs.add_row(f"queued: {queue}", str(count))
+    for worker, count in snap.claimed.items():
+        jobs.add_row(f"claimed: {worker}", str(count))
+    for status, count in sorted(snap.finished.items()):
+        jobs.add_row(f"finished: {status}", str(count))
+    out.print(jobs)
+    out.print(f"pending {snap.pending} | shards {snap.shards} | {snap.jobs_per_s:.2f} jobs/s over the last minute")
+    if snap.workers:
+        workers = Table(title="workers", title_justify="left")
+        for column in ("worker", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
+            workers.add_column(column)
+        for w in snap.workers:
+            pools = w.get("pools", {})
+            cell = lambda s: f"{pools.get(s, {}).get('busy', 0)}/{pools.get(s, {}).get('size', 0)}"  # noqa: E731
+            slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
+            workers.add_row(
+                w["worker_id"], str(w.get("node")), str(w.get("pid")), str(w.get("state")),
+                "yes" if w["alive"] else "[red]no[/red]", f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
+            )
+        out.print(workers)
+    else:
+        out.print(f"no workers: start some with `hpc-rollout launch {run_dir} --local --workers 2`")
+    if snap.failure_reasons:
+        out.print("failure reasons:")
+        for reason, count in snap.failure_reasons.items():
+            out.print(f"  {count:6d}  {reason}")
+    for warning in snap.warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+@click.command("inspect")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
+    """One job: input, where it is, event timeline, stage outputs, errors, log paths."""
+    paths, _ = _open(run_dir)
+    try:
+        report = inspect_job(paths, job_id)
+    except (JobNotFound, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(_dumps(report, indent=True))
+        return
+    out.print(f"[bold]job {job_id}[/bold]  ({report.get('where')})")
+    out.print(f"handler: {report.get('handler')}   attempt: {report.get('attempt', report.get('row', {}).get('attempt'))}")
+    out.print(f"input: {_dumps(report.get('instance'))}")
+    if report.get("sampling"):
+        out.print(f"sampling: {_dumps(report.get('sampling'))}")
+    out.print("timeline:")
+    origin = report["timeline"][0]["t"] if report["timeline"] else 0.0
+    for event in report["timeline"]:
+        extra = {k: v for k, v in event.items() if k not in ("t", "job", "event", "worker")}
+        out.print(f"  +{event['t'] - origin:9.3f}s  {event['event']:<16} {event.get('worker', '')}  {_dumps(extra) if extra else ''}")
+    if report.get("outputs"):
+        out.print(f"outputs: {_dumps(report['outputs'])[:4000]}")
+    if report.get("row"):
+        row = report["row"]
+        out.print(f"finished: status={row['status']} reward={row['reward']} init={row['init_s']} run={row['run_s']} eval={row['eval_s']} queue={row['queue_s']}")
+    if report.get("error"):
+        out.print(f"[red]error:[/red] {report['error']}")
+    if report.get("artifacts"):
+        out.print(f"artifacts: {report['artifacts']}")
+    for log_path in report.get("logs", []):
+        out.print(f"log: {log_path}")
+
+
+@click.command("cancel")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("job_ids", nargs=-1)
+@click.option("--group", "groups", multiple=True, help="Cancel every sample of this group (repeatable).")
+@click.option("--all", "everything", is_flag=True, help="Cancel every job submitted so far.")
+def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], everything: bool) -> None:
+    """Cancel jobs wherever they are: running stages are interrupted, sandboxes closed, rows say `cancelled`."""
+    if not (job_ids or groups or everything):
+        raise click.UsageError("name jobs, --group G or --all")
+    paths, _ = _open(run_dir)
+    try:
+        written = request_cancel(paths, job_ids, groups, everything)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    out.print(f"cancellation requested: {', '.join(written)} (workers act within a second)")
+
+
+@click.command("tail")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing rows as new shards are committed.")
+@click.option("--since", "cursor", metavar="CURSOR", help="Only shards committed after CURSOR (printed on stderr at the end).")
+@click.option("--fields", help="Comma-separated columns to print (default: all).")
+@click.option("--poll", default=0.5, show_default=True, type=click.FloatRange(0.05, 60), help="Seconds between checks with --follow.")
+def tail_cmd(run_dir: str, follow: bool, cursor: str | None, fields: str | None, poll: float) -> None:
+    """Print finished trajectories as JSON lines, oldest first.
+
+    The cursor printed on stderr resumes where this call stopped: `tail DIR --since CURSOR`.
+    """
+    paths, _ = _open(run_dir)
+    wanted = [f.strip() for f in fields.split(",")] if fields else None
+    try:
+        while True:
+            for name, rows in iter_rows(paths, cursor):
+                for row in rows:
+                    if wanted:
+                        row = {k: row.get(k) for k in wanted}
+                    click.echo(_dumps(row))
+                cursor = name
+            if not follow:
+                break
+            sys.stdout.flush()
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if cursor:
+            err.print(f"cursor: {cursor}")
+
+
+def register(cli: click.Group) -> None:
+    for command in (init_cmd, submit_cmd, status_cmd, inspect_cmd, cancel_cmd, tail_cmd):
+        cli.add_command(command)

@@ -1,0 +1,124 @@
+"""`launch` and `stop`: start stage workers on a run, drain them."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from orchestrator.config import ConfigError
+from orchestrator.liveness import read_workers
+from orchestrator.local_launch import request_stop, start_local_workers, wait_for_drain
+from orchestrator.spool import open_run
+from orchestrator.status import pending_count
+from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
+                   max_prepared: int | None, runtime: str | None) -> WorkerOptions:
+    try:
+        return WorkerOptions(stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool,
+                             eval_pool=eval_pool, max_prepared=max_prepared, runtime=runtime)
+    except OptionsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--stages") from None
+
+
+@click.command("launch")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
+@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers.")
+@click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset.")
+@click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools]).")
+@click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker.")
+@click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker.")
+@click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
+@click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml).")
+def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str, init_pool: int | None,
+               run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None) -> None:
+    """Start stage workers on RUN_DIR.
+
+    \b
+    hpc-rollout launch spool/demo --local --workers 2 --wait
+    Without --wait the command returns and the workers run on: `hpc-rollout stop RUN_DIR`
+    drains them, `hpc-rollout status RUN_DIR` shows them.
+    """
+    paths, config = _open(run_dir)
+    options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime)
+    if runtime == "local":
+        err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
+    launch = start_local_workers(paths, workers, options)
+    out.print(f"launch {launch.launch_id}: {workers} local worker(s), pids {' '.join(map(str, launch.pids))}")
+    out.print(f"  logs: {launch.log_dir}")
+    out.print(f"  tail -F {launch.log_dir}/worker-*.log")
+    if not wait:
+        out.print(f"  stop them with: hpc-rollout stop {run_dir}")
+        return
+    _wait_and_stop(paths, launch, config.shutdown.grace_s)
+
+
+def _wait_and_stop(paths, launch, grace_s: float) -> None:  # type: ignore[no-untyped-def]
+    total = max(pending_count(paths), 1)
+    drained = False
+    try:
+        with Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False) as progress:
+            bar = progress.add_task("jobs", total=total, rate="")
+            started = time.monotonic()
+
+            def update(pending: int) -> None:
+                nonlocal total
+                if pending > total:  # more was submitted while we wait
+                    total = pending
+                    progress.update(bar, total=total)
+                done = total - pending
+                progress.update(bar, completed=done, rate=f"{done / max(time.monotonic() - started, 1e-9):.1f} jobs/s")
+
+            drained = wait_for_drain(paths, launch, update)
+    except KeyboardInterrupt:
+        err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
+    codes = launch.terminate(timeout_s=grace_s + 10)
+    if not drained:
+        err.print(f"[red]workers ended before the queues drained[/red] (exit codes {codes}); see {launch.log_dir}")
+        sys.exit(1)
+    out.print(f"drained: all jobs finished; workers stopped (exit codes {codes})")
+
+
+@click.command("stop")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for the workers to exit.")
+@click.option("--timeout", default=None, type=click.FloatRange(0), help="Seconds to wait (default: grace period + lease).")
+def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None) -> None:
+    """Drain every worker of RUN_DIR: stop claiming, finish or return running jobs, exit."""
+    paths, config = _open(run_dir)
+    request_stop(paths)
+    alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
+    out.print(f"stop requested ({paths.stop_request}); {len(alive)} worker(s) alive")
+    if no_wait:
+        return
+    deadline = time.monotonic() + (timeout if timeout is not None else config.shutdown.grace_s + config.leases.lease_s)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
+    if alive:
+        err.print(f"[yellow]{len(alive)} worker(s) still alive:[/yellow] {', '.join(w.worker_id for w in alive)}")
+        sys.exit(1)
+    out.print("all workers stopped")
+
+
+def _open(run_dir: str):  # type: ignore[no-untyped-def]
+    try:
+        return open_run(run_dir)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(launch_cmd)
+    cli.add_command(stop_cmd)

@@ -1,0 +1,144 @@
+"""run.toml: the settings of one run, parsed with bounds so a typo fails loudly, not late."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """run.toml (or an override) holds an unknown key or a value out of bounds."""
+
+
+@dataclass(frozen=True)
+class Pools:
+    init: int = 4            # concurrent INIT stages per worker (sandbox start, task setup)
+    run: int = 8             # concurrent agent loops per worker
+    eval: int = 4            # concurrent EVAL stages per worker
+    max_prepared: int = 4    # INIT pauses while this node's run queue holds this many jobs
+    max_sandboxes: int = 0   # cap on INIT + prepared + RUN jobs of a worker (0: no cap)
+
+
+@dataclass(frozen=True)
+class Jobs:
+    timeout_s: float = 3600.0   # budget per job, counting only time inside stages
+    max_attempts: int = 3       # a claim lost with its worker counts as an attempt
+
+
+@dataclass(frozen=True)
+class Leases:
+    heartbeat_s: float = 2.0    # how often a worker refreshes workers/<id>.json
+    lease_s: float = 30.0       # claims of a worker silent this long go back to their queue
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    grace_s: float = 30.0       # on SIGTERM/SIGINT/SIGUSR2: time to finish running stages
+
+
+@dataclass(frozen=True)
+class Shards:
+    max_rows: int = 1000
+    max_bytes: int = 64 << 20
+    max_age_s: float = 10.0     # a row waits at most this long before its shard is committed
+    idle_flush_s: float = 1.0   # commit early when EVAL has had nothing new for this long
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    runtime: str = "auto"       # apptainer | bwrap | local | auto
+
+
+# (min, max) per knob: values outside are refused with the range in the message.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
+    "pools.max_prepared": (0, 4096), "pools.max_sandboxes": (0, 65536),
+    "jobs.timeout_s": (0.001, 7 * 86400), "jobs.max_attempts": (1, 100),
+    "leases.heartbeat_s": (0.05, 600), "leases.lease_s": (0.2, 86400),
+    "shutdown.grace_s": (0, 86400),
+    "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
+    "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
+}
+RUNTIMES = ("auto", "apptainer", "bwrap", "local")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    pools: Pools = field(default_factory=Pools)
+    jobs: Jobs = field(default_factory=Jobs)
+    leases: Leases = field(default_factory=Leases)
+    shutdown: Shutdown = field(default_factory=Shutdown)
+    shards: Shards = field(default_factory=Shards)
+    sandbox: Sandbox = field(default_factory=Sandbox)
+
+    @classmethod
+    def load(cls, path: Path) -> "RunConfig":
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(
+                f"{path} not found: is {path.parent} a run directory? Create one with "
+                f"`hpc-rollout init {path.parent}`"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        return cls.from_dict(data, source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "run.toml") -> "RunConfig":
+        config = cls()
+        sections = {f.name: f for f in fields(cls)}
+        for section, values in data.items():
+            if section not in sections:
+                raise ConfigError(
+                    f"{source}: unknown section [{section}]; valid: {', '.join(sections)}"
+                )
+            if not isinstance(values, dict):
+                raise ConfigError(f"{source}: [{section}] must be a table")
+            config = config.with_overrides({f"{section}.{k}": v for k, v in values.items()}, source)
+        return config
+
+    def with_overrides(self, overrides: dict[str, Any], source: str = "override") -> "RunConfig":
+        """A copy with dotted keys (`pools.run`) replaced, each value checked."""
+        config = self
+        for dotted, value in overrides.items():
+            section, _, key = dotted.partition(".")
+            current = getattr(config, section, None)
+            names = {f.name: f for f in fields(current)} if current is not None else {}
+            if key not in names:
+                valid = ", ".join(f"{s.name}.{k.name}" for s in fields(self) for k in fields(getattr(self, s.name)))
+                raise ConfigError(f"{source}: unknown setting {dotted!r}; valid: {valid}")
+            config = replace(config, **{section: replace(current, **{key: _check(dotted, value, getattr(current, key), source)})})
+        return config
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(asdict(self))
+
+
+def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
+    if isinstance(default, str):
+        if dotted == "sandbox.runtime" and value not in RUNTIMES:
+            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(RUNTIMES)}")
+        return str(value)
+    if isinstance(value, str):
+        try:
+            value = float(value) if isinstance(default, float) else int(value)
+        except ValueError:
+            raise ConfigError(f"{source}: {dotted} = {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{source}: {dotted} must be a number, got {value!r}")
+    if isinstance(default, int) and not float(value).is_integer():
+        raise ConfigError(f"{source}: {dotted} must be a whole number, got {value!r}")
+    low, high = BOUNDS[dotted]
+    if not low <= value <= high:
+        raise ConfigError(f"{source}: {dotted} = {value} is outside [{low:g}, {high:g}]")
+    return type(default)(value)

@@ -1,0 +1,71 @@
+"""Job timelines: one append-only JSON Lines file per worker (events/W.jsonl).
+
+One file per worker rather than per job: appending to a file that is already open costs the
+metadata server nothing, while a file per job would cost a create per job.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import orjson
+
+from orchestrator import fsops
+from orchestrator.paths import SpoolPaths
+
+
+class EventLog:
+    """Appends `{"t", "job", "event", ...}` lines to this worker's event file."""
+
+    def __init__(self, paths: SpoolPaths, worker_id: str) -> None:
+        self.worker_id = worker_id
+        fsops.count("open")
+        self._file: IO[bytes] = open(paths.worker_events(worker_id), "ab", buffering=0)
+
+    def emit(self, job_id: str, event: str, fields: dict[str, Any] | None = None) -> None:
+        record = {"t": round(time.time(), 6), "job": job_id, "event": event, "worker": self.worker_id}
+        if fields:
+            record.update(fields)
+        # One write() per line: concurrent readers see whole lines (O_APPEND, unbuffered).
+        self._file.write(orjson.dumps(record, default=str) + b"\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def events_of(paths: SpoolPaths, job_id: str) -> list[dict[str, Any]]:
+    """Every recorded event of one job, across all workers, in time order."""
+    needle = job_id.encode()
+    found: list[dict[str, Any]] = []
+    for record in _records(paths.events, needle):
+        if record.get("job") == job_id:
+            found.append(record)
+    return sorted(found, key=lambda r: r.get("t", 0.0))
+
+
+def recent_events(paths: SpoolPaths, since: float, names: set[str]) -> Iterator[dict[str, Any]]:
+    """Events named in `names` newer than `since` (for throughput figures in `status`)."""
+    for path in sorted(paths.events.glob("*.jsonl")):
+        if path.stat().st_mtime < since:
+            continue
+        for record in _read_lines(path, None):
+            if record.get("t", 0.0) >= since and record.get("event") in names:
+                yield record
+
+
+def _records(directory: Path, needle: bytes | None) -> Iterator[dict[str, Any]]:
+    for path in sorted(directory.glob("*.jsonl")):
+        yield from _read_lines(path, needle)
+
+
+def _read_lines(path: Path, needle: bytes | None) -> Iterator[dict[str, Any]]:
+    with open(path, "rb") as handle:
+        for line in handle:
+            if needle is not None and needle not in line:
+                continue
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a line cut by a crash: skip it, keep the rest

@@ -1,0 +1,82 @@
+"""Everything known about one job: input, where it is, timeline, outputs, errors, log paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.dataset as ds
+
+from orchestrator.events import events_of
+from orchestrator.paths import SpoolPaths, safe_name
+from orchestrator.tickets import CorruptTicket, Ticket
+
+
+class JobNotFound(LookupError):
+    """No ticket, row or event mentions the job id."""
+
+
+def locate_ticket(paths: SpoolPaths, job_id: str) -> Path | None:
+    candidates = [paths.init_queue / job_id, paths.eval_queue / job_id]
+    candidates += [queue / job_id for queue in paths.run_queues()]
+    if paths.active.is_dir():
+        candidates += [claims / job_id for claims in paths.active.iterdir() if claims.is_dir()]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
+    if not any(paths.shards.glob("*.parquet")):
+        return None
+    table = ds.dataset(paths.shards, format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    rows = table.to_pylist()
+    return rows[-1] if rows else None
+
+
+def _worker_logs(paths: SpoolPaths, worker_ids: set[str]) -> list[str]:
+    logs = []
+    for worker_id in sorted(worker_ids):
+        for heartbeat in (paths.heartbeat(worker_id), paths.workers / "gone" / f"{worker_id}.json"):
+            if heartbeat.exists():
+                info = orjson.loads(heartbeat.read_bytes())
+                launch = info.get("launch_id")
+                if launch and (paths.logs / launch).is_dir():
+                    logs.append(f"{paths.logs / launch} (worker {worker_id}, pid {info.get('pid')})")
+                break
+    return logs
+
+
+def inspect_job(paths: SpoolPaths, job_id: str) -> dict[str, Any]:
+    safe_name(job_id, "job id")
+    report: dict[str, Any] = {"job_id": job_id}
+    location = locate_ticket(paths, job_id)
+    ticket: Ticket | None = None
+    if location is not None:
+        report["where"] = str(location.relative_to(paths.root))
+        try:
+            ticket = Ticket.decode(location.read_bytes())
+        except (CorruptTicket, OSError) as exc:
+            report["ticket_error"] = str(exc)
+    row = find_row(paths, job_id)
+    events = events_of(paths, job_id)
+    if ticket is None and row is None and not events:
+        raise JobNotFound(f"no job {job_id!r} in {paths.root}: check the id with `hpc-rollout status {paths.root}` or the submission's first_job/last_job")
+    if ticket is not None:
+        report.update({
+            "handler": ticket.job.handler, "group_id": ticket.job.group_id, "sample_index": ticket.job.sample_index,
+            "instance": ticket.job.instance, "sampling": ticket.job.sampling, "stage": ticket.stage.value,
+            "attempt": ticket.attempt, "outputs": ticket.outputs, "timings": ticket.timings, "error": ticket.error,
+            "history": ticket.history,
+        })
+    if row is not None:
+        report["where"] = report.get("where", "shards (finished)")
+        report["row"] = {k: v for k, v in row.items() if k not in ("instance", "sampling", "result")}
+        for key in ("instance", "sampling", "result"):
+            if row.get(key):
+                report.setdefault(key if key != "result" else "outputs", orjson.loads(row[key]))
+        report.setdefault("handler", row["handler"])
+        report.setdefault("error", row.get("error"))
+    report["timeline"] = events
+    report["artifacts"] = str(paths.job_dir(job_id)) if paths.job_dir(job_id).is_dir() else None
+    report["logs"] = _worker_logs(paths, {e["worker"] for e in events if "worker" in e})
+    return report

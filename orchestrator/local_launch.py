@@ -1,0 +1,119 @@
+"""Starting worker processes on this machine, watching them drain, stopping them.
+
+The processes run exactly what a Slurm array task runs (`python -m orchestrator.worker`).
+Each gets its own session (process group), its pid recorded under logs/LAUNCH/, so it can be
+stopped by pid and never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from orchestrator import fsops
+from orchestrator.paths import SpoolPaths
+from orchestrator.status import pending_count
+from orchestrator.worker.options import WorkerOptions
+
+
+@dataclass
+class LocalLaunch:
+    launch_id: str
+    log_dir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def alive(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.processes if p.poll() is None]
+
+    def terminate(self, timeout_s: float) -> list[int | None]:
+        """SIGTERM every worker (they drain), SIGKILL their process group past `timeout_s`."""
+        for process in self.alive():
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+        return [p.returncode for p in self.processes]
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)  # the worker leads its own session: its pgid is its pid
+    except ProcessLookupError:
+        pass
+
+
+def new_launch_id(prefix: str) -> str:
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+
+
+def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
+    """logs/LAUNCH/, with logs/latest pointing at it."""
+    log_dir = paths.logs / launch_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    latest = paths.logs / "latest"
+    tmp = paths.logs / f".latest-{os.getpid()}"
+    if tmp.is_symlink():
+        tmp.unlink()
+    tmp.symlink_to(launch_id)
+    os.replace(tmp, latest)
+    return log_dir
+
+
+def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, verbose: int = 1) -> LocalLaunch:
+    launch_id = options.launch_id or new_launch_id("local")
+    log_dir = launch_log_dir(paths, launch_id)
+    launch = LocalLaunch(launch_id, log_dir)
+    args = [sys.executable, "-m", "orchestrator.worker", str(paths.root), *_with_launch(options, launch_id).to_args()]
+    args += ["-v"] * verbose
+    for index in range(count):
+        log_path = log_dir / f"worker-{index}.log"
+        with open(log_path, "ab") as log_file:
+            process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        launch.processes.append(process)
+    (log_dir / "pids.json").write_bytes(orjson.dumps({"pids": launch.pids, "argv": args}))
+    return launch
+
+
+def _with_launch(options: WorkerOptions, launch_id: str) -> WorkerOptions:
+    from dataclasses import replace
+
+    return replace(options, launch_id=launch_id)
+
+
+def wait_for_drain(
+    paths: SpoolPaths, launch: LocalLaunch, on_progress: Callable[[int], None], poll_s: float = 0.5
+) -> bool:
+    """Block until no job is pending; False when every worker died first."""
+    while True:
+        pending = pending_count(paths)
+        on_progress(pending)
+        if pending == 0:
+            return True
+        if not launch.alive():
+            return False
+        time.sleep(poll_s)
+
+
+def request_stop(paths: SpoolPaths) -> None:
+    """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
+    fsops.ensure_dir(paths.control)
+    fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp)

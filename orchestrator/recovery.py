@@ -1,0 +1,148 @@
+"""Returning the claims of workers whose lease expired (crashed, SIGKILLed, node lost).
+
+Any live worker may do this. Exactly one wins each dead worker: the first to rename
+active/DEAD to active/.reap-DEAD--ME. Tickets go back to the queue of the stage they were in
+with attempt + 1; past the maximum they end `failed`. Rows the dead worker already committed
+are recognised by job id, so no job ends twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from orchestrator import fsops
+from orchestrator.claims import enqueue
+from orchestrator.jobs import JobStatus, Stage
+from orchestrator.liveness import WorkerRecord, read_workers, retire
+from orchestrator.paths import SpoolPaths
+from orchestrator.shards import committed_job_ids
+from orchestrator.tickets import CorruptTicket, Ticket
+
+log = logging.getLogger(__name__)
+Emit = Callable[[str, str, dict], None]
+REAP_PREFIX = ".reap-"
+
+
+def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
+    """Return every expired worker's claims to their queues; the number of tickets moved."""
+    workers = read_workers(paths, lease_s)
+    alive = {w.worker_id for w in workers if w.alive} | {me}
+    moved = 0
+    for worker in workers:
+        if not worker.alive and worker.worker_id != me:
+            moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit)
+            retire(paths, worker.worker_id)
+    moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
+    moved += _rescue_orphaned_run_queues(paths, workers, lease_s, max_attempts, emit)
+    return moved
+
+
+def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit) -> int:
+    reap_dir = paths.active / f"{REAP_PREFIX}{dead}--{me}"
+    if not fsops.rename(paths.claims(dead), reap_dir):
+        return 0  # no claims, or another worker is on it
+    return _return_claims(paths, reap_dir, dead, max_attempts, emit)
+
+
+def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_attempts: int, emit: Emit) -> int:
+    """A reaper that died mid-way leaves .reap-DEAD--REAPER behind: finish its work."""
+    moved = 0
+    for entry in _hidden_entries(paths.active):
+        if not entry.startswith(REAP_PREFIX):
+            continue
+        dead, _, reaper = entry[len(REAP_PREFIX):].rpartition("--")
+        if reaper in alive:
+            continue
+        mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
+        if fsops.rename(paths.active / entry, mine):
+            moved += _return_claims(paths, mine, dead, max_attempts, emit)
+    return moved
+
+
+def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit) -> int:
+    done = committed_job_ids(paths, dead)
+    moved = 0
+    for name in fsops.list_names(reap_dir):
+        path = reap_dir / name
+        if name in done:  # its row is committed; only the unlink was lost
+            fsops.unlink(path)
+            continue
+        try:
+            ticket = Ticket.decode(fsops.read_bytes(path))
+        except CorruptTicket as exc:
+            fsops.quarantine(path, paths.quarantine, f"claim of lost worker {dead}: {exc}")
+            continue
+        _requeue(paths, ticket, f"worker {dead} lost (lease expired)", max_attempts, emit)
+        fsops.unlink(path)
+        moved += 1
+    try:
+        reap_dir.rmdir()
+    except OSError:
+        pass
+    return moved
+
+
+def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> None:
+    """Back to the queue of the stage it was in, attempt + 1; `failed` past max_attempts."""
+    ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
+    if ticket.status is None:
+        ticket.attempt += 1
+    if ticket.status is None and ticket.attempt > max_attempts:
+        ticket.status = JobStatus.FAILED
+        ticket.error = {
+            "stage": ticket.stage.value, "kind": "attempts_exhausted",
+            "message": f"{reason}; gave up after {max_attempts} attempts",
+        }
+    if ticket.status is not None or ticket.stage is Stage.EVAL:
+        # EVAL works from shared artifacts: it can resume anywhere.
+        ticket.mark_enqueued(Stage.EVAL)
+        queue = paths.eval_queue
+    else:
+        # The sandbox died with its worker: prepare the job again from INIT.
+        ticket.state.pop("sandbox", None)
+        ticket.outputs.pop("init", None)
+        ticket.mark_enqueued(Stage.INIT)
+        queue = paths.init_queue
+    enqueue(paths, ticket, queue)
+    emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
+    log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)
+
+
+def _rescue_orphaned_run_queues(
+    paths: SpoolPaths, workers: list[WorkerRecord], lease_s: float, max_attempts: int, emit: Emit
+) -> int:
+    """Jobs prepared on a node where no worker lives any more cannot run there: back to INIT."""
+    live_nodes = {w.node for w in workers if w.alive}
+    moved = 0
+    for queue in paths.run_queues():
+        node = queue.name[len("run@"):]
+        if node in live_nodes:
+            continue
+        changed = fsops.mtime(queue)
+        if changed is None or time.time() - changed < lease_s:
+            continue  # a worker may be starting there right now
+        for name in fsops.list_names(queue):
+            grabbed = paths.tmp / f".rescue-{name}"
+            if not fsops.rename(queue / name, grabbed):
+                continue
+            try:
+                ticket = Ticket.decode(fsops.read_bytes(grabbed))
+            except CorruptTicket as exc:
+                fsops.quarantine(grabbed, paths.quarantine, f"{queue.name}/{name}: {exc}")
+                continue
+            _requeue(paths, ticket, f"node {node} has no live worker", max_attempts, emit)
+            fsops.unlink(grabbed)
+            moved += 1
+    return moved
+
+
+def _hidden_entries(directory: Path) -> list[str]:
+    fsops.count("list")
+    try:
+        return [n for n in os.listdir(directory) if n.startswith(".")]
+    except FileNotFoundError:
+        return []

@@ -1,0 +1,77 @@
+"""Resource limits and how each runtime can enforce them without root or cgroups.
+
+rlimits are set by the execution server on itself (inherited by every tool process, and
+an agent cannot raise a hard limit). RLIMIT_NPROC is ignored for processes whose host uid
+is root, so for root the process limit also goes through a cgroup (see cgroups.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from orchestrator.sandbox.errors import SandboxConfigError
+
+MiB = 1 << 20
+
+# name: (default, minimum, maximum, unit)
+_BOUNDS: dict[str, tuple[float, float, float, str]] = {
+    "memory_mb": (4096, 64, 1 << 20, "MiB of address space per process"),
+    "cpu_seconds": (900, 1, 7 * 86400, "CPU seconds per process"),
+    "file_size_mb": (1024, 1, 1 << 22, "MiB per written file"),
+    "processes": (256, 8, 100_000, "processes in the sandbox"),
+    "open_files": (4096, 64, 20_000, "open files per process"),
+    "tmp_mb": (512, 1, 1 << 20, "MiB of private /tmp"),
+    "wall_clock_s": (4 * 3600, 1, 30 * 86400, "seconds the sandbox may live"),
+    "command_timeout_s": (120, 0.1, 86400, "seconds per tool call, by default"),
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int = 4096
+    cpu_seconds: int = 900
+    file_size_mb: int = 1024
+    processes: int = 256
+    open_files: int = 4096
+    tmp_mb: int = 512
+    wall_clock_s: float = 4 * 3600
+    command_timeout_s: float = 120
+
+    @classmethod
+    def parse(cls, value: "Limits | dict[str, Any] | None", **overrides: Any) -> "Limits":
+        """Limits from a dict (unknown keys and out-of-range values are errors)."""
+        base = value if isinstance(value, Limits) else cls()
+        data = dict(value) if isinstance(value, dict) else {}
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SandboxConfigError(
+                f"unknown sandbox limit(s) {unknown}; valid: {', '.join(sorted(known))}"
+            )
+        checked: dict[str, Any] = {}
+        for name, raw in data.items():
+            _, low, high, unit = _BOUNDS[name]
+            try:
+                number = float(raw)
+            except (TypeError, ValueError):
+                raise SandboxConfigError(f"limit {name}={raw!r} is not a number ({unit})") from None
+            if not low <= number <= high:
+                raise SandboxConfigError(
+                    f"limit {name}={raw!r} is outside [{low:g}, {high:g}] ({unit})"
+                )
+            is_int = isinstance(getattr(cls(), name), int)
+            checked[name] = int(number) if is_int else number
+        return replace(base, **checked)
+
+    def rlimits(self) -> dict[str, int]:
+        """What the execution server applies to itself (names of the `resource` module)."""
+        return {
+            "RLIMIT_AS": self.memory_mb * MiB,
+            "RLIMIT_CPU": self.cpu_seconds,
+            "RLIMIT_FSIZE": self.file_size_mb * MiB,
+            "RLIMIT_NPROC": self.processes,
+            "RLIMIT_NOFILE": self.open_files,
+            "RLIMIT_CORE": 0,
+        }

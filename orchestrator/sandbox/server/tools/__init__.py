@@ -1,0 +1,1 @@
+"""Tools served by the in-sandbox execution server (standard library only)."""

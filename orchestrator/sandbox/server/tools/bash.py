@@ -1,0 +1,205 @@
+"""A persistent bash on a pty; completion is detected from a prompt carrying a nonce.
+
+Each command is sent as
+
+    __hpc_seq=N; { COMMAND
+    } </dev/null
+
+and PS1 expands to `<nonce>:N:$?;` so the prompt that follows the command names both the
+command it belongs to and its exit status. The brace group runs in the shell itself (cd and
+variables persist), multi-line commands need no quoting, and stdin from /dev/null means a
+command that reads input gets EOF instead of hanging. Job control is off, so ^C reaches the
+foreground command while background jobs (which ignore SIGINT) keep running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import select
+import signal
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from .output import HeadTail, describe_exit
+
+try:  # mounted next to this package inside the sandbox; installed on the host
+    from ptyprocess import PtyProcess
+except ImportError:  # pragma: no cover - the runtime always provides it
+    PtyProcess = None  # type: ignore[assignment,misc]
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_IDLE_TIMEOUT = 0.0   # 0: no no-output timeout unless asked for
+DEFAULT_MAX_OUTPUT = 32_000
+INTERRUPT_GRACE = 2.0
+
+
+class BashError(Exception):
+    pass
+
+
+class BashSession:
+    def __init__(self, cwd: str, env: Dict[str, str]) -> None:
+        self.cwd = cwd
+        self.env = dict(env)
+        self.lock = threading.Lock()
+        self.proc: Any = None
+        self.seq = 0
+        self.nonce = ""
+        self.pattern: "re.Pattern[str] | None" = None
+        self.pending = ""
+        self.interrupt_requested = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> None:
+        if PtyProcess is None:
+            raise BashError("ptyprocess is not importable inside the sandbox")
+        self.nonce = "__hpc_" + secrets.token_hex(6)
+        self.pattern = re.compile(re.escape(self.nonce) + r":(\d+):(\d+);")
+        env = dict(self.env)
+        env.update({"TERM": "dumb", "PS1": "", "PS2": "", "HISTFILE": "/dev/null"})
+        self.proc = PtyProcess.spawn(
+            ["bash", "--noprofile", "--norc", "--noediting", "-i"],
+            cwd=self.cwd, env=env, echo=False, dimensions=(50, 250),
+        )
+        self.seq = 0
+        self.pending = ""
+        setup = (
+            "stty -echo 2>/dev/null; set +m; unset HISTFILE PROMPT_COMMAND; PS2=''; "
+            "__hpc_seq=0; PS1='%s:${__hpc_seq}:$?;'\n" % self.nonce
+        )
+        os.write(self.proc.fd, setup.encode())
+        ok, _, _, _ = self._wait_prompt(0, HeadTail(4096), deadline=time.monotonic() + 10, idle=0)
+        if not ok:
+            self.stop()
+            raise BashError("bash did not come up within 10 s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.isalive()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.close(force=True)
+        except Exception:
+            pass
+        self.proc = None
+
+    # -- reading -----------------------------------------------------------------
+    def _wait_prompt(
+        self, seq: int, sink: HeadTail, deadline: float, idle: float
+    ) -> "tuple[bool, Optional[int], bool, bool]":
+        """Read until the prompt of command `seq`: (found, exit code, timed out, eof)."""
+        assert self.pattern is not None
+        fd = self.proc.fd
+        last_output = time.monotonic()
+        while True:
+            match = self.pattern.search(self.pending)
+            while match is not None:
+                before = self.pending[: match.start()]
+                self.pending = self.pending[match.end():]
+                sink.add(before)
+                if int(match.group(1)) == seq:
+                    return True, int(match.group(2)), False, False
+                match = self.pattern.search(self.pending)  # a stale prompt (after ^C)
+            # Keep a possible partial prompt in `pending`, flush the rest.
+            keep = len(self.nonce) + 24
+            if len(self.pending) > keep:
+                sink.add(self.pending[:-keep])
+                self.pending = self.pending[-keep:]
+            now = time.monotonic()
+            wait = deadline - now
+            if idle > 0:
+                wait = min(wait, last_output + idle - now)
+            if wait <= 0:
+                return False, None, True, False
+            ready, _, _ = select.select([fd], [], [], min(wait, 0.25))
+            if self.interrupt_requested.is_set():
+                return False, None, True, False
+            if not ready:
+                continue
+            try:
+                data = os.read(fd, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                sink.add(self.pending)
+                self.pending = ""
+                return False, None, False, True
+            last_output = time.monotonic()
+            self.pending += data.decode("utf-8", "replace").replace("\r\n", "\n")
+
+    # -- the tool ---------------------------------------------------------------
+    def run(self, args: Dict[str, Any]) -> Dict[str, Any]:
+        command = args.get("command")
+        if not isinstance(command, str):
+            return {"error": "bash needs a 'command' string"}
+        timeout = float(args.get("timeout") or DEFAULT_TIMEOUT)
+        idle = float(args.get("idle_timeout") or DEFAULT_IDLE_TIMEOUT)
+        max_output = int(args.get("max_output") or DEFAULT_MAX_OUTPUT)
+        with self.lock:
+            self.interrupt_requested.clear()
+            if not self.alive():
+                self.start()
+            self.seq += 1
+            seq = self.seq
+            sink = HeadTail(max_output)
+            text = "__hpc_seq=%d; { %s\n} </dev/null\n" % (seq, command.rstrip("\n"))
+            try:
+                os.write(self.proc.fd, text.encode())
+            except OSError as exc:
+                self.stop()
+                return {"error": "the shell is gone (%s); it will restart on the next call" % exc}
+            found, code, timed_out, eof = self._wait_prompt(
+                seq, sink, time.monotonic() + timeout, idle
+            )
+            interrupted = False
+            if timed_out:
+                interrupted = True
+                found, code = self._interrupt(seq, sink)
+            if eof or not found:
+                # The shell exited (e.g. `exit`) or ignored ^C: start a fresh one next time.
+                self.stop()
+            output = sink.text()
+            sig, limit = describe_exit(code, output)
+            result: Dict[str, Any] = {
+                "output": output,
+                "exit_code": code,
+                "timed_out": timed_out and not self.interrupt_requested.is_set(),
+                "interrupted": interrupted,
+                "truncated": sink.truncated,
+                "signal": sig,
+                "limit": limit,
+                "shell_restarted": eof or not found,
+            }
+            if eof:
+                result["error"] = "the shell exited; a fresh shell (new state) starts on the next call"
+            elif not found:
+                result["error"] = "the command ignored ^C and was killed with its shell; state is lost"
+            self.interrupt_requested.clear()
+            return result
+
+    def _interrupt(self, seq: int, sink: HeadTail) -> "tuple[bool, Optional[int]]":
+        """Send ^C, then wait briefly for the prompt of `seq` (the command's group ends)."""
+        for _ in range(2):
+            try:
+                os.write(self.proc.fd, b"\x03")
+            except OSError:
+                return False, None
+            self.interrupt_requested.clear()
+            found, code, _, eof = self._wait_prompt(seq, sink, time.monotonic() + INTERRUPT_GRACE, 0)
+            if found or eof:
+                return found, code
+        return False, None
+
+    def interrupt(self) -> Dict[str, Any]:
+        """Ask the running command (from another connection) to stop."""
+        self.interrupt_requested.set()
+        return {"interrupted": True}

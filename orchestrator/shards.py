@@ -1,0 +1,105 @@
+"""Parquet trajectory shards: written hidden, renamed into place, read by anyone.
+
+A shard is written as `shards/_tmp-NAME` (pyarrow.dataset skips names starting with `_`),
+then renamed to `shards/NAME`: a reader never sees a partial file. Names sort by commit time:
+`<epoch ms>-<worker>-<seq>.parquet`; a reader's cursor is the last name it has consumed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+import pyarrow.parquet as pq
+
+from orchestrator import fsops
+from orchestrator.config import Shards
+from orchestrator.paths import SpoolPaths
+from orchestrator.rows import rows_to_table
+
+
+@dataclass
+class ShardWriter:
+    """Buffers one worker's rows and commits them as shards rolled by rows, bytes and age."""
+
+    paths: SpoolPaths
+    worker_id: str
+    limits: Shards
+    _rows: list[dict[str, Any]] = field(default_factory=list)
+    _tickets: list[str] = field(default_factory=list)
+    _bytes: int = 0
+    _first_at: float = 0.0
+    _last_at: float = 0.0
+    _seq: int = 0
+
+    def add(self, row: dict[str, Any], ticket_name: str) -> None:
+        now = time.monotonic()
+        if not self._rows:
+            self._first_at = now
+        self._last_at = now
+        self._rows.append(row)
+        self._tickets.append(ticket_name)
+        self._bytes += len(orjson.dumps(row, default=str))
+
+    @property
+    def pending(self) -> int:
+        return len(self._rows)
+
+    def due(self, idle: bool) -> bool:
+        """True when the buffer should be committed now."""
+        if not self._rows:
+            return False
+        now = time.monotonic()
+        return (
+            len(self._rows) >= self.limits.max_rows
+            or self._bytes >= self.limits.max_bytes
+            or now - self._first_at >= self.limits.max_age_s
+            or (idle and now - self._last_at >= self.limits.idle_flush_s)
+        )
+
+    def commit(self) -> list[str]:
+        """Write the buffered rows as one shard; return the names of the tickets it finished."""
+        if not self._rows:
+            return []
+        self._seq += 1
+        name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
+        tmp = self.paths.shards / f"_tmp-{name}"
+        fsops.count("create")
+        pq.write_table(rows_to_table(self._rows), tmp, compression="zstd")
+        fsops.replace(tmp, self.paths.shards / name)
+        finished = self._tickets
+        self._rows, self._tickets, self._bytes = [], [], 0
+        return finished
+
+
+def shard_names(paths: SpoolPaths) -> list[str]:
+    """Committed shards in commit order."""
+    return sorted(n for n in fsops.list_names(paths.shards) if n.endswith(".parquet") and not n.startswith("_"))
+
+
+def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
+    """Job ids in the shards one worker committed (to avoid writing a row twice on recovery)."""
+    ids: set[str] = set()
+    for name in shard_names(paths):
+        if f"-{worker_id}-" in name:
+            ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+    return ids
+
+
+def count_rows(paths: SpoolPaths) -> int:
+    return sum(pq.ParquetFile(paths.shards / n).metadata.num_rows for n in shard_names(paths))
+
+
+def read_shard(path: Path) -> list[dict[str, Any]]:
+    return pq.read_table(path).to_pylist()
+
+
+def iter_rows(paths: SpoolPaths, after: str | None = None) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(shard name, rows) of every shard committed after cursor `after`, in order."""
+    for name in shard_names(paths):
+        if after is not None and name <= after:
+            continue
+        yield name, read_shard(paths.shards / name)

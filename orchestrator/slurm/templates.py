@@ -1,0 +1,231 @@
+"""Render the Jinja2 sbatch templates shipped in the `sbatch` package.
+
+Safety by construction: every `{{ value }}` is shell-quoted on output (Environment.finalize),
+so no setting can inject shell, and every setting is validated by its kind before rendering
+(no newline reaches an `#SBATCH` line). Only the kinds COMMAND and COMMANDS are emitted raw:
+they are shell by intent (`--set python="apptainer exec img.sif python"`, `--set setup=...`).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.resources
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import jinja2
+
+from orchestrator.slurm.errors import TemplateError, UnknownSetting, UnknownTemplate
+from orchestrator.slurm.timespec import FORMATS, format_minutes, parse_minutes
+
+SUFFIX = ".sbatch.j2"
+
+
+class Kind(enum.Enum):
+    INT = "int"              # positive integer (0 allowed where the default is 0: "off")
+    BOOL = "bool"            # true/false/1/0/yes/no
+    TIME = "time"            # Slurm time limit, normalised to D-HH:MM:SS
+    WORD = "word"            # partition, account, memory, signal names: no spaces
+    TEXT = "text"            # free single-line text, quoted on output
+    ARGS = "args"            # shell-split into words, each quoted on output
+    COMMAND = "command"      # one line of shell, emitted raw (by intent)
+    COMMANDS = "commands"    # lines of shell, emitted raw (by intent); repeat --set to add
+
+
+class Raw(str):
+    """A string the template may emit without quoting: only COMMAND/COMMANDS values become Raw."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    required: bool = False
+
+
+_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,:=+@/%-]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _common(job_name: str) -> tuple[Setting, ...]:
+    return (
+        Setting("run_dir", Kind.TEXT, "spool/run1", "run directory (the spool) on the shared filesystem"),
+        Setting("job_name", Kind.WORD, job_name, "Slurm job name (%x in log names)"),
+        Setting("partition", Kind.WORD, None, "partition; omitted: the site default"),
+        Setting("account", Kind.WORD, None, "account to charge"),
+        Setting("qos", Kind.WORD, None, "quality of service"),
+        Setting("time", Kind.TIME, "01:00:00", f"time limit ({FORMATS})"),
+        Setting("mem", Kind.WORD, None, "memory per node, e.g. 64G; omitted: the site default"),
+        Setting("signal", Kind.WORD, "USR2", "warning signal before preemption/time limit", ("USR1", "USR2", "TERM", "INT", "HUP")),
+        Setting("signal_delay_s", Kind.INT, 90, "seconds between the warning signal and the end"),
+        Setting("python", Kind.COMMAND, "python3", "command that runs Python (e.g. inside a container)"),
+        Setting("setup", Kind.COMMANDS, (), "shell lines run before the main command (repeatable)"),
+        Setting("log_dir", Kind.TEXT, None, "folder for the logs; default RUN_DIR/logs (must exist)"),
+    )
+
+
+def _worker_settings(job_name: str, stages: str, exclusive: bool) -> tuple[Setting, ...]:
+    return _common(job_name) + (
+        Setting("nodes", Kind.INT, 1, "array tasks, one node worker each"),
+        Setting("array_parallelism", Kind.INT, 0, "at most this many tasks at once (0: no limit)"),
+        Setting("cpus_per_node", Kind.INT, 0, "CPUs per task (0: the site default)"),
+        Setting("gpus_per_node", Kind.INT, 0, "GPUs per task (0: none)"),
+        Setting("exclusive", Kind.BOOL, exclusive, "whole nodes: one worker per node"),
+        Setting("stages", Kind.WORD, stages, "stages this worker serves: init,run,eval"),
+        Setting("init_pool", Kind.INT, 0, "INIT pool size (0: run.toml's)"),
+        Setting("run_pool", Kind.INT, 0, "RUN pool size (0: run.toml's)"),
+        Setting("eval_pool", Kind.INT, 0, "EVAL pool size (0: run.toml's)"),
+    )
+
+
+SETTINGS: dict[str, tuple[Setting, ...]] = {
+    "worker": _worker_settings("hpc-rollout-worker", "init,run,eval", True),
+    "eval": _worker_settings("hpc-rollout-eval", "eval", False),
+    "vllm": _common("hpc-rollout-vllm") + (
+        Setting("model", Kind.TEXT, None, "model path or hub name to serve", required=True),
+        Setting("protocol", Kind.WORD, "vllm", "server to start", ("vllm", "sglang")),
+        Setting("gpus", Kind.INT, 1, "GPUs on the node (tensor parallel size)"),
+        Setting("cpus", Kind.INT, 0, "CPUs for the server (0: the site default)"),
+        Setting("port", Kind.INT, 8000, "HTTP port of the server"),
+        Setting("served_model_name", Kind.TEXT, None, "name clients ask for; default: the model"),
+        Setting("extra_args", Kind.ARGS, (), "more server arguments, shell-split and quoted"),
+        Setting("health_timeout_s", Kind.INT, 1800, "give up if /health is not OK by then"),
+        Setting("hpc_rollout", Kind.COMMAND, "hpc-rollout", "command that runs the hpc-rollout CLI"),
+    ),
+}
+
+
+def template_names() -> list[str]:
+    return sorted(SETTINGS)
+
+
+def settings_of(name: str) -> tuple[Setting, ...]:
+    if name not in SETTINGS:
+        raise UnknownTemplate(name, template_names())
+    return SETTINGS[name]
+
+
+def _finalize(value: Any) -> Any:
+    # Runs on every {{ expression }}: quote unless the value is shell by intent.
+    if isinstance(value, Raw) or isinstance(value, (bool, int)):
+        return value
+    if value is None:
+        raise TemplateError("a template printed an unset value; guard it with {% if %}")
+    return shlex.quote(str(value))
+
+
+def environment() -> jinja2.Environment:
+    loader = jinja2.FunctionLoader(_load_source)
+    return jinja2.Environment(
+        loader=loader,
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+
+
+def _load_source(name: str) -> str:
+    resource = importlib.resources.files("sbatch").joinpath(name)
+    if not resource.is_file():
+        raise jinja2.TemplateNotFound(name)
+    return resource.read_text(encoding="utf-8")
+
+
+def _convert(template: str, setting: Setting, raw: Any) -> Any:
+    where = f"{template}: setting {setting.name}"
+    if setting.kind is Kind.COMMANDS:
+        items = [raw] if isinstance(raw, str) else list(raw)
+        for item in items:
+            if _CONTROL.search(item):
+                raise TemplateError(f"{where}: each command must be one line")
+        return tuple(Raw(item) for item in items)
+    if setting.kind is Kind.ARGS:
+        words = shlex.split(raw) if isinstance(raw, str) else [str(w) for w in raw]
+        if any(_CONTROL.search(w) for w in words):
+            raise TemplateError(f"{where}: arguments must not contain control characters")
+        return tuple(words)
+    if isinstance(raw, (list, tuple)):
+        raise TemplateError(f"{where} takes one value, got {len(raw)}")
+    text = str(raw)
+    if _CONTROL.search(text):
+        raise TemplateError(f"{where}: newlines and control characters are not allowed")
+    if setting.kind is Kind.INT:
+        if isinstance(raw, bool) or not re.fullmatch(r"\d+", text.strip()):
+            raise TemplateError(f"{where} must be a whole number >= 0, got {text!r}")
+        return int(text)
+    if setting.kind is Kind.BOOL:
+        if isinstance(raw, bool):
+            return raw
+        low = text.strip().lower()
+        if low not in _TRUE | _FALSE:
+            raise TemplateError(f"{where} must be one of true, false, 1, 0, yes, no; got {text!r}")
+        return low in _TRUE
+    if setting.kind is Kind.TIME:
+        try:
+            return format_minutes(parse_minutes(text))
+        except ValueError as exc:
+            raise TemplateError(f"{where}: {exc}") from exc
+    if setting.choices and text not in setting.choices:
+        raise TemplateError(f"{where} must be one of {', '.join(setting.choices)}; got {text!r}")
+    if setting.kind is Kind.WORD and not _WORD.match(text):
+        raise TemplateError(f"{where} must be one word of letters, digits and _.,:=+@/%-; got {text!r}")
+    if setting.kind is Kind.COMMAND:
+        return Raw(text)
+    return text
+
+
+def resolve(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with validated values; unknown keys raise UnknownSetting listing valid ones."""
+    settings = settings_of(name)
+    by_name = {s.name: s for s in settings}
+    unknown = sorted(set(values) - set(by_name))
+    if unknown:
+        raise UnknownSetting(name, unknown, sorted(by_name))
+    context: dict[str, Any] = {}
+    for setting in settings:
+        if setting.name in values and values[setting.name] is not None:
+            context[setting.name] = _convert(name, setting, values[setting.name])
+        elif setting.required:
+            raise TemplateError(f"template {name!r} needs --set {setting.name}=... ({setting.help})")
+        elif setting.default is None:
+            context[setting.name] = None
+        else:
+            context[setting.name] = _convert(name, setting, setting.default)
+    if context.get("log_dir") is None:
+        context["log_dir"] = context["run_dir"].rstrip("/") + "/logs"
+    return context
+
+
+def render(name: str, values: Mapping[str, Any] | None = None) -> str:
+    """The batch script text of template `name` with `values` (strings, ints or lists)."""
+    context = resolve(name, values or {})
+    try:
+        return environment().get_template(name + SUFFIX).render(context)
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template {name!r}: {exc}") from exc
+
+
+def parse_assignments(pairs: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """`--set k=v` pairs as a dict; a key given twice becomes a list (setup lines, ...)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise TemplateError(f"--set takes KEY=VALUE, got {pair!r}")
+        if key in values:
+            previous = values[key]
+            values[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            values[key] = value
+    return values

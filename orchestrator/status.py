@@ -1,0 +1,120 @@
+"""What is where, who is alive, how fast: the data behind `hpc-rollout status`."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from orchestrator import fsops
+from orchestrator.config import RunConfig
+from orchestrator.events import recent_events
+from orchestrator.liveness import read_workers
+from orchestrator.paths import SpoolPaths
+from orchestrator.shards import shard_names
+
+THROUGHPUT_WINDOW_S = 60.0
+
+
+@dataclass
+class Snapshot:
+    queued: dict[str, int] = field(default_factory=dict)       # queue name -> tickets
+    claimed: dict[str, int] = field(default_factory=dict)      # worker -> tickets claimed
+    finished: dict[str, int] = field(default_factory=dict)     # status -> rows
+    failure_reasons: dict[str, int] = field(default_factory=dict)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    shards: int = 0
+    finished_last_minute: int = 0
+    quarantined: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def pending(self) -> int:
+        """Jobs not finished yet (queued or claimed, including rows not yet committed)."""
+        return sum(self.queued.values()) + sum(self.claimed.values())
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.finished_last_minute / THROUGHPUT_WINDOW_S
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queued": self.queued, "claimed": self.claimed, "pending": self.pending,
+            "finished": self.finished, "failure_reasons": self.failure_reasons,
+            "workers": self.workers, "shards": self.shards, "jobs_per_s_last_minute": round(self.jobs_per_s, 3),
+            "quarantined": self.quarantined, "warnings": self.warnings,
+        }
+
+
+def pending_count(paths: SpoolPaths) -> int:
+    """Cheap count of unfinished jobs: queued plus claimed tickets (for progress bars)."""
+    total = len(fsops.list_names(paths.init_queue)) + len(fsops.list_names(paths.eval_queue))
+    total += sum(len(fsops.list_names(q)) for q in paths.run_queues())
+    for claims in _claim_dirs(paths):
+        total += len(fsops.list_names(claims))
+    return total
+
+
+def _claim_dirs(paths: SpoolPaths) -> list[Any]:
+    if not paths.active.is_dir():
+        return []
+    return [p for p in paths.active.iterdir() if p.is_dir()]
+
+
+def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Snapshot:
+    snap = Snapshot()
+    snap.queued["init"] = len(fsops.list_names(paths.init_queue))
+    for queue in paths.run_queues():
+        snap.queued[queue.name] = len(fsops.list_names(queue))
+    snap.queued["eval"] = len(fsops.list_names(paths.eval_queue))
+    for claims in _claim_dirs(paths):
+        count = len(fsops.list_names(claims))
+        if count:
+            snap.claimed[claims.name] = count
+    for record in read_workers(paths, config.leases.lease_s):
+        info = record.info
+        snap.workers.append({
+            "worker_id": record.worker_id, "alive": record.alive, "age_s": round(record.age_s, 1),
+            "host": info.get("host"), "node": info.get("node"), "pid": info.get("pid"),
+            "state": info.get("state"), "pools": info.get("pools", {}), "counters": info.get("counters", {}),
+            **{k: v for k, v in info.items() if k.startswith("slurm_")},
+        })
+    names = shard_names(paths)
+    snap.shards = len(names)
+    if with_rows and names:
+        statuses: Counter[str] = Counter()
+        reasons: Counter[str] = Counter()
+        for name in names:
+            table = pq.read_table(paths.shards / name, columns=["status", "error"])
+            for status, error in zip(table.column("status").to_pylist(), table.column("error").to_pylist()):
+                statuses[status] += 1
+                if error:
+                    reasons[error.split(":", 1)[0] if status != "failed" else _reason(error)] += 1
+        snap.finished = dict(statuses)
+        snap.failure_reasons = dict(reasons.most_common(10))
+    since = time.time() - THROUGHPUT_WINDOW_S
+    snap.finished_last_minute = sum(1 for _ in recent_events(paths, since, {"finished"}))
+    snap.quarantined = len([n for n in fsops.list_names(paths.quarantine) if not n.endswith(".reason")])
+    if snap.quarantined:
+        snap.warnings.append(f"{snap.quarantined} corrupt file(s) quarantined in {paths.quarantine}")
+    snap.warnings += _slurm_warnings(snap.workers)
+    return snap
+
+
+def _reason(error: str) -> str:
+    head = error.splitlines()[0] if error else ""
+    return head[:120]
+
+
+def _slurm_warnings(workers: list[dict[str, Any]]) -> list[str]:
+    try:
+        from orchestrator.slurm.queries import slurm_warnings
+    except ImportError:
+        return []
+    try:
+        return list(slurm_warnings(workers))
+    except Exception as exc:  # squeue/sacct trouble must not break status
+        return [f"could not ask Slurm about the workers: {exc}"]

@@ -1,0 +1,229 @@
+"""Turning a file of tasks (JSON Lines or Parquet) into queued jobs.
+
+Accepted row shapes:
+    {"handler": "NAME", "instance": {...}}                                  explicit
+    {"data_source": "NAME", "prompt": [...], "reward_model": {...}, ...}    verl-style
+    {...}                                                                   bare, with --handler NAME
+
+Every bad row is reported with its line number and reason; the good ones are queued unless
+`strict`. `samples` jobs are made per task: one group, sample indices 0..samples-1.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import orjson
+import pyarrow.parquet as pq
+
+from orchestrator import fsops
+from orchestrator.handler import AgentHandler, HandlerError, load_handler
+from orchestrator.jobs import JobSpec, Stage
+from orchestrator.paths import SpoolPaths
+from orchestrator.tickets import Ticket
+
+VERL_KEYS = ("data_source", "prompt")
+MAX_SAMPLES = 9999
+
+
+class SubmitError(ValueError):
+    """The submission as a whole cannot be accepted (unreadable file, bad options)."""
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Task:
+    line: int
+    handler: str
+    instance: dict[str, Any]
+    instance_id: str
+    data_source: str
+
+
+@dataclass
+class SubmitReport:
+    submission_id: str
+    source: str
+    tasks: int = 0
+    jobs: int = 0
+    rejected: list[RowProblem] = field(default_factory=list)
+    first_job: str = ""
+    last_job: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "submission_id": self.submission_id, "source": self.source, "tasks": self.tasks,
+            "jobs": self.jobs, "first_job": self.first_job, "last_job": self.last_job,
+            "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
+        }
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed row or RowProblem) for a .jsonl/.json or .parquet file."""
+    if not path.is_file():
+        raise SubmitError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        try:
+            parquet = pq.ParquetFile(path)
+        except Exception as exc:
+            raise SubmitError(f"{path}: not a readable Parquet file: {exc}") from None
+        line = 0
+        for batch in parquet.iter_batches(batch_size=4096):
+            for row in batch.to_pylist():
+                line += 1
+                yield line, row
+        return
+    with open(path, "rb") as handle:
+        for line, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield line, orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                yield line, RowProblem(line, f"not valid JSON ({exc}); each line must be one JSON object")
+
+
+def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
+    """Recognise the row's shape; raise ValueError with the reason."""
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    if "instance" in row and "handler" in row:
+        handler, instance, data_source = row["handler"], row["instance"], str(row.get("data_source") or "")
+    elif all(key in row for key in VERL_KEYS):
+        handler, instance, data_source = row["data_source"], row, str(row["data_source"])
+    elif default_handler:
+        handler, instance, data_source = default_handler, row.get("instance", row) if set(row) == {"instance"} else row, ""
+    else:
+        raise ValueError(
+            'no handler: give {"handler": NAME, "instance": {...}}, a verl row with data_source, '
+            "or pass --handler NAME for bare instances"
+        )
+    if not isinstance(handler, str) or not handler:
+        raise ValueError(f"handler must be a non-empty string, got {handler!r}")
+    if not isinstance(instance, dict):
+        raise ValueError(f"instance must be a JSON object, got {type(instance).__name__}")
+    extra = instance.get("extra_info") if isinstance(instance.get("extra_info"), dict) else {}
+    instance_id = instance.get("instance_id", extra.get("index", ""))
+    return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source)
+
+
+def new_submission_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def submit_file(
+    paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
+    sampling: dict[str, Any] | None = None, strict: bool = False,
+) -> SubmitReport:
+    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict)
+
+
+def submit_rows(
+    paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
+    samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False,
+) -> SubmitReport:
+    """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed)."""
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
+    if not paths.is_run_dir():
+        raise SubmitError(f"{paths.root} is not a run directory: create it with `hpc-rollout init {paths.root}`")
+    report = SubmitReport(new_submission_id(), source)
+    tasks = _validated_tasks(rows, handler, report)
+    if strict and report.rejected:
+        _record(paths, report)
+        return report
+    now = time.time()
+    sampling = dict(sampling or {})
+    for index, task in enumerate(tasks):
+        group_id = f"{report.submission_id}-{index:07d}"
+        for sample in range(samples):
+            job = JobSpec(
+                job_id=f"{group_id}-{sample:04d}", group_id=group_id,
+                instance_id=task.instance_id or group_id, sample_index=sample, handler=task.handler,
+                instance=task.instance, sampling=sampling, submission_id=report.submission_id,
+                submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
+            )
+            ticket = Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
+            fsops.write_atomic(paths.init_queue / job.job_id, ticket.encode(), paths.tmp)
+            report.jobs += 1
+            report.first_job = report.first_job or job.job_id
+            report.last_job = job.job_id
+    report.tasks = len(tasks)
+    _record(paths, report)
+    return report
+
+
+def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport) -> list[Task]:
+    handlers: dict[str, AgentHandler | HandlerError] = {}
+    tasks: list[Task] = []
+    for line, row in rows:
+        if isinstance(row, RowProblem):
+            report.rejected.append(row)
+            continue
+        try:
+            task = parse_task(line, row, handler)
+            found = handlers.get(task.handler)
+            if found is None:
+                try:
+                    found = handlers[task.handler] = load_handler(task.handler)
+                except HandlerError as exc:
+                    found = handlers[task.handler] = exc
+            if isinstance(found, HandlerError):
+                raise ValueError(str(found))
+            found.validate_instance(task.instance)
+            tasks.append(task)
+        except (ValueError, TypeError) as exc:
+            report.rejected.append(RowProblem(line, str(exc)))
+    return tasks
+
+
+def _record(paths: SpoolPaths, report: SubmitReport) -> None:
+    fsops.write_atomic(
+        paths.submissions / f"{report.submission_id}.json",
+        orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp,
+    )
+
+
+def parse_sampling(pairs: tuple[str, ...], file: Path | None) -> dict[str, Any]:
+    """--sampling key=value (values parsed as JSON when they can be) over an optional JSON file."""
+    params: dict[str, Any] = {}
+    if file is not None:
+        try:
+            loaded = orjson.loads(file.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise SubmitError(f"--sampling-file {file}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise SubmitError(f"--sampling-file {file}: expected a JSON object")
+        params.update(loaded)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SubmitError(f"--sampling {pair!r}: expected KEY=VALUE, e.g. temperature=0.7")
+        try:
+            params[key] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            params[key] = value
+    _check_sampling(params)
+    return params
+
+
+def _check_sampling(params: dict[str, Any]) -> None:
+    checks = {
+        "temperature": lambda v: isinstance(v, (int, float)) and v >= 0,
+        "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
+        "top_k": lambda v: isinstance(v, int) and v >= -1,
+        "max_tokens": lambda v: isinstance(v, int) and v >= 1,
+        "seed": lambda v: isinstance(v, int),
+    }
+    for key, ok in checks.items():
+        if key in params and (isinstance(params[key], bool) or not ok(params[key])):
+            raise SubmitError(f"sampling parameter {key}={params[key]!r} is out of range")

@@ -1,0 +1,86 @@
+"""A ticket: the file that carries one job through the queues, and all its state so far.
+
+The ticket is the single source of truth about a job in flight: where it sits in the spool
+says what happens next, and its content says what happened before (stage outputs, timings,
+attempts). It is rewritten atomically at each stage boundary, never edited in place.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from orchestrator.jobs import JobSpec, JobStatus, Stage
+
+
+class CorruptTicket(ValueError):
+    """A ticket file cannot be decoded; it is quarantined, never deleted."""
+
+
+@dataclass
+class Ticket:
+    job: JobSpec
+    stage: Stage = Stage.INIT          # the stage this ticket waits for, or is in
+    attempt: int = 1
+    node: str = ""                     # where INIT prepared it (its run queue)
+    state: dict[str, Any] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    status: JobStatus | None = None    # decided before EVAL when a stage failed or was cancelled
+    error: dict[str, str] | None = None
+    enqueued_at: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.job.job_id
+
+    def counted_s(self) -> float:
+        """Time spent inside stages so far: what the job's budget is charged."""
+        return sum(self.timings.get(f"{s.value}_s", 0.0) for s in Stage)
+
+    def add_queue_time(self, now: float) -> None:
+        if self.enqueued_at:
+            self.timings["queue_s"] = self.timings.get("queue_s", 0.0) + max(0.0, now - self.enqueued_at)
+
+    def mark_enqueued(self, stage: Stage) -> None:
+        self.stage = stage
+        self.enqueued_at = time.time()
+
+    def encode(self) -> bytes:
+        return orjson.dumps({
+            "job": self.job.to_json(),
+            "stage": self.stage.value,
+            "attempt": self.attempt,
+            "node": self.node,
+            "state": self.state,
+            "outputs": self.outputs,
+            "timings": self.timings,
+            "status": self.status.value if self.status else None,
+            "error": self.error,
+            "enqueued_at": self.enqueued_at,
+            "history": self.history,
+        })
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Ticket":
+        try:
+            raw = orjson.loads(data)
+            return cls(
+                job=JobSpec.from_json(raw["job"]),
+                stage=Stage(raw["stage"]),
+                attempt=int(raw["attempt"]),
+                node=raw.get("node", ""),
+                state=raw.get("state") or {},
+                outputs=raw.get("outputs") or {},
+                timings=raw.get("timings") or {},
+                status=JobStatus(raw["status"]) if raw.get("status") else None,
+                error=raw.get("error"),
+                enqueued_at=float(raw.get("enqueued_at") or 0.0),
+                history=raw.get("history") or [],
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CorruptTicket(f"cannot decode ticket: {exc}") from exc

@@ -1,0 +1,44 @@
+"""`python -m orchestrator.worker RUN_DIR`: one worker in the foreground (Slurm, sbatch, launch)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from orchestrator.paths import SpoolPaths
+from orchestrator.worker.main import run_worker
+from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--stages", default="all", show_default=True, help="Stages to run: init,run,eval (any subset with run if init).")
+@click.option("--init-pool", type=click.IntRange(0), help="Concurrent INIT stages (default: run.toml).")
+@click.option("--run-pool", type=click.IntRange(0), help="Concurrent RUN stages (default: run.toml).")
+@click.option("--eval-pool", type=click.IntRange(0), help="Concurrent EVAL stages (default: run.toml).")
+@click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
+@click.option("--max-sandboxes", type=click.IntRange(0), help="Cap on INIT + prepared + RUN jobs (0: none).")
+@click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime.")
+@click.option("--launch-id", default="", help="Launch this worker belongs to (set by `hpc-rollout launch`).")
+@click.option("--worker-id", default=None, help="Worker id (default: NODE-PID-RANDOM).")
+@click.option("-v", "--verbose", count=True)
+def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
+         max_prepared: int | None, max_sandboxes: int | None, runtime: str | None, launch_id: str,
+         worker_id: str | None, verbose: int) -> None:
+    """Run one stage worker on RUN_DIR until SIGTERM/SIGINT/SIGUSR2 or `hpc-rollout stop`."""
+    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        options = WorkerOptions(
+            stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool, eval_pool=eval_pool,
+            max_prepared=max_prepared, max_sandboxes=max_sandboxes, runtime=runtime,
+            launch_id=launch_id, worker_id=worker_id,
+        )
+    except OptionsError as exc:
+        raise click.UsageError(str(exc)) from None
+    sys.exit(run_worker(SpoolPaths.of(run_dir), options))
+
+
+if __name__ == "__main__":
+    main()

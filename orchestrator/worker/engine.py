@@ -1,0 +1,420 @@
+"""The worker: INIT, RUN and EVAL pools of one process, fed by claims from the spool.
+
+Each pool has a dispatcher that claims a ticket whenever a slot is free and starts the stage
+as an asyncio task. Between stages a ticket goes back through the spool (node-local run
+queue, shared eval queue), so another process can pick it up and a crash loses nothing; the
+worker only keeps a cache of tickets it wrote itself, to skip re-reading them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import time
+from typing import Any
+
+from orchestrator import fsops
+from orchestrator.cancel import CancelWatch
+from orchestrator.claims import ClaimBox, Claimer
+from orchestrator.config import RunConfig
+from orchestrator.context import JobContext, WorkerServices
+from orchestrator.events import EventLog
+from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
+from orchestrator.jobs import JobStatus, Stage
+from orchestrator.liveness import base_info, retire, write_heartbeat
+from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.recovery import reap_expired
+from orchestrator.rows import build_row
+from orchestrator.shards import ShardWriter
+from orchestrator.tickets import Ticket
+from orchestrator.worker.options import WorkerOptions
+from orchestrator.worker.stages import execute_stage, final_fields
+
+log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.5
+STOP_POLL_S = 1.0
+SWEEP_EVERY_S = 60.0
+MAX_IDLE_BACKOFF_S = 0.25
+HEARTBEAT_FAILURES_FATAL = 5
+
+
+class Worker:
+    def __init__(self, paths: SpoolPaths, config: RunConfig, options: WorkerOptions) -> None:
+        self.paths = paths
+        self.config = config
+        self.options = options.resolve(config)
+        self.node = current_node()
+        self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.started_at = time.time()
+        self.box = ClaimBox(paths, self.worker_id)
+        self.run_queue = paths.run_queue(self.node)
+        fsops.ensure_dir(self.run_queue)
+        self.events = EventLog(paths, self.worker_id)
+        self.shards = ShardWriter(paths, self.worker_id, config.shards)
+        self.cancels = CancelWatch(paths)
+        self.services = WorkerServices(
+            paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
+            emit=self.events.emit,
+        )
+        self.info = base_info(self.node, self.options.launch_id)
+        self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
+        self.busy = {s: 0 for s in Stage}
+        self.wake = {s: asyncio.Event() for s in Stage}
+        self.counters: dict[str, int] = {"claimed": 0, "finished": 0, "failed": 0, "requeued": 0}
+        self.running: dict[str, tuple[asyncio.Task[None], Stage]] = {}
+        self.user_cancelled: set[str] = set()
+        self.written: dict[str, Ticket] = {}   # tickets this worker queued, by name
+        self._tickets_in_flight: dict[str, Ticket] = {}
+        self.handlers: dict[str, AgentHandler] = {}
+        self.prepared_seen = 0
+        self.prepared_seen_at = 0.0
+        self.stopping = asyncio.Event()
+        self.grace_s = config.shutdown.grace_s
+        self.fatal: BaseException | None = None
+        self.state = "running"
+
+    # -- life cycle ---------------------------------------------------------------------------
+    async def serve(self) -> int:
+        """Run until asked to stop; return the process exit code."""
+        self._heartbeat()
+        self.events.emit("-", "worker_started", {"node": self.node, "pid": os.getpid(), "stages": sorted(s.value for s in self.options.stages)})
+        log.info("worker %s on %s: pools %s", self.worker_id, self.node, {s.value: self.options.pool_size(s) for s in Stage})
+        self._sweep_sandboxes()
+        background = [
+            asyncio.create_task(self._every(self.config.leases.heartbeat_s, self._heartbeat_checked), name="heartbeat"),
+            asyncio.create_task(self._every(max(self.config.leases.lease_s / 3, 0.1), self._recover), name="recovery"),
+            asyncio.create_task(self._every(CANCEL_POLL_S, self._poll_cancels), name="cancels"),
+            asyncio.create_task(self._every(STOP_POLL_S, self._poll_stop_request), name="stop-request"),
+            asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
+            asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_sandboxes), name="sandbox-sweep"),
+        ]
+        dispatchers = [
+            asyncio.create_task(self._dispatch(stage), name=f"dispatch-{stage.value}")
+            for stage in Stage if self.options.pool_size(stage) > 0
+        ]
+        for task in background + dispatchers:
+            task.add_done_callback(self._essential_done)
+        await self.stopping.wait()
+        self.state = "draining"
+        self._heartbeat()
+        for task in dispatchers:
+            task.cancel()
+        await asyncio.gather(*dispatchers, return_exceptions=True)
+        await self._drain()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        self._commit_shards()
+        self.state = "stopped" if self.fatal is None else "failed"
+        self._heartbeat()
+        retire(self.paths, self.worker_id)
+        self.events.emit("-", "worker_stopped", {"state": self.state, **self.counters})
+        self.events.close()
+        if self.fatal is not None:
+            log.error("worker %s exits: %s", self.worker_id, self.fatal)
+            return 1
+        return 0
+
+    def request_stop(self, grace_s: float | None = None) -> None:
+        """Stop claiming; finish running stages within `grace_s`, then return what is left."""
+        if grace_s is not None:
+            self.grace_s = min(self.grace_s, grace_s) if self.stopping.is_set() else grace_s
+        elif self.stopping.is_set():
+            self.grace_s = 0.0  # asked twice: stop now
+        self.stopping.set()
+
+    def _essential_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or self.stopping.is_set():
+            return
+        exc = task.exception()
+        self.fatal = exc or RuntimeError(f"{task.get_name()} ended unexpectedly")
+        log.error("essential part %s of worker %s failed: %r", task.get_name(), self.worker_id, self.fatal)
+        self.request_stop(0.0)
+
+    async def _drain(self) -> None:
+        """Give back prepared jobs, let running stages finish within the grace period."""
+        self._return_prepared()
+        deadline = time.monotonic() + self.grace_s
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            if self.grace_s == 0:
+                break
+        for task, _ in list(self.running.values()):
+            task.cancel()
+        pending = [task for task, _ in self.running.values()]
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def _return_prepared(self) -> None:
+        """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
+        for name in list(self.written):
+            ticket = self.written.pop(name)
+            if ticket.stage is not Stage.RUN or ticket.status is not None:
+                continue
+            if not fsops.rename(self.run_queue / name, self.box.dir / name):
+                continue  # already claimed by someone
+            asyncio.get_running_loop().create_task(self._close_quietly(ticket))
+            ticket.state.pop("sandbox", None)
+            ticket.outputs.pop("init", None)
+            ticket.mark_enqueued(Stage.INIT)
+            self.box.advance(ticket, self.paths.init_queue)
+            self.events.emit(name, "returned", {"stage": "run", "to": "init"})
+
+    async def _close_quietly(self, ticket: Ticket) -> None:
+        ctx = self._context(ticket, Stage.RUN)
+        try:
+            await ctx.close_runtime()
+        except Exception as exc:
+            log.warning("closing the sandbox of %s: %s", ticket.name, exc)
+
+    # -- periodic duties ---------------------------------------------------------------------
+    async def _every(self, period: float, duty: Any) -> None:
+        while True:
+            await asyncio.sleep(period)
+            duty()
+
+    def _heartbeat(self) -> None:
+        pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
+        write_heartbeat(self.paths, self.worker_id, {
+            **self.info, "state": self.state, "pools": pools, "counters": self.counters,
+            "buffered_rows": self.shards.pending, "fs_ops": dict(fsops.OPS),
+        })
+
+    def _heartbeat_checked(self) -> None:
+        for attempt in range(HEARTBEAT_FAILURES_FATAL):
+            try:
+                self._heartbeat()
+                return
+            except OSError as exc:
+                log.warning("heartbeat failed (%d/%d): %s", attempt + 1, HEARTBEAT_FAILURES_FATAL, exc)
+                time.sleep(0.2)
+        raise RuntimeError(f"spool unreachable: cannot write {self.paths.heartbeat(self.worker_id)}")
+
+    def _recover(self) -> None:
+        moved = reap_expired(self.paths, self.worker_id, self.config.leases.lease_s, self.config.jobs.max_attempts, self.events.emit)
+        if moved:
+            self.counters["requeued"] += moved
+            for stage in Stage:
+                self.wake[stage].set()
+
+    def _poll_cancels(self) -> None:
+        self.cancels.refresh()
+        for job_id, (task, _) in list(self.running.items()):
+            if job_id not in self.user_cancelled and self._is_cancelled(job_id):
+                self.user_cancelled.add(job_id)
+                task.cancel()
+
+    def _is_cancelled(self, job_id: str) -> bool:
+        ticket = self._tickets_in_flight.get(job_id)
+        return ticket is not None and self.cancels.is_cancelled(ticket.job)
+
+    def _poll_stop_request(self) -> None:
+        requested = fsops.mtime(self.paths.stop_request)
+        if requested is not None and requested >= self.started_at:
+            log.info("stop requested through %s", self.paths.stop_request)
+            self.request_stop()
+
+    def _sweep_sandboxes(self) -> None:
+        try:
+            from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+        except ImportError:
+            return
+        try:
+            reaped = sweep_orphaned_sandboxes()
+            if reaped:
+                self.events.emit("-", "sandboxes_reaped", {"count": reaped})
+        except Exception as exc:  # the sweep is hygiene: never let it stop the worker
+            log.warning("sandbox sweep failed: %s", exc)
+
+    def _commit_shards_if_due(self) -> None:
+        if self.shards.due(idle=self.busy[Stage.EVAL] == 0):
+            self._commit_shards()
+
+    def _commit_shards(self) -> None:
+        for name in self.shards.commit():
+            self.box.drop(name)
+
+    # -- dispatching ---------------------------------------------------------------------------
+    def _queue_of(self, stage: Stage) -> Any:
+        return {Stage.INIT: self.paths.init_queue, Stage.RUN: self.run_queue, Stage.EVAL: self.paths.eval_queue}[stage]
+
+    async def _dispatch(self, stage: Stage) -> None:
+        claimer = Claimer(self._queue_of(stage), self.box.dir)
+        backoff = 0.002
+        while True:
+            await self.slots[stage].acquire()
+            if stage is Stage.INIT:
+                await self._wait_for_room()
+            name = claimer.claim()
+            if name is None:
+                self.slots[stage].release()
+                self.wake[stage].clear()
+                try:
+                    await asyncio.wait_for(self.wake[stage].wait(), timeout=backoff)
+                except asyncio.TimeoutError:
+                    pass
+                backoff = min(backoff * 2, MAX_IDLE_BACKOFF_S)
+                continue
+            backoff = 0.002
+            self.counters["claimed"] += 1
+            self.busy[stage] += 1
+            task = asyncio.create_task(self._process(stage, name), name=f"{stage.value}:{name}")
+            self.running[name] = (task, stage)
+            task.add_done_callback(lambda _t, s=stage, n=name: self._slot_done(s, n))
+
+    def _slot_done(self, stage: Stage, name: str) -> None:
+        self.busy[stage] -= 1
+        self.running.pop(name, None)
+        self._tickets_in_flight.pop(name, None)
+        self.user_cancelled.discard(name)
+        self.slots[stage].release()
+
+    async def _wait_for_room(self) -> None:
+        """Backpressure: INIT waits while the node's run queue (and the sandbox budget) is full."""
+        options = self.options
+        while True:
+            prepared = self._prepared_count()
+            in_progress = self.busy[Stage.INIT]
+            room = prepared + in_progress < int(options.max_prepared or 0) or not options.max_prepared
+            if options.max_sandboxes:
+                room = room and in_progress + prepared + self.busy[Stage.RUN] < options.max_sandboxes
+            if room:
+                return
+            self.wake[Stage.INIT].clear()
+            try:
+                await asyncio.wait_for(self.wake[Stage.INIT].wait(), timeout=0.05)
+            except asyncio.TimeoutError:
+                pass
+
+    def _prepared_count(self) -> int:
+        now = time.monotonic()
+        if now - self.prepared_seen_at > 0.1:
+            self.prepared_seen = len(fsops.list_names(self.run_queue))
+            self.prepared_seen_at = now
+        return self.prepared_seen
+
+    # -- one stage of one job ----------------------------------------------------------------
+    def _context(self, ticket: Ticket, stage: Stage) -> JobContext:
+        return JobContext(job=ticket.job, stage=stage, attempt=ticket.attempt, services=self.services, state=ticket.state)
+
+    def _handler(self, name: str) -> AgentHandler:
+        handler = self.handlers.get(name)
+        if handler is None:
+            handler = self.handlers[name] = load_handler(name)
+        return handler
+
+    async def _process(self, stage: Stage, name: str) -> None:
+        ticket = self.written.pop(name, None) or self.box.load(name)
+        if ticket is None:
+            return  # corrupt: quarantined by load()
+        self._tickets_in_flight[name] = ticket
+        now = time.time()
+        ticket.add_queue_time(now)
+        ticket.history.append({"t": now, "stage": stage.value, "worker": self.worker_id, "attempt": ticket.attempt})
+        if ticket.status is not None:        # failed or cancelled earlier: only the row is left
+            self._finish(ticket, None, None)
+            return
+        handler, ctx = None, self._context(ticket, stage)
+        try:
+            handler = self._handler(ticket.job.handler)
+        except HandlerError as exc:
+            await self._end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "HandlerError", str(exc)), {})
+            return
+        if self.cancels.is_cancelled(ticket.job):
+            await self._end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, "cancelled", "cancelled before it started"), {})
+            return
+        budget = self.config.jobs.timeout_s - ticket.counted_s()
+        previous = ticket.outputs.get({Stage.RUN: "init", Stage.EVAL: "run"}.get(stage, ""), {}) or {}
+        self.events.emit(name, f"{stage.value}_started", {"attempt": ticket.attempt})
+        started, started_mono = time.time(), time.monotonic()
+        if stage is Stage.RUN:
+            ticket.timings["run_started_at"] = started
+        try:
+            outcome = await execute_stage(handler, ctx, previous, budget, lambda: name in self.user_cancelled)
+        except asyncio.CancelledError:
+            ticket.timings[f"{stage.value}_s"] = ticket.timings.get(f"{stage.value}_s", 0.0) + time.monotonic() - started_mono
+            await self._give_back(ticket, ctx, stage)
+            raise
+        finally:
+            if stage is Stage.RUN:  # the runtime closes right after RUN, before EVAL
+                await self._close_runtime(ctx)
+        elapsed = time.monotonic() - started_mono
+        ticket.timings[f"{stage.value}_s"] = ticket.timings.get(f"{stage.value}_s", 0.0) + elapsed
+        if stage is Stage.RUN:
+            ticket.timings["run_ended_at"] = time.time()
+        ticket.outputs[stage.value] = outcome.output
+        self.events.emit(name, f"{stage.value}_finished", {"s": round(elapsed, 6), **({"status": outcome.status.value} if outcome.status else {})})
+        if outcome.status is not None and stage is not Stage.EVAL:
+            await self._end_early(ticket, ctx, outcome.status, outcome.error, outcome.output)
+        elif stage is Stage.INIT:
+            ticket.node = self.node
+            self._advance(ticket, Stage.RUN)
+        elif stage is Stage.RUN:
+            self._advance(ticket, Stage.EVAL)
+        else:
+            self._finish(ticket, handler, outcome.error, ctx, outcome.status)
+
+    async def _close_runtime(self, ctx: JobContext) -> None:
+        try:
+            await asyncio.shield(ctx.close_runtime())
+        except Exception as exc:
+            log.warning("closing the runtime of %s failed: %s", ctx.job.job_id, exc)
+
+    def _advance(self, ticket: Ticket, stage: Stage) -> None:
+        ticket.mark_enqueued(stage)
+        self.box.advance(ticket, self._queue_of(stage))
+        self.written[ticket.name] = ticket
+        self.wake[stage].set()
+        self.wake[Stage.INIT].set()
+
+    async def _end_early(self, ticket: Ticket, ctx: JobContext, status: JobStatus, error: StageError | None, output: dict[str, Any]) -> None:
+        """A job that failed, timed out or was cancelled before EVAL: close it, send it to its row."""
+        await self._close_runtime(ctx)
+        ticket.status = status
+        if error is not None:
+            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+        if output:
+            ticket.outputs[ctx.stage.value] = output
+        if Stage.EVAL in self.options.stages:
+            self._finish(ticket, self.handlers.get(ticket.job.handler), error, ctx, status)
+        else:
+            self._advance(ticket, Stage.EVAL)
+
+    def _finish(self, ticket: Ticket, handler: AgentHandler | None, error: StageError | None,
+                ctx: JobContext | None = None, status: JobStatus | None = None) -> None:
+        """Buffer the job's row; its ticket is dropped once the shard holding the row is committed."""
+        status = ticket.status or status or JobStatus.OK
+        if error is None and ticket.error:
+            error = StageError(ticket.error.get("stage", ""), ticket.error.get("kind", ""), ticket.error.get("message", ""))
+        if error is not None and ticket.error is None:
+            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+        if handler is None:
+            try:
+                handler = self._handler(ticket.job.handler)
+            except HandlerError:
+                handler = None
+        ctx = ctx or self._context(ticket, Stage.EVAL)
+        ticket.timings["finished_at"] = time.time()
+        merged = final_fields(handler, ctx, ticket.outputs, error)
+        self.shards.add(build_row(ticket, merged, status, self.worker_id), ticket.name)
+        self.counters["finished"] += 1
+        if status is not JobStatus.OK:
+            self.counters["failed"] += 1
+        self.events.emit(ticket.name, "finished", {"status": status.value})
+
+    async def _give_back(self, ticket: Ticket, ctx: JobContext, stage: Stage) -> None:
+        """The worker stops while this stage runs: return the job to where it can resume."""
+        if stage is Stage.EVAL:
+            target = Stage.EVAL
+        else:
+            await self._close_runtime(ctx)
+            ticket.state.pop("sandbox", None)
+            ticket.outputs.pop("init", None)
+            target = Stage.INIT
+        ticket.history.append({"t": time.time(), "returned": stage.value, "worker": self.worker_id})
+        ticket.mark_enqueued(target)
+        self.box.advance(ticket, self._queue_of(target) if target is not Stage.RUN else self.run_queue)
+        self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": target.value})
+

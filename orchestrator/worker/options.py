@@ -1,0 +1,75 @@
+"""What one worker process runs: which stages, pool sizes, runtime. Defaults come from run.toml."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from orchestrator.config import RunConfig
+from orchestrator.jobs import Stage
+
+ALL_STAGES = frozenset(Stage)
+
+
+class OptionsError(ValueError):
+    """A worker option is invalid."""
+
+
+def parse_stages(text: str) -> frozenset[Stage]:
+    """'init,run,eval' or 'eval' or 'all' -> set of stages; names the valid ones on error."""
+    if text.strip() in ("", "all"):
+        return ALL_STAGES
+    stages = set()
+    for part in text.split(","):
+        try:
+            stages.add(Stage(part.strip().lower()))
+        except ValueError:
+            raise OptionsError(f"unknown stage {part!r}; valid: init, run, eval (or all)") from None
+    if Stage.INIT in stages and Stage.RUN not in stages:
+        raise OptionsError("a worker running INIT must also run RUN: INIT prepares jobs for its own node")
+    return frozenset(stages)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    stages: frozenset[Stage] = ALL_STAGES
+    init_pool: int | None = None       # None: take run.toml's [pools]
+    run_pool: int | None = None
+    eval_pool: int | None = None
+    max_prepared: int | None = None
+    max_sandboxes: int | None = None
+    runtime: str | None = None         # None: run.toml's [sandbox] runtime
+    launch_id: str = ""
+    worker_id: str | None = None       # None: <node>-<pid>-<random>
+
+    def resolve(self, config: RunConfig) -> "WorkerOptions":
+        """Fill every None from run.toml, so the rest of the worker sees plain values."""
+        pools = config.pools
+        return replace(
+            self,
+            init_pool=pools.init if self.init_pool is None else self.init_pool,
+            run_pool=pools.run if self.run_pool is None else self.run_pool,
+            eval_pool=pools.eval if self.eval_pool is None else self.eval_pool,
+            max_prepared=pools.max_prepared if self.max_prepared is None else self.max_prepared,
+            max_sandboxes=pools.max_sandboxes if self.max_sandboxes is None else self.max_sandboxes,
+            runtime=config.sandbox.runtime if self.runtime is None else self.runtime,
+        )
+
+    def pool_size(self, stage: Stage) -> int:
+        if stage not in self.stages:
+            return 0
+        size = {Stage.INIT: self.init_pool, Stage.RUN: self.run_pool, Stage.EVAL: self.eval_pool}[stage]
+        return int(size or 0)
+
+    def to_args(self) -> list[str]:
+        """Command-line arguments of `python -m orchestrator.worker` that reproduce these options."""
+        args = ["--stages", ",".join(sorted(s.value for s in self.stages))]
+        for flag, value in (
+            ("--init-pool", self.init_pool), ("--run-pool", self.run_pool), ("--eval-pool", self.eval_pool),
+            ("--max-prepared", self.max_prepared), ("--max-sandboxes", self.max_sandboxes),
+            ("--runtime", self.runtime),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        if self.launch_id:
+            args += ["--launch-id", self.launch_id]
+        return args

@@ -1,0 +1,87 @@
+"""Running one stage of one job under its time budget, turning every failure into a result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from orchestrator.context import JobContext
+from orchestrator.handler import AgentHandler, StageError
+from orchestrator.jobs import JobStatus, Stage
+
+log = logging.getLogger(__name__)
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    output: dict[str, Any]
+    status: JobStatus | None        # None: the stage succeeded, the job goes on
+    error: StageError | None
+
+
+async def execute_stage(
+    handler: AgentHandler,
+    ctx: JobContext,
+    previous: dict[str, Any],
+    budget_s: float,
+    cancelled_by_user: Callable[[], bool],
+) -> StageOutcome:
+    """Run `ctx.stage` of the handler. Raises CancelledError only when the worker itself stops."""
+    stage = ctx.stage
+    if stage is Stage.INIT:
+        call = handler.init(ctx)
+    elif stage is Stage.RUN:
+        call = handler.run(ctx, previous)
+    else:
+        call = handler.eval(ctx, previous)
+    try:
+        output = await asyncio.wait_for(call, timeout=max(budget_s, 0.001))
+        if not isinstance(output, dict):
+            raise TypeError(f"{type(handler).__name__}.{stage.value}() returned {type(output).__name__}, expected dict")
+        return StageOutcome(output, None, None)
+    except asyncio.TimeoutError:
+        error = StageError(stage.value, "timeout", f"job time budget used up during {stage.value}")
+        return StageOutcome(_hook(handler, ctx, error), JobStatus.TIMEOUT, error)
+    except asyncio.CancelledError:
+        if not cancelled_by_user():
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()  # the cancellation is handled here: the job ends `cancelled`
+        error = StageError(stage.value, "cancelled", "cancelled on request (hpc-rollout cancel)")
+        return StageOutcome(_hook(handler, ctx, error), JobStatus.CANCELLED, error)
+    except Exception as exc:  # a handler bug must end the job, never the worker
+        error = StageError(stage.value, type(exc).__name__, str(exc)[:MAX_ERROR_CHARS])
+        log.info("job %s failed in %s: %s", ctx.job.job_id, stage.value, error.as_text())
+        return StageOutcome(_hook(handler, ctx, error), JobStatus.FAILED, error)
+
+
+def _hook(handler: AgentHandler, ctx: JobContext, error: StageError) -> dict[str, Any]:
+    hook = {
+        Stage.INIT: handler.init_exception, Stage.RUN: handler.run_exception, Stage.EVAL: handler.eval_exception,
+    }[ctx.stage]
+    try:
+        result = hook(ctx, error)
+        return result if isinstance(result, dict) else {"error": error.as_text()}
+    except Exception as exc:
+        return {"error": error.as_text(), "hook_error": f"{type(exc).__name__}: {exc}"}
+
+
+def final_fields(
+    handler: AgentHandler | None, ctx: JobContext | None, outputs: dict[str, Any], error: StageError | None
+) -> dict[str, Any]:
+    """The handler's `final_result`, or a plain merge when the handler itself is unusable."""
+    if handler is not None and ctx is not None:
+        try:
+            merged = handler.final_result(ctx, outputs, error)
+            if isinstance(merged, dict):
+                return merged
+        except Exception as exc:
+            log.warning("final_result of job %s raised %s", ctx.job.job_id, exc)
+    merged = {}
+    for stage in ("init", "run", "eval"):
+        merged.update(outputs.get(stage) or {})
+    return merged

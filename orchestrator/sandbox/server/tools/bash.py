@@ -59,7 +59,7 @@ class BashSession:
         self.nonce = "__hpc_" + secrets.token_hex(6)
         self.pattern = re.compile(re.escape(self.nonce) + r":(\d+):(\d+);")
         env = dict(self.env)
-        env.update({"TERM": "dumb", "PS1": "", "PS2": "", "HISTFILE": "/dev/null"})
+        env.update({"TERM": "dumb", "HISTFILE": "/dev/null"})
         self.proc = PtyProcess.spawn(
             ["bash", "--noprofile", "--norc", "--noediting", "-i"],
             cwd=self.cwd, env=env, echo=False, dimensions=(50, 250),
@@ -82,14 +82,21 @@ class BashSession:
     def stop(self) -> None:
         if self.proc is None:
             return
+        # SIGKILL the shell's whole session (ptyprocess made it a session leader); no
+        # ptyprocess.close(force=True): it sleeps 100 ms after terminating.
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
         try:
-            self.proc.close(force=True)
-        except Exception:
+            os.close(self.proc.fd)
+        except OSError:
             pass
+        try:
+            os.waitpid(self.proc.pid, 0)
+        except OSError:
+            pass
+        self.proc.closed = True
         self.proc = None
 
     # -- reading -----------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""The sandbox API the rest of the system uses: start, attach, sweep."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any
+
+from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.sandbox import apptainer, bwrap, local
+from orchestrator.sandbox.base import Sandbox
+from orchestrator.sandbox.errors import SandboxAttachError, SandboxConfigError
+from orchestrator.sandbox.launch import launch
+from orchestrator.sandbox.options import SandboxOptions
+from orchestrator.sandbox.process import ProcessSandbox
+from orchestrator.sandbox.records import SandboxRecord
+from orchestrator.sandbox.sweep import sweep_orphaned_sandboxes
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("apptainer", "bwrap", "local", "auto")
+
+__all__ = ["RUNTIMES", "resolve_runtime", "start_sandbox", "attach_sandbox", "sweep_orphaned_sandboxes"]
+
+
+def resolve_runtime(runtime: str) -> str:
+    """`auto` is apptainer/singularity when on PATH, else bubblewrap."""
+    if runtime not in RUNTIMES:
+        raise SandboxConfigError(f"unknown sandbox runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    if runtime == "auto":
+        return "apptainer" if apptainer.find_apptainer() else "bwrap"
+    return runtime
+
+
+async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **options: Any) -> Sandbox:
+    """Start a sandbox for `job_id`; its workspace is <job dir>/workspace on the shared FS.
+
+    options: image, network (False), binds, env, limits {memory_mb, cpu_seconds,
+    file_size_mb, processes, open_files, tmp_mb, wall_clock_s, command_timeout_s},
+    wall_clock_s, command_timeout_s, fakeroot, workspace, start_timeout_s, cgroup.
+    """
+    kind = resolve_runtime(runtime)
+    opts = SandboxOptions.parse(**options)
+    if kind == "bwrap":
+        binary = bwrap.find_bwrap()
+        uid = 0 if opts.fakeroot else os.getuid()
+        gid = 0 if opts.fakeroot else os.getgid()
+        return await launch(
+            "bwrap", functools.partial(bwrap.build_argv, bwrap=binary), job_id=job_id,
+            paths=paths, options=opts, use_status_fd=True,
+            identity=(lambda spec: bwrap.write_identity_files(spec, uid, gid)) if opts.image is None else None,
+        )
+    if kind == "apptainer":
+        binary = apptainer.require_apptainer()
+        return await launch(
+            "apptainer", functools.partial(apptainer.build_argv, binary=binary),
+            job_id=job_id, paths=paths, options=opts,
+        )
+    log.warning(
+        "sandbox runtime 'local' for job %s: commands run on the host WITHOUT isolation "
+        "(development only; use bwrap or apptainer for real runs)", job_id,
+    )
+    return await launch("local", local.build_argv, job_id=job_id, paths=paths, options=opts,
+                        inside_workspace=None)
+
+
+async def attach_sandbox(descriptor: dict[str, Any]) -> Sandbox:
+    """Re-attach to a sandbox started by another process on this node."""
+    try:
+        runtime_dir, node, sandbox_id = descriptor["runtime_dir"], descriptor["node"], descriptor["id"]
+    except (KeyError, TypeError):
+        raise SandboxAttachError(f"not a sandbox descriptor: {descriptor!r}") from None
+    if node != current_node():
+        raise SandboxAttachError(
+            f"sandbox {sandbox_id} lives on node {node}, this is {current_node()}: RUN must "
+            "claim from the run queue of the node where INIT started the sandbox"
+        )
+    try:
+        record = SandboxRecord.load(runtime_dir)
+    except (OSError, ValueError, TypeError):
+        raise SandboxAttachError(
+            f"sandbox {sandbox_id} has no record in {runtime_dir}: it was closed or reaped"
+        ) from None
+    sandbox = ProcessSandbox(record)
+    if not sandbox.alive():
+        raise SandboxAttachError(f"sandbox {sandbox_id}'s processes are gone (see {runtime_dir}/server.log)")
+    return sandbox

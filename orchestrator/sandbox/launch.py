@@ -1,0 +1,190 @@
+"""Start one sandbox: runtime dir, lease, cgroup, process, handshake, record.
+
+The runtime process is created in the calling thread (the worker's event loop): bwrap's
+--die-with-parent uses PR_SET_PDEATHSIG, which fires when the *thread* that forked it
+exits, so it must not be forked from a short-lived executor thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.sandbox import cgroups, loopback
+from orchestrator.sandbox.errors import SandboxStartError
+from orchestrator.sandbox.options import WORKSPACE, SandboxOptions
+from orchestrator.sandbox.process import (
+    ProcessSandbox, kill_processes, register_child, release_resources, wait_gone,
+)
+from orchestrator.sandbox.procs import ProcessId, start_time
+from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir
+from orchestrator.sandbox.spec import INSIDE_RUN, LaunchSpec
+
+log = logging.getLogger(__name__)
+
+ArgvBuilder = Callable[[LaunchSpec], list[str]]
+
+
+async def _read_line(fd: int, timeout: float) -> bytes:
+    """One line from a pipe without blocking the event loop (no executor threads)."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    buffer = b""
+    deadline = loop.time() + timeout
+    while b"\n" not in buffer:
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            raise TimeoutError from None
+        finally:
+            loop.remove_reader(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        buffer += chunk
+    return buffer
+
+
+def _log_tail(path: Path, limit: int = 2000) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-limit:].strip()
+
+
+async def launch(
+    kind: str, build_argv: ArgvBuilder, *, job_id: str, paths: SpoolPaths, options: SandboxOptions,
+    use_status_fd: bool = False, identity: Callable[[LaunchSpec], None] | None = None,
+    inside_workspace: str | None = WORKSPACE,
+) -> ProcessSandbox:
+    owner = ProcessId.current()
+    sandbox_id, runtime_dir = new_sandbox_dir()
+    workspace = options.workspace or paths.job_dir(job_id) / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    address = loopback.allocate(owner, sandbox_id)
+    cgroup = cgroups.create(sandbox_id, options.limits.processes) if options.cgroup and kind != "local" else None
+    status_r = status_w = None
+    if use_status_fd:
+        status_r, status_w = os.pipe()
+    spec = LaunchSpec(
+        sandbox_id=sandbox_id, job_id=job_id, runtime_dir=runtime_dir,
+        socket_dir=runtime_dir / "s", workspace=workspace, options=options,
+        loopback=address, status_fd=status_w,
+    )
+    record = SandboxRecord(
+        id=sandbox_id, kind=kind, job_id=job_id, node=current_node(),
+        runtime_dir=str(runtime_dir), socket=str(spec.socket_dir / "sock"),
+        secret=secrets.token_hex(16), owner=owner.to_json(), process=[0, 0], child=None,
+        loopback=address, cgroup=str(cgroup) if cgroup else None,
+        deadline=time.time() + options.limits.wall_clock_s, workspace=str(workspace),
+    )
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        if identity is not None:
+            identity(spec)
+        argv = build_argv(spec)
+        inside_socket = f"{INSIDE_RUN}/sock" if inside_workspace else record.socket
+        config = {
+            "secret": record.secret, "socket": inside_socket,
+            "cwd": inside_workspace or str(workspace),
+            "env": spec.sandbox_env(inside_workspace or str(workspace)),
+            "rlimits": options.limits.rlimits(), "wall_clock_s": options.limits.wall_clock_s,
+        }
+        procs_file = cgroups.procs_file(cgroup)
+        with open(runtime_dir / "server.log", "wb") as log_file:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                pass_fds=(status_w,) if status_w is not None else (),
+                start_new_session=True, cwd=str(workspace),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                preexec_fn=(lambda: cgroups.join_in_child(procs_file)) if procs_file else None,
+            )
+        register_child(proc)
+        if status_w is not None:
+            os.close(status_w)
+            status_w = None
+        started = ProcessId(proc.pid, _start_of(proc.pid))
+        record = _with(record, process=started.to_json())
+        record.save()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(orjson.dumps(config) + b"\n")
+        proc.stdin.close()
+        try:
+            line = await _read_line(proc.stdout.fileno(), options.start_timeout_s)
+        except TimeoutError:
+            raise SandboxStartError(
+                f"{kind} sandbox not ready after {options.start_timeout_s} s; "
+                f"server log: {_log_tail(runtime_dir / 'server.log') or '(empty)'}"
+            ) from None
+        if not line.startswith(b"READY"):
+            proc.poll()
+            raise SandboxStartError(
+                f"{kind} sandbox failed to start (exit status {proc.returncode}); command: "
+                f"{' '.join(argv[:3])} ...; its output: "
+                f"{_log_tail(runtime_dir / 'server.log') or line.decode(errors='replace') or '(none)'}"
+            )
+        proc.stdout.close()
+        if status_r is not None:
+            child_pid = _child_pid(status_r)
+            if child_pid:
+                record = _with(record, child=[child_pid, _start_of(child_pid)])
+        record.save()
+        return ProcessSandbox(record, popen=proc, status_fd=status_r)
+    except BaseException:
+        # Covers cancellation too: nothing may outlive a failed start.
+        if proc is not None:
+            if status_r is not None and record.child is None:
+                child_pid = _child_pid(status_r, block=False)
+                if child_pid:
+                    record = _with(record, child=[child_pid, _start_of(child_pid)])
+            kill_processes(record)
+            await wait_gone(record.processes(), 5.0)
+            proc.poll()
+        if status_r is not None:
+            os.close(status_r)
+        if status_w is not None:
+            os.close(status_w)
+        release_resources(record)
+        raise
+
+
+def _start_of(pid: int) -> int:
+    return start_time(pid) or 0  # 0 never matches: a process already gone counts as dead
+
+
+def _child_pid(fd: int, block: bool = True) -> int | None:
+    """bwrap writes {"child-pid": N} first on --json-status-fd."""
+    os.set_blocking(fd, block)
+    try:
+        data = os.read(fd, 4096)
+    except (BlockingIOError, OSError):
+        return None
+    for line in data.splitlines():
+        try:
+            info = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(info, dict) and "child-pid" in info:
+            return int(info["child-pid"])
+    return None
+
+
+def _with(record: SandboxRecord, **changes: object) -> SandboxRecord:
+    from dataclasses import replace
+
+    return replace(record, **changes)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,6 @@ import httpx
 import orchestrator
 
 REPO_ROOT = Path(orchestrator.__file__).resolve().parent.parent
-BOOT = "from orchestrator.cli import main; main()"
 
 
 class ServerStartError(RuntimeError):
@@ -37,6 +37,7 @@ class LocalServer:
     process: subprocess.Popen[str]
     url: str
     log_path: Path | None = None
+    temp_log: bool = False
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -54,12 +55,16 @@ class LocalServer:
         except subprocess.TimeoutExpired:
             signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait(grace_s)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        if self.temp_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """Crash it now (SIGKILL), as a failing backend would."""
-        self._stopped = True
         signal_group(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
+        self.stop()
 
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
@@ -75,7 +80,7 @@ def start_server(
     timeout_s: float = 180.0, threads: int | None = 1,
 ) -> LocalServer:
     """Launch serve-llm and wait until GET /health answers 200."""
-    args = [sys.executable, "-c", BOOT, "serve-llm", "--host", host, "--port", str(port)]
+    args = [sys.executable, "-m", "orchestrator.llm.serve_cmd", "--host", host, "--port", str(port)]
     args += ["--tiny"] if tiny else ["--model", str(model_dir)]
     if record is not None:
         args += ["--record", str(record)]
@@ -84,14 +89,21 @@ def start_server(
     args += list(extra_args)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    stderr = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
-                               start_new_session=True)
-    if log_path:
-        stderr.close()  # type: ignore[union-attr]
-    server = LocalServer(process, "", log_path)
+    temp_log = log_path is None
+    if log_path is None:
+        handle, name = tempfile.mkstemp(prefix="serve-llm-", suffix=".log")
+        os.close(handle)
+        log_path = Path(name)
+    with open(log_path, "ab") as stderr:
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
+                                   start_new_session=True)
+    server = LocalServer(process, "", log_path, temp_log)
     try:
         server.url = wait_ready(process, timeout_s)
+    except ServerStartError as exc:
+        server.stop()
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:] if log_path.exists() else []
+        raise ServerStartError(f"{exc}\n--- {log_path} (last lines) ---\n" + "\n".join(tail)) from None
     except BaseException:
         server.stop()
         raise
@@ -109,7 +121,7 @@ def wait_ready(process: subprocess.Popen[str], timeout_s: float) -> str:
         code = process.poll()
         raise ServerStartError(
             f"serve-llm did not start (exit code {code}); run it by hand to see why: "
-            f"hpc-rollout serve-llm --tiny --port 0"
+            f"python -m orchestrator.llm.serve_cmd --tiny --port 0"
         )
     url = line[0].strip().rsplit(" on ", 1)[1]
     root = url.removesuffix("/v1")

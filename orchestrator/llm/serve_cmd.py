@@ -1,0 +1,56 @@
+"""`serve-llm`: the reference server's command, runnable without the rest of the CLI.
+
+`hpc-rollout serve-llm` registers this command; `python -m orchestrator.llm.serve_cmd` runs
+it directly (what local_server does, so a server starts even while other CLI areas change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+
+@click.command("serve-llm")
+@click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="A local Hugging Face model directory.")
+@click.option("--tiny", is_flag=True, help="Serve the tiny random model (built offline and cached on first use).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="0 picks a free port (printed on the first line).")
+@click.option("--record", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Append every request's prompt ids, sampled ids and logprobs to this JSONL file.")
+@click.option("--max-model-len", type=click.IntRange(min=16), default=2048, show_default=True)
+@click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Concurrent requests sampled together.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
+@click.option("--weight-version", default="0", show_default=True, help="Reported by /model_info and /generate.")
+@click.option("--legacy-vllm", is_flag=True, hidden=True,
+              help="Answer like vLLM < 0.10.2 (no token_ids), to exercise the client's fallback.")
+def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: Path | None,
+              max_model_len: int, max_batch: int, threads: int | None, weight_version: str,
+              legacy_vllm: bool) -> None:
+    """A reference LLM server speaking vLLM's token-in/token-out protocol (and SGLang's /generate).
+
+    \b
+      hpc-rollout serve-llm --tiny --port 8000 &
+      hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
+    """
+    from orchestrator.llm.server import ServerOptions, serve
+    from orchestrator.llm.tiny_model import tiny_model_dir
+
+    if tiny == (model_dir is not None):
+        raise click.UsageError("give exactly one of --model DIR or --tiny")
+    directory = tiny_model_dir() if tiny else model_dir
+    assert directory is not None
+    options = ServerOptions(
+        model_dir=directory.absolute(), host=host, port=port, record=record,
+        max_model_len=max_model_len, max_batch=max_batch, threads=threads,
+        weight_version=weight_version, legacy_vllm=legacy_vllm,
+    )
+    asyncio.run(serve(options))
+
+
+if __name__ == "__main__":
+    serve_llm(prog_name="python -m orchestrator.llm.serve_cmd")

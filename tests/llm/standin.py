@@ -1,0 +1,92 @@
+"""A small stand-in server speaking SGLang's native protocol exactly (/generate, /model_info,
+/health, /v1/models), scripted and deterministic, run in a background thread.
+
+Output ids continue the prompt: (last id + k) % 1000 for k = 1..max_new_tokens; logprob of
+token k is -k/10. `fail_next` answers that many requests with HTTP 503 first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class StandIn:
+    weight_version: str = "7"
+    max_model_len: int = 64
+    fail_next: int = 0
+    healthy: bool = True
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+    _loop: asyncio.AbstractEventLoop | None = None
+    _runner: web.AppRunner | None = None
+    _thread: threading.Thread | None = None
+
+    def answer(self, input_ids: list[int], params: dict[str, Any], logprob: bool) -> dict[str, Any]:
+        n = int(params.get("max_new_tokens", 128))
+        out = [(input_ids[-1] + k) % 1000 for k in range(1, n + 1)]
+        meta: dict[str, Any] = {
+            "id": "x", "finish_reason": {"type": "length", "length": n},
+            "prompt_tokens": len(input_ids), "completion_tokens": n, "cached_tokens": 0,
+            "weight_version": self.weight_version,
+        }
+        if logprob:
+            meta["output_token_logprobs"] = [[-k / 10, tok, None] for k, tok in enumerate(out, 1)]
+        return {"text": " ".join(map(str, out)), "output_ids": out, "meta_info": meta}
+
+    async def generate(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return web.Response(status=503, text="overloaded")
+        inputs = body["input_ids"]
+        params = body.get("sampling_params", {})
+        logprob = bool(body.get("return_logprob"))
+        if inputs and isinstance(inputs[0], list):
+            return web.json_response([self.answer(i, params, logprob) for i in inputs])
+        return web.json_response(self.answer(inputs, params, logprob))
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(status=200 if self.healthy else 503)
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [
+            {"id": "standin-model", "object": "model", "max_model_len": self.max_model_len}]})
+
+    async def model_info(self, _: web.Request) -> web.Response:
+        return web.json_response({"model_path": "standin-model", "weight_version": self.weight_version})
+
+    def __enter__(self) -> "StandIn":
+        ready = threading.Event()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.add_routes([web.post("/generate", self.generate), web.get("/health", self.health),
+                            web.get("/v1/models", self.models), web.get("/model_info", self.model_info)])
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        assert self._loop is not None and self._thread is not None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

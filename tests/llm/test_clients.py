@@ -1,0 +1,123 @@
+"""Token-in/token-out clients: vLLM (real tiny server, new and legacy answers) and SGLang (stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from orchestrator.llm.client import RetryPolicy, client_for
+from orchestrator.llm.errors import BackendFailed, RequestRejected
+from orchestrator.llm.local_server import local_server
+from orchestrator.llm.registry import Backend, BackendRegistry, Protocol
+from orchestrator.llm.router import Router
+from orchestrator.llm.session import LLMSession
+from tests.llm.helpers import heartbeat, run_dir
+from tests.llm.standin import StandIn
+
+FAST = RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=30)
+
+
+async def generate(backend: Backend, prompt: list[int], sampling: dict, retry: RetryPolicy = FAST):
+    async with httpx.AsyncClient() as http:
+        return await client_for(backend, http, retry).generate(prompt, sampling)
+
+
+def test_vllm_client_new_and_legacy_servers(tmp_path: Path) -> None:
+    prompt = [1, 2673, 205, 63]
+    for legacy in (False, True):
+        record = tmp_path / f"record-{legacy}.jsonl"
+        extra = ["--legacy-vllm"] if legacy else []
+        with local_server(record=record, extra_args=extra + ["--max-model-len", "64"]) as url:
+            backend = Backend(url=url)
+            completion = asyncio.run(generate(backend, prompt, {"max_tokens": 8, "seed": 3, "top_k": 50}))
+            capped = asyncio.run(generate(backend, list(range(1, 61)), {"max_tokens": 100}))
+            full = asyncio.run(generate(backend, list(range(1, 65)), {"max_tokens": 5}))
+        truth = [orjson.loads(line) for line in record.read_bytes().splitlines()]
+        assert completion.output_ids == truth[0]["output_ids"] and len(completion.output_ids) == 8
+        assert completion.logprobs == truth[0]["logprobs"] and completion.logprob_mode == "raw"
+        assert completion.finish_reason in ("length", "stop")
+        assert len(capped.output_ids) <= 4  # max_tokens capped by the context left (64 - 60)
+        assert full.output_ids == [] and full.finish_reason == "length"  # nothing sent, nothing sampled
+        assert len(truth) == 2
+
+
+def test_sglang_client_speaks_generate() -> None:
+    with StandIn() as server:
+        backend = Backend(url=server.url, protocol=Protocol.SGLANG)
+        completion = asyncio.run(generate(backend, [5, 6, 7], {"max_tokens": 3, "temperature": 0.5, "top_k": 4}))
+        sent = server.requests[-1]
+    assert completion.output_ids == [8, 9, 10]
+    assert completion.logprobs == [-0.1, -0.2, -0.3]
+    assert completion.finish_reason == "length" and completion.weight_version == "7"
+    assert completion.logprob_mode == "processed"
+    assert sent == {
+        "input_ids": [5, 6, 7], "return_logprob": True, "logprob_start_len": -1,
+        "sampling_params": {"temperature": 0.5, "top_p": 1.0, "top_k": 4, "max_new_tokens": 3,
+                            "skip_special_tokens": False, "no_stop_trim": True},
+    }
+
+
+def test_sglang_context_cap_and_retries() -> None:
+    with StandIn(max_model_len=64, fail_next=2) as server:
+        backend = Backend(url=server.url, protocol=Protocol.SGLANG, model="standin-model")
+        completion = asyncio.run(generate(backend, list(range(60)), {"max_tokens": 50}))
+        assert len(completion.output_ids) == 4  # 64 - 60 left
+        assert len(server.requests) == 3  # two 503s retried with backoff
+        server.fail_next = 5
+        with pytest.raises(BackendFailed, match="HTTP 503.*after 3 attempts"):
+            asyncio.run(generate(backend, [1], {"max_tokens": 2}))
+
+
+def test_real_server_generate_endpoint_matches_sglang_shape(tmp_path: Path) -> None:
+    with local_server(record=tmp_path / "r.jsonl", extra_args=["--weight-version", "5"]) as url:
+        backend = Backend(url=url.removesuffix("/v1"), protocol=Protocol.SGLANG)
+        completion = asyncio.run(generate(backend, [1, 2, 3], {"max_tokens": 6, "temperature": 0.7}))
+    truth = orjson.loads((tmp_path / "r.jsonl").read_bytes().splitlines()[0])
+    assert truth["endpoint"] == "/generate"
+    assert completion.output_ids == truth["output_ids"] and completion.logprobs == truth["logprobs"]
+    assert completion.weight_version == "5"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_session_moves_to_another_backend_when_its_backend_fails(tmp_path: Path) -> None:
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
+    events: list = []
+    with StandIn() as server:
+        registry = BackendRegistry.of(paths)
+        registry.add(dead, protocol="sglang", model="m", node="here")
+        registry.add(server.url, protocol="sglang", node="elsewhere")
+        router = Router(paths, "w1", node="here")
+
+        async def task():
+            async with LLMSession(router, job_id="j", event=lambda n, **f: events.append((n, f)),
+                                  retry=FAST) as llm:
+                first = await llm.generate([1, 2], {"max_tokens": 2})
+                second = await llm.generate([1, 2, 3, 4, 5], {"max_tokens": 2})
+                return first, second, llm.failed
+
+        first, second, failed = asyncio.run(task())
+    assert first.switched_from == dead and first.backend == server.url
+    assert second.backend == server.url and second.switched_from is None
+    assert failed == [dead]
+    assert [name for name, _ in events] == ["llm_backend", "llm_backend_failed", "llm_backend"]
+    assert registry.read().find(dead).state.value == "down"
+    assert router.board.inflight == {}  # the slot was released at the end
+
+
+def test_bad_request_is_not_retried() -> None:
+    with StandIn() as server:
+        backend = Backend(url=server.url, protocol=Protocol.VLLM, model="x")  # wrong protocol: 404
+        with pytest.raises(RequestRejected, match="HTTP 404"):
+            asyncio.run(generate(backend, [1], {}))

@@ -1,0 +1,90 @@
+"""Least-in-flight routing across workers, lease expiry, tie-breaks, health marking."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from orchestrator.llm.errors import NoBackendAvailable
+from orchestrator.llm.inflight import read_load
+from orchestrator.llm.registry import BackendRegistry, BackendState
+from orchestrator.llm.router import Router
+from tests.llm.helpers import heartbeat, run_dir
+from tests.llm.standin import StandIn
+
+A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
+
+
+def setup(tmp_path: Path, urls: list[str]):
+    paths = run_dir(tmp_path)
+    registry = BackendRegistry.of(paths)
+    for url in urls:
+        registry.add(url, node="n-" + url[7])
+    return paths, registry
+
+
+def test_picks_fewest_in_flight_across_workers(tmp_path: Path) -> None:
+    paths, _ = setup(tmp_path, [A, B, C])
+    w1, w2 = Router(paths, "w1", node="x"), Router(paths, "w2", node="y")
+    heartbeat(paths, "w1"), heartbeat(paths, "w2")
+    picks = [asyncio.run(w1.acquire()).url for _ in range(2)]
+    picks += [asyncio.run(w2.acquire()).url for _ in range(4)]
+    load = read_load(paths)
+    assert sorted(load.inflight.values()) == [2, 2, 2]  # w2 saw w1's tasks through the spool
+    assert len(set(picks[:3])) == 3
+    w1.release(picks[0])
+    assert asyncio.run(w2.acquire()).url == picks[0]  # the freed slot is the least loaded
+
+
+def test_dead_workers_counts_vanish_with_the_lease(tmp_path: Path) -> None:
+    paths, _ = setup(tmp_path, [A, B])
+    dead = Router(paths, "dead", node="x", lease_s=30)
+    heartbeat(paths, "dead")
+    for _ in range(2):
+        dead.board.change(A, +1)
+    alive = Router(paths, "alive", node="x", lease_s=30)
+    assert alive.board.read().inflight == {A: 2}
+    heartbeat(paths, "dead", age_s=31)  # the worker stopped heartbeating
+    load = alive.board.read()
+    assert load.inflight == {} and load.assigned == {A: 2}
+    assert asyncio.run(alive.acquire()).url == B  # equal in flight: fewer lifetime assignments
+
+
+def test_prefers_own_node_on_ties(tmp_path: Path) -> None:
+    paths, _ = setup(tmp_path, [A, B, C])
+    router = Router(paths, "w1", node="n-b")
+    assert asyncio.run(router.acquire()).url == B
+
+
+def test_draining_and_down_backends_get_no_new_tasks(tmp_path: Path) -> None:
+    paths, registry = setup(tmp_path, [A, B])
+    registry.set_state(A, BackendState.DRAINING)
+    router = Router(paths, "w1", node="x")
+    assert {asyncio.run(router.acquire()).url for _ in range(3)} == {B}
+    router.mark_down(B, "connection refused")
+    assert registry.read().find(B).state is BackendState.DOWN
+    assert registry.read().find(B).reason == "connection refused"
+    with pytest.raises(NoBackendAvailable, match="draining.*down"):
+        asyncio.run(router.acquire())
+
+
+def test_empty_registry_names_the_fix(tmp_path: Path) -> None:
+    paths = run_dir(tmp_path)
+    with pytest.raises(NoBackendAvailable, match="hpc-rollout backend add"):
+        asyncio.run(Router(paths, "w1").acquire())
+
+
+def test_down_backend_is_probed_and_revived(tmp_path: Path) -> None:
+    with StandIn() as server:
+        paths, registry = setup(tmp_path, [server.url])
+        router = Router(paths, "w1", node="x", probe_after_s=0.0)
+        router.mark_down(server.url, "HTTP 503")
+        server.healthy = False
+        with pytest.raises(NoBackendAvailable):
+            asyncio.run(router.acquire())
+        assert registry.read().find(server.url).state is BackendState.DOWN
+        server.healthy = True
+        assert asyncio.run(router.acquire()).url == server.url
+        assert registry.read().find(server.url).state is BackendState.UP

@@ -2,7 +2,8 @@
 
 Instance: {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
 The model answers `messages`; after each reply the next user turn is appended, until the
-user turns run out. Sampling parameters come from the job (`submit --sampling`).
+user turns run out. Sampling parameters come from the job (`submit --sampling`); an optional
+instance key "sampling" overrides them for that task (e.g. a per-task max_tokens).
 
 Reward (deterministic, from the trajectory alone): the share of letters and spaces in the
 assistant replies, in [0, 1]: a stand-in for "answers in prose" that differs between
@@ -34,6 +35,8 @@ def check_instance(instance: dict[str, Any]) -> None:
                 f"chat instance messages[{index}] must be {{'role': one of {', '.join(ROLES)}, "
                 f"'content': str}}, got {message!r}"
             )
+    if not isinstance(instance.get("sampling", {}), dict):
+        raise ValueError("chat instance 'sampling' must be an object of sampling parameters")
     turns = instance.get("user_turns", [])
     if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
         raise ValueError("chat instance 'user_turns' must be a list of strings")
@@ -59,12 +62,13 @@ class ChatHandler(AgentHandler):
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
         user_turns: list[str] = list(instance.get("user_turns", []))
+        sampling = {**ctx.job.sampling, **instance.get("sampling", {})}
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:
             conversation = Conversation(await llm.tokenizer(), instance["messages"])
             for index in range(len(user_turns) + 1):
-                turn = await llm.generate(conversation.input_ids, ctx.job.sampling)
+                turn = await llm.generate(conversation.input_ids, sampling)
                 replies.append(conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason))
                 turns.append(turn.to_json())
                 if not turn.output_ids:  # the context is full: nothing more can be said

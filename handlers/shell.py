@@ -1,0 +1,59 @@
+"""`shell`: run a list of shell commands in the job's sandbox; reward 1 if `expect` shows up.
+
+Instance: {"commands": ["echo hi > out.txt", "cat out.txt"], "expect": "hi",
+           "image": null, "network": false, "timeout": 60}
+INIT opens the sandbox, RUN executes the commands with the bash tool, EVAL scores from the
+RUN output alone (the sandbox is closed before EVAL, which may run on another node).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.context import JobContext
+from orchestrator.handler import AgentHandler
+
+
+class ShellHandler(AgentHandler):
+    name = "shell"
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        commands = instance.get("commands")
+        if not isinstance(commands, list) or not commands or not all(isinstance(c, str) for c in commands):
+            raise ValueError('shell instances need "commands": a non-empty list of strings')
+        if "expect" in instance and not isinstance(instance["expect"], str):
+            raise ValueError('"expect" must be a string')
+        timeout = instance.get("timeout", 60)
+        if not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise ValueError('"timeout" must be a number of seconds in (0, 86400]')
+
+    async def init(self, ctx: JobContext) -> dict[str, Any]:
+        instance = ctx.job.instance
+        options: dict[str, Any] = {"network": bool(instance.get("network", False))}
+        if instance.get("image"):
+            options["image"] = instance["image"]
+        sandbox = await ctx.open_sandbox(**options)
+        return {"sandbox_kind": sandbox.kind}
+
+    async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
+        instance = ctx.job.instance
+        sandbox = await ctx.sandbox()
+        timeout = float(instance.get("timeout", 60))
+        steps = []
+        for command in instance["commands"]:
+            result = await sandbox.bash(command, timeout=timeout)
+            steps.append({
+                "command": command, "output": result.output, "exit_code": result.exit_code,
+                "timed_out": result.timed_out, "limit": result.limit, "error": result.error,
+            })
+            ctx.event("shell_command", exit_code=result.exit_code, timed_out=result.timed_out)
+        return {"steps": steps, "output": "".join(step["output"] for step in steps)}
+
+    async def eval(self, ctx: JobContext, result: dict[str, Any]) -> dict[str, Any]:
+        expect = ctx.job.instance.get("expect")
+        output = result.get("output") or ""
+        if expect is None:  # no expectation: success means every command exited 0
+            ok = all(step.get("exit_code") == 0 for step in result.get("steps") or [])
+        else:
+            ok = expect in output
+        return {"reward": 1.0 if ok else 0.0}

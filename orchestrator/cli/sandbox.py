@@ -1,0 +1,141 @@
+"""`hpc-rollout sandbox exec|shell|sweep` and `hpc-rollout image build`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+RUNTIME_CHOICE = click.Choice(["auto", "apptainer", "bwrap", "local"])
+
+
+def _sandbox_options(image: str | None, network: bool, binds: tuple[str, ...], env: tuple[str, ...],
+                     memory_mb: int | None, timeout: float | None) -> dict[str, Any]:
+    variables: dict[str, str] = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} must look like NAME=VALUE", param_hint="--env")
+        variables[name] = value
+    options: dict[str, Any] = {"image": image, "network": network, "binds": list(binds), "env": variables}
+    limits: dict[str, Any] = {}
+    if memory_mb:
+        limits["memory_mb"] = memory_mb
+    if timeout:
+        limits["command_timeout_s"] = timeout
+    options["limits"] = limits
+    return options
+
+
+def _common(func: Any) -> Any:
+    for decorator in reversed([
+        click.option("--runtime", type=RUNTIME_CHOICE, default="auto", show_default=True,
+                     help="apptainer if installed, else bubblewrap; local = no isolation."),
+        click.option("--image", type=click.Path(exists=True), help="Image (bwrap: a directory; "
+                     "apptainer: .sif). Default for bwrap: the host's /usr, read-only."),
+        click.option("--network/--no-network", default=False, show_default=True),
+        click.option("--bind", "binds", multiple=True, metavar="SRC[:DST[:ro|rw]]"),
+        click.option("--env", multiple=True, metavar="NAME=VALUE"),
+        click.option("--memory-mb", type=click.IntRange(64), help="Address-space limit per process."),
+        click.option("--workspace", type=click.Path(file_okay=False),
+                     help="Host directory mounted at /workspace (default: a fresh temporary one)."),
+    ]):
+        func = decorator(func)
+    return func
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("sandbox")
+    def sandbox_group() -> None:
+        """Run commands in a sandbox by hand (the same runtimes workers use)."""
+
+    @sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
+    @_common
+    @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds for the command.")
+    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+    def exec_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
+                     env: tuple[str, ...], memory_mb: int | None, workspace: str | None,
+                     timeout: float, command: tuple[str, ...]) -> None:
+        """Run COMMAND in a fresh sandbox and exit with its status.
+
+        \b
+        Example:
+          hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
+        """
+        options = _sandbox_options(image, network, binds, env, memory_mb, timeout)
+        code = asyncio.run(_exec(runtime, options, workspace, shlex.join(command), timeout))
+        sys.exit(code)
+
+    @sandbox_group.command("shell")
+    @_common
+    def shell_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
+                      env: tuple[str, ...], memory_mb: int | None, workspace: str | None) -> None:
+        """An interactive prompt in a sandbox: each line goes to its persistent bash."""
+        options = _sandbox_options(image, network, binds, env, memory_mb, None)
+        asyncio.run(_shell(runtime, options, workspace))
+
+    @sandbox_group.command("sweep")
+    def sweep_command() -> None:
+        """Reap this node's sandboxes whose owner process is gone."""
+        from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+
+        click.echo(f"reaped {sweep_orphaned_sandboxes()} sandbox(es)")
+
+    from orchestrator.sandbox.images.cli import register_image_commands
+
+    register_image_commands(cli)
+
+
+async def _open(runtime: str, options: dict[str, Any], workspace: str | None) -> Any:
+    from orchestrator.paths import SpoolPaths
+    from orchestrator.sandbox.api import start_sandbox
+
+    scratch = Path(tempfile.mkdtemp(prefix="hpc-rollout-cli-"))
+    options = dict(options, workspace=workspace or str(scratch / "workspace"))
+    return await start_sandbox(runtime, job_id=f"cli-{os.getpid()}", paths=SpoolPaths.of(scratch), **options)
+
+
+async def _exec(runtime: str, options: dict[str, Any], workspace: str | None, command: str,
+                timeout: float) -> int:
+    sandbox = await _open(runtime, options, workspace)
+    try:
+        result = await sandbox.bash(command, timeout=timeout, max_output=10_000_000)
+    finally:
+        await sandbox.close()
+    click.echo(result.output, nl=False)
+    if result.error or result.timed_out or result.limit:
+        click.echo(f"[sandbox] {result.error or ''} timed_out={result.timed_out} limit={result.limit}", err=True)
+    return result.exit_code if result.exit_code is not None else 125
+
+
+async def _shell(runtime: str, options: dict[str, Any], workspace: str | None) -> None:
+    sandbox = await _open(runtime, options, workspace)
+    click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace']}); "
+               "Ctrl-D to leave", err=True)
+    try:
+        loop = asyncio.get_running_loop()
+        while True:
+            line = await loop.run_in_executor(None, _prompt)
+            if line is None:
+                break
+            if not line.strip():
+                continue
+            result = await sandbox.bash(line, timeout=3600)
+            click.echo(result.output, nl=False)
+            if result.exit_code:
+                click.echo(f"[exit {result.exit_code}]", err=True)
+    finally:
+        await sandbox.close()
+
+
+def _prompt() -> str | None:
+    try:
+        return input("sandbox$ ")
+    except EOFError:
+        return None

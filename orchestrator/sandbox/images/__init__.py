@@ -1,0 +1,1 @@
+"""Apptainer definition templates (images/*.def.j2), cache keys, and the image builder."""

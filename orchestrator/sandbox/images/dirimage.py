@@ -1,0 +1,90 @@
+"""Directory images for bubblewrap: a Debian rootfs, then the template's %post inside it.
+
+mmdebstrap (or debootstrap) creates the rootfs with the template's packages included; the
+rendered %post then runs in a bubblewrap chroot with the network shared, exactly as
+`apptainer build` would run it. Layered builds (from a lock or versioned image) copy the
+base directory and run only the layer's %post.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from orchestrator.sandbox.errors import SandboxConfigError
+from orchestrator.sandbox.images.cache import Action, BuildPlan
+from orchestrator.sandbox.images.templates import Rendered, sections
+
+
+class DirBuildError(SandboxConfigError):
+    pass
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise DirBuildError(f"{what} failed ({done.returncode}): {(done.stderr or done.stdout)[-3000:]}")
+
+
+def bootstrap_rootfs(rendered: Rendered, output: Path) -> None:
+    variables = rendered.variables
+    if variables.get("bootstrap") != "debootstrap":
+        raise SandboxConfigError(
+            "--format dir builds a Debian rootfs: use --set bootstrap=debootstrap "
+            f"(the template says bootstrap={variables.get('bootstrap')})"
+        )
+    packages = ",".join(["python3", "ca-certificates", *variables.get("apt_packages", [])])
+    suite, mirror = str(variables["os_version"]), str(variables["mirror"])
+    if shutil.which("mmdebstrap"):
+        mode = "root" if os.getuid() == 0 else "unshare"
+        command = ["mmdebstrap", f"--mode={mode}", "--variant=minbase", f"--include={packages}",
+                   "--aptopt=Acquire::Retries=3", suite, str(output), mirror]
+    elif shutil.which("debootstrap") and os.getuid() == 0:
+        command = ["debootstrap", "--variant=minbase", f"--include={packages}", suite, str(output), mirror]
+    else:
+        raise SandboxConfigError(
+            "--format dir needs mmdebstrap (any user) or debootstrap (root): apt-get install mmdebstrap"
+        )
+    _run(command, "bootstrapping the rootfs")
+
+
+def run_post(root: Path, script: str) -> None:
+    """The template's %post, run inside the rootfs with the host's network and DNS."""
+    if not script.strip():
+        return
+    command = ["bwrap", "--bind", str(root), "/", "--proc", "/proc", "--dev", "/dev",
+               "--tmpfs", "/tmp", "--share-net", "--die-with-parent",
+               "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
+    if os.getuid() != 0:  # root builds like `apptainer build` as root; others fake it
+        command += ["--unshare-user", "--uid", "0", "--gid", "0"]
+    command += ["--clearenv", "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--setenv", "HOME", "/root", "/bin/sh", "-c", script]
+    _run(command, "%post")
+
+
+def build_dir_image(rendered: Rendered, definition: Path, output: Path, plan: BuildPlan) -> None:
+    if plan.action in (Action.FROM_LOCK, Action.FROM_VERSIONED):
+        assert plan.base is not None
+        _run(["cp", "-a", "--reflink=auto", str(plan.base), str(output)], "copying the base image")
+    else:
+        bootstrap_rootfs(rendered, output)
+    parts = sections(rendered.text)
+    for line in parts.get("files", "").splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            target = output / fields[1].lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _run(["cp", "-a", fields[0], str(target)], f"%files {line.strip()}")
+    # resolv.conf must exist as a mount point for the %post chroot.
+    (output / "etc" / "resolv.conf").touch()
+    run_post(output, parts.get("post", ""))
+    for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        directory = output / leftover
+        if directory.is_dir():
+            for item in directory.iterdir():
+                if item.is_file():
+                    item.unlink()
+    for mount_point in ("workspace", ".hpc-rollout", "tmp", "proc", "dev"):
+        (output / mount_point).mkdir(exist_ok=True)

@@ -9,6 +9,8 @@
 #   SLURM_CI_DIR       state/log/pid directory       (default /var/tmp/slurm-ci)
 #   SLURM_NODES        number of emulated nodes      (default 4: tests spread over 4)
 #   SLURM_CPUS         CPUs advertised per node      (default 8)
+#   SLURM_GPUS         GPUs advertised per node      (default 4; fake devices: lets
+#                      GPU requests be scheduled and --test-only'd, 0 = none)
 #   SLURM_MEM_MB       RealMemory per node, MB       (default: physical RAM - 512)
 #   SLURM_ACCOUNTING   dbd | none                    (default dbd; sacct needs dbd)
 #   SLURM_CLUSTER      ClusterName                   (default ci)
@@ -23,6 +25,7 @@ set -euo pipefail
 : "${SLURM_CI_DIR:=/var/tmp/slurm-ci}"
 : "${SLURM_NODES:=4}"
 : "${SLURM_CPUS:=8}"
+: "${SLURM_GPUS:=4}"
 : "${SLURM_MEM_MB:=$(( $(awk '/^MemTotal:/{print $2}' /proc/meminfo) / 1024 - 512 ))}"
 : "${SLURM_ACCOUNTING:=dbd}"
 : "${SLURM_CLUSTER:=ci}"
@@ -101,8 +104,14 @@ for i in $(seq 1 "$SLURM_NODES"); do mkdir -p "$D/slurmd-$SLURM_NODE_PREFIX$i"; 
 # ------------------------------------------------------------------ config --
 host=$(hostname)
 nodes=""
+gres=""
+gres_types=""
+if ((SLURM_GPUS > 0)); then
+  gres=" Gres=gpu:$SLURM_GPUS"
+  gres_types="GresTypes=gpu"
+fi
 for i in $(seq 1 "$SLURM_NODES"); do
-  nodes+="NodeName=$SLURM_NODE_PREFIX$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((6820 + i)) CPUs=$SLURM_CPUS RealMemory=$SLURM_MEM_MB State=UNKNOWN"$'\n'
+  nodes+="NodeName=$SLURM_NODE_PREFIX$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((6820 + i)) CPUs=$SLURM_CPUS RealMemory=$SLURM_MEM_MB$gres State=UNKNOWN"$'\n'
 done
 if [[ $SLURM_ACCOUNTING == dbd ]]; then
   acct="AccountingStorageType=accounting_storage/slurmdbd
@@ -148,6 +157,7 @@ SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
 SlurmdParameters=config_overrides
 ReturnToService=2
 MpiDefault=none
+$gres_types
 MailProg=/bin/true
 KillWait=$SLURM_KILLWAIT
 InactiveLimit=0
@@ -163,6 +173,19 @@ EOF
 conf_changed=0
 cmp -s "$D/slurm.conf.new" /etc/slurm/slurm.conf || conf_changed=1
 mv -f "$D/slurm.conf.new" /etc/slurm/slurm.conf
+
+# Emulated GPUs: slurmd counts gpu gres only from device files (Count alone reports 0),
+# so give it /dev/null clones; nothing is bound or constrained (TaskPlugin=task/none).
+: > "$D/gres.conf.new"
+if ((SLURM_GPUS > 0)); then
+  mkdir -p "$D/dev"
+  for ((g = 0; g < SLURM_GPUS; g++)); do
+    [[ -c $D/dev/gpu$g ]] || mknod "$D/dev/gpu$g" c 1 3
+  done
+  printf 'AutoDetect=off\nName=gpu File=%s/dev/gpu[0-%d]\n' "$D" $((SLURM_GPUS - 1)) >> "$D/gres.conf.new"
+fi
+cmp -s "$D/gres.conf.new" /etc/slurm/gres.conf || conf_changed=1
+mv -f "$D/gres.conf.new" /etc/slurm/gres.conf
 
 if [[ $SLURM_ACCOUNTING == dbd ]]; then
   cat > "$D/slurmdbd.conf.new" <<EOF
@@ -259,7 +282,16 @@ nodes_up() {
   [[ $(wc -l <<<"$states") -ge $SLURM_NODES ]] || return 1
   ! grep -qvE ' (idle|mix|alloc|comp)$' <<<"$states"
 }
-wait_for "$SLURM_WAIT" nodes_up || { sinfo -N; die "nodes did not become idle"; }
+# A node drained under an earlier configuration (saved controller state) stays drained:
+# this cluster is ours, so return such nodes to service once they have registered.
+resume_stale() {
+  local n
+  for n in $(sinfo -h -N -t drain,inval -o '%N' | sort -u); do
+    scontrol update nodename="$n" state=resume 2>/dev/null || true
+  done
+}
+sleep 1; resume_stale
+wait_for "$SLURM_WAIT" nodes_up || { sinfo -N -o '%N %t %E'; die "nodes did not become idle"; }
 
 if [[ $SLURM_ACCOUNTING == dbd ]]; then
   # slurmctld registers the cluster in slurmdbd by itself; wait for it so that

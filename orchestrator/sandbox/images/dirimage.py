@@ -55,7 +55,7 @@ def run_post(root: Path, script: str) -> None:
     if not script.strip():
         return
     command = ["bwrap", "--bind", str(root), "/", "--proc", "/proc", "--dev", "/dev",
-               "--tmpfs", "/tmp", "--share-net", "--die-with-parent",
+               "--perms", "1777", "--tmpfs", "/tmp", "--share-net", "--die-with-parent",
                "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
     if os.getuid() != 0:  # root builds like `apptainer build` as root; others fake it
         command += ["--unshare-user", "--uid", "0", "--gid", "0"]

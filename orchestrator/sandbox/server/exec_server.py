@@ -153,8 +153,12 @@ def apply_limits(limits: Dict[str, int]) -> None:
         value = int(value)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
+        soft = value
+        if name == "RLIMIT_CPU" and hard == resource.RLIM_INFINITY:
+            # soft == hard would SIGKILL; a margin lets SIGXCPU arrive and be reported.
+            value = soft + 2
         try:
-            resource.setrlimit(which, (value, value))
+            resource.setrlimit(which, (soft, value))
         except (ValueError, OSError) as exc:
             sys.stderr.write("exec server: cannot set %s=%s: %s\n" % (name, value, exc))
 

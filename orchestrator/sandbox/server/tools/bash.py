@@ -92,10 +92,11 @@ class BashSession:
             os.close(self.proc.fd)
         except OSError:
             pass
-        try:
-            os.waitpid(self.proc.pid, 0)
-        except OSError:
-            pass
+        if not getattr(self.proc, "terminated", False):
+            try:
+                os.waitpid(self.proc.pid, 0)
+            except OSError:
+                pass
         self.proc.closed = True
         self.proc = None
 
@@ -171,6 +172,8 @@ class BashSession:
             if timed_out:
                 interrupted = True
                 found, code = self._interrupt(seq, sink)
+            if eof:
+                code = self._exit_status()
             if eof or not found:
                 # The shell exited (e.g. `exit`) or ignored ^C: start a fresh one next time.
                 self.stop()
@@ -192,6 +195,17 @@ class BashSession:
                 result["error"] = "the command ignored ^C and was killed with its shell; state is lost"
             self.interrupt_requested.clear()
             return result
+
+    def _exit_status(self) -> Optional[int]:
+        """The status of a shell that exited by itself (`exit 3` -> 3)."""
+        try:
+            _, status = os.waitpid(self.proc.pid, 0)
+        except OSError:
+            return None
+        self.proc.terminated = True
+        if os.WIFEXITED(status):
+            return os.WEXITSTATUS(status)
+        return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
 
     def _interrupt(self, seq: int, sink: HeadTail) -> "tuple[bool, Optional[int]]":
         """Send ^C, then wait briefly for the prompt of `seq` (the command's group ends)."""

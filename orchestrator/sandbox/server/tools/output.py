@@ -54,7 +54,7 @@ def describe_exit(code: "int | None", output: str) -> "tuple[str | None, str | N
     limit = None
     if sig == "SIGXCPU":
         limit = "cpu_time"
-    elif sig == "SIGXFSZ" or "File size limit exceeded" in output:
+    elif sig == "SIGXFSZ" or "File size limit exceeded" in output or "File too large" in output:
         limit = "file_size"
     elif "MemoryError" in output or "Cannot allocate memory" in output or "out of memory" in output:
         limit = "memory"

@@ -169,6 +169,7 @@ class BashSession:
                 seq, sink, time.monotonic() + timeout, idle
             )
             interrupted = False
+            requested = self.interrupt_requested.is_set()
             if timed_out:
                 interrupted = True
                 found, code = self._interrupt(seq, sink)
@@ -182,7 +183,7 @@ class BashSession:
             result: Dict[str, Any] = {
                 "output": output,
                 "exit_code": code,
-                "timed_out": timed_out and not self.interrupt_requested.is_set(),
+                "timed_out": timed_out and not requested,
                 "interrupted": interrupted,
                 "truncated": sink.truncated,
                 "signal": sig,

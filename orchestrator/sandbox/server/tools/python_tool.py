@@ -112,7 +112,10 @@ class PythonSession:
                 answer = self._read_answer(time.monotonic() + INTERRUPT_GRACE)
             if not isinstance(answer, dict):
                 # Dead (eof) or deaf to SIGINT: restart, and say the state is gone.
-                code_ = self.proc.poll()
+                try:
+                    code_ = self.proc.wait(timeout=1) if answer == "eof" else None
+                except subprocess.TimeoutExpired:
+                    code_ = None
                 self.stop()
                 restarted = True
                 answer = {

@@ -1,0 +1,72 @@
+"""The python tool: a persistent interpreter with captured output, timeouts and interrupts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.paths import SpoolPaths
+from tests.sandbox.helpers import needs_bwrap, run, started
+
+pytestmark = needs_bwrap
+
+
+def with_sandbox(spool: SpoolPaths, body: Any) -> Any:
+    async def scenario() -> Any:
+        sb = await started(spool)
+        try:
+            return await body(sb)
+        finally:
+            await sb.close()
+
+    return run(scenario())
+
+
+def test_state_survives_between_calls(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        return [await sb.python("import math\nvalue = math.sqrt(16)"), await sb.python("value * 2")]
+
+    first, second = with_sandbox(spool, body)
+    assert first.ok and first.result is None
+    assert second.result == "8.0"
+
+
+def test_stdout_stderr_and_subprocess_output_are_captured(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> Any:
+        return await sb.python("import os, sys\nprint('out')\nprint('err', file=sys.stderr)\nos.system('echo from-shell')")
+
+    result = with_sandbox(spool, body)
+    assert "out\n" in result.stdout and "from-shell\n" in result.stdout
+    assert result.stderr == "err\n" and result.result == "0"
+
+
+def test_exceptions_and_system_exit_are_results(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        return [await sb.python("def f():\n    raise ValueError('bad input')\nf()"),
+                await sb.python("raise SystemExit(3)"), await sb.python("1 + 1"),
+                await sb.python("def broken(:")]
+
+    raised, exited, alive, syntax = with_sandbox(spool, body)
+    assert "ValueError: bad input" in raised.error and "line 2, in f" in raised.error
+    assert "SystemExit" in exited.error and alive.result == "2"
+    assert "SyntaxError" in syntax.error
+
+
+def test_timeout_interrupts_but_keeps_state(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        await sb.python("kept = 'yes'")
+        return [await sb.python("import time\nwhile True: time.sleep(0.01)", timeout=0.5),
+                await sb.python("kept")]
+
+    slow, after = with_sandbox(spool, body)
+    assert slow.timed_out and slow.interrupted and "KeyboardInterrupt" in slow.error
+    assert after.result == "'yes'" and not after.restarted
+
+
+def test_interpreter_death_restarts_with_empty_state(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        await sb.python("z = 1")
+        return [await sb.python("import os\nos._exit(9)"), await sb.python("'z' in globals()")]
+
+    died, fresh = with_sandbox(spool, body)
+    assert died.restarted and "exited with 9" in died.error
+    assert fresh.result == "False"

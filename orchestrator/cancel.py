@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import calendar
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,15 @@ from orchestrator.paths import SpoolPaths, safe_name
 
 ALL = "ALL"
 GROUP_PREFIX = "group-"
+
+
+def submitted_at_of(job_id: str) -> float:
+    """The submission time encoded at the head of a job id (YYYYmmddTHHMMSSmmm-...), or +inf."""
+    try:
+        head = job_id.split("-", 1)[0]
+        return calendar.timegm(time.strptime(head[:15], "%Y%m%dT%H%M%S")) + int(head[15:18]) / 1000
+    except (ValueError, IndexError):
+        return float("inf")
 
 
 def request_cancel(
@@ -61,6 +71,15 @@ class CancelWatch:
             else:
                 jobs.add(name)
         self.jobs, self.groups, self.all_before = jobs, groups, all_before
+
+    def signature(self) -> tuple[int, int, float]:
+        return (len(self.jobs), len(self.groups), self.all_before)
+
+    def matches_name(self, job_id: str) -> bool:
+        """Whether a queued ticket is cancelled, judged from its name alone (no read)."""
+        if job_id in self.jobs or job_id.rsplit("-", 1)[0] in self.groups:
+            return True
+        return self.all_before > 0 and submitted_at_of(job_id) <= self.all_before
 
     def is_cancelled(self, job: JobSpec) -> bool:
         return (

@@ -117,7 +117,9 @@ def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
 
 
 def new_submission_id() -> str:
-    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    """Sortable by submission time (to the millisecond), unique by its random suffix."""
+    now = time.time()
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
 
 
 def submit_file(

@@ -38,14 +38,16 @@ def cli(verbose: int) -> None:
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
 
 
-for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(f"orchestrator.cli.{_name}")
-    except ModuleNotFoundError as _exc:  # an area not built yet must not break the others
-        if _exc.name != f"orchestrator.cli.{_name}":
-            raise
-        continue
-    _module.register(cli)
+def _register_all() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            importlib.import_module(f"orchestrator.cli.{name}").register(cli)
+        except ImportError as exc:
+            # One area with a missing optional dependency must not take `submit` or `status` down.
+            logging.getLogger(__name__).warning("commands of %r unavailable: %s", name, exc)
+
+
+_register_all()
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from orchestrator.worker.stages import execute_stage, final_fields
 log = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 0.5
+CANCEL_SWEEP_S = 10.0
 STOP_POLL_S = 1.0
 SWEEP_EVERY_S = 60.0
 MAX_IDLE_BACKOFF_S = 0.25
@@ -70,6 +71,7 @@ class Worker:
         self._tickets_in_flight: dict[str, Ticket] = {}
         self.handlers: dict[str, AgentHandler] = {}
         self.prepared_seen = 0
+        self.cancel_swept_at = 0.0
         self.prepared_seen_at = 0.0
         self.stopping = asyncio.Event()
         self.grace_s = config.shutdown.grace_s
@@ -138,14 +140,23 @@ class Worker:
         """Give back prepared jobs, let running stages finish within the grace period."""
         self._return_prepared()
         deadline = time.monotonic() + self.grace_s
-        while self.running and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-            if self.grace_s == 0:
+        while time.monotonic() < deadline and self.grace_s > 0:
+            self._evaluate_own_runs()
+            if not self.running:
                 break
+            await asyncio.sleep(0.05)
         for task, _ in list(self.running.values()):
             task.cancel()
         pending = [task for task, _ in self.running.values()]
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def _evaluate_own_runs(self) -> None:
+        """While draining, jobs whose RUN just finished here are evaluated here too, not left queued."""
+        if Stage.EVAL not in self.options.stages:
+            return
+        for name, ticket in list(self.written.items()):
+            if ticket.stage is Stage.EVAL and fsops.rename(self.paths.eval_queue / name, self.box.dir / name):
+                self._start(Stage.EVAL, name, holds_slot=False)
 
     def _return_prepared(self) -> None:
         """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
@@ -200,11 +211,26 @@ class Worker:
                 self.wake[stage].set()
 
     def _poll_cancels(self) -> None:
+        before = self.cancels.signature()
         self.cancels.refresh()
+        now = time.monotonic()
+        if self.cancels.signature() != before or now - self.cancel_swept_at > CANCEL_SWEEP_S:
+            self.cancel_swept_at = now
+            self._sweep_cancelled_queued()
         for job_id, (task, _) in list(self.running.items()):
             if job_id not in self.user_cancelled and self._is_cancelled(job_id):
                 self.user_cancelled.add(job_id)
                 task.cancel()
+
+    def _sweep_cancelled_queued(self) -> None:
+        """Cancelled jobs still waiting in a queue end now, not when a slot would free up."""
+        if not (self.cancels.jobs or self.cancels.groups or self.cancels.all_before):
+            return
+        queues = [(s, self._queue_of(s)) for s in Stage if s in self.options.stages]
+        for stage, queue in queues:
+            for name in fsops.list_names(queue):
+                if self.cancels.matches_name(name) and fsops.rename(queue / name, self.box.dir / name):
+                    self._start(stage, name, holds_slot=False)
 
     def _is_cancelled(self, job_id: str) -> bool:
         ticket = self._tickets_in_flight.get(job_id)
@@ -258,18 +284,22 @@ class Worker:
                 backoff = min(backoff * 2, MAX_IDLE_BACKOFF_S)
                 continue
             backoff = 0.002
-            self.counters["claimed"] += 1
-            self.busy[stage] += 1
-            task = asyncio.create_task(self._process(stage, name), name=f"{stage.value}:{name}")
-            self.running[name] = (task, stage)
-            task.add_done_callback(lambda _t, s=stage, n=name: self._slot_done(s, n))
+            self._start(stage, name, holds_slot=True)
 
-    def _slot_done(self, stage: Stage, name: str) -> None:
+    def _start(self, stage: Stage, name: str, holds_slot: bool) -> None:
+        self.counters["claimed"] += 1
+        self.busy[stage] += 1
+        task = asyncio.create_task(self._process(stage, name), name=f"{stage.value}:{name}")
+        self.running[name] = (task, stage)
+        task.add_done_callback(lambda _t: self._slot_done(stage, name, holds_slot))
+
+    def _slot_done(self, stage: Stage, name: str, holds_slot: bool) -> None:
         self.busy[stage] -= 1
         self.running.pop(name, None)
         self._tickets_in_flight.pop(name, None)
         self.user_cancelled.discard(name)
-        self.slots[stage].release()
+        if holds_slot:
+            self.slots[stage].release()
 
     async def _wait_for_room(self) -> None:
         """Backpressure: INIT waits while the node's run queue (and the sandbox budget) is full."""
@@ -365,6 +395,8 @@ class Worker:
     def _advance(self, ticket: Ticket, stage: Stage) -> None:
         ticket.mark_enqueued(stage)
         self.box.advance(ticket, self._queue_of(stage))
+        if stage is Stage.RUN:
+            self.prepared_seen += 1  # counted now; the periodic listing corrects it
         self.written[ticket.name] = ticket
         self.wake[stage].set()
         self.wake[Stage.INIT].set()

@@ -1,0 +1,41 @@
+"""run.toml parsing: bounds, unknown keys, round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import ConfigError, RunConfig
+from orchestrator.spool import init_run
+
+
+def test_round_trip_and_overrides(tmp_path: Path) -> None:
+    paths, config = init_run(tmp_path / "r", {"pools.run": "16", "jobs.timeout_s": 90})
+    assert config.pools.run == 16 and config.jobs.timeout_s == 90.0
+    assert RunConfig.load(paths.run_config) == config
+    _, again = init_run(tmp_path / "r")  # re-init keeps the settings
+    assert again == config
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("pools.runn", 1, "unknown setting 'pools.runn'; valid: pools.init"),
+    ("pools.run", -1, "outside"),
+    ("pools.run", 1.5, "whole number"),
+    ("jobs.timeout_s", "soon", "not a number"),
+    ("sandbox.runtime", "docker", "valid: auto, apptainer, bwrap, local"),
+])
+def test_bad_settings_name_the_problem(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RunConfig().with_overrides({key: value})
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    (tmp_path / "run.toml").write_text("[pools\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        RunConfig.load(tmp_path / "run.toml")
+    (tmp_path / "run.toml").write_text("[nope]\nx = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown section \[nope\]"):
+        RunConfig.load(tmp_path / "run.toml")
+    with pytest.raises(ConfigError, match="hpc-rollout init"):
+        RunConfig.load(tmp_path / "missing" / "run.toml")

@@ -1,0 +1,82 @@
+"""Crashes and signals: SIGKILL loses no job and duplicates no row; SIGTERM/INT/USR2 drain cleanly."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from orchestrator.submit import submit_file
+from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+
+
+def claims_of(paths, process) -> int:
+    return sum(len(os.listdir(d)) for d in paths.active.glob(f"*-{process.pid}-*") if d.is_dir())
+
+
+def test_sigkill_mid_run_every_job_ends_exactly_once(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"shards.max_rows": 7})
+    profile = {"init": 0.02, "run": {"uniform": [0.05, 0.4]}, "eval": 0.02, "seed": 3}
+    submitted = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 80))
+    steady = start_worker(paths, "--run-pool", "4")
+    rng = random.Random(7)
+    killed = 0
+    try:
+        for _ in range(3):  # a victim worker killed at a random moment, three times over
+            victim = start_worker(paths, "--run-pool", "6", "--eval-pool", "2")
+            wait_until(lambda: claims_of(paths, victim) > 0, 30, "the victim to hold claims")
+            time.sleep(rng.uniform(0.0, 0.5))
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+            killed += 1
+        wait_drained(paths, timeout=120)
+    finally:
+        assert stop_worker(steady) == 0
+    got = rows(paths)
+    counts = Counter(r["job_id"] for r in got)
+    assert killed == 3
+    assert len(counts) == submitted.jobs == 80, "a job was lost"
+    assert max(counts.values()) == 1, f"duplicated rows: {[j for j, c in counts.items() if c > 1]}"
+    assert {r["status"] for r in got} == {"ok"}
+    assert any(r["attempt"] > 1 for r in got), "the killed workers' claims should come back with attempt + 1"
+    assert not any(p.name.startswith(".reap-") for p in paths.active.iterdir())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR2])
+def test_stop_signals_return_unfinished_work_and_exit_zero(tmp_path: Path, signum: int) -> None:
+    paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 0.5})
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 30}}] * 6))
+    worker = start_worker(paths, "--run-pool", "3")
+    wait_until(lambda: claims_of(paths, worker) == 3, 30, "three running jobs")
+    os.killpg(worker.pid, signum)
+    assert worker.wait(timeout=30) == 0
+    # nothing lost, nothing claimed: every job is back in a queue, not counted as a failed attempt
+    assert not any(any(d.iterdir()) for d in paths.active.iterdir() if d.is_dir())
+    back = sorted(p.name for p in paths.init_queue.iterdir())
+    assert len(back) == 6 and not rows(paths)
+    # a later worker finishes them once the durations allow
+    for name in back:
+        ticket = (paths.init_queue / name)
+        data = ticket.read_bytes().replace(b'"run":30', b'"run":0.01')
+        ticket.write_bytes(data)
+    again = start_worker(paths)
+    try:
+        wait_drained(paths)
+    finally:
+        stop_worker(again)
+    assert sorted(r["attempt"] for r in rows(paths)) == [1] * 6
+
+
+def test_grace_period_lets_running_stages_finish(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 20})
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 1.0}}] * 2))
+    worker = start_worker(paths)
+    wait_until(lambda: claims_of(paths, worker) == 2, 30, "two running jobs")
+    os.killpg(worker.pid, signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert sorted(r["status"] for r in rows(paths)) == ["ok", "ok"]

@@ -1,0 +1,75 @@
+"""Lease expiry: claims of a silent worker go back with attempt + 1, end failed past the maximum,
+and rows it already committed are not produced again."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from orchestrator import fsops
+from orchestrator.claims import ClaimBox
+from orchestrator.jobs import JobSpec, JobStatus, Stage
+from orchestrator.liveness import write_heartbeat
+from orchestrator.recovery import reap_expired
+from orchestrator.rows import build_row
+from orchestrator.config import Shards
+from orchestrator.shards import ShardWriter
+from orchestrator.tickets import Ticket
+from tests.core.util import make_run
+
+
+def ticket(name: str, stage: Stage, attempt: int = 1) -> Ticket:
+    job = JobSpec(job_id=name, group_id=name, instance_id=name, sample_index=0, handler="echo", instance={})
+    return Ticket(job=job, stage=stage, attempt=attempt, state={"sandbox": {"pid": 1}})
+
+
+def test_expired_claims_return_to_their_queues(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    dead = "node9-1-dead"
+    write_heartbeat(paths, dead, {"node": "node9"})
+    old = time.time() - 60
+    os.utime(paths.heartbeat(dead), (old, old))
+    box = ClaimBox(paths, dead)
+    for t in (ticket("a-init", Stage.INIT), ticket("b-run", Stage.RUN), ticket("c-eval", Stage.EVAL),
+              ticket("d-last", Stage.RUN, attempt=3), ticket("e-done", Stage.EVAL)):
+        box.save(t)
+    # e-done's row was committed by the dead worker just before it died
+    writer = ShardWriter(paths, dead, Shards())
+    writer.add(build_row(ticket("e-done", Stage.EVAL), {}, JobStatus.OK, dead), "e-done")
+    writer.commit()
+    (paths.claims(dead) / "corrupt").write_bytes(b"{not json")
+
+    events: list[tuple[str, str]] = []
+    moved = reap_expired(paths, "me-1-live", lease_s=2.0, max_attempts=3, emit=lambda j, e, f: events.append((j, e)))
+    assert moved == 4
+    init = {n: Ticket.decode((paths.init_queue / n).read_bytes()) for n in fsops.list_names(paths.init_queue)}
+    evalq = {n: Ticket.decode((paths.eval_queue / n).read_bytes()) for n in fsops.list_names(paths.eval_queue)}
+    assert sorted(init) == ["a-init", "b-run"] and sorted(evalq) == ["c-eval", "d-last"]
+    assert init["b-run"].attempt == 2 and "sandbox" not in init["b-run"].state  # its sandbox died too
+    assert evalq["c-eval"].attempt == 2 and evalq["c-eval"].status is None
+    assert evalq["d-last"].status is JobStatus.FAILED and evalq["d-last"].error["kind"] == "attempts_exhausted"
+    assert not paths.claims(dead).exists() and (paths.workers / "gone" / f"{dead}.json").exists()
+    assert len(list(paths.quarantine.glob("corrupt.*.reason"))) == 1   # kept aside, not deleted
+    assert ("a-init", "requeued") in events
+    # a second pass finds nothing more to do
+    assert reap_expired(paths, "me-1-live", 2.0, 3, lambda *a: None) == 0
+
+
+def test_live_workers_are_left_alone(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    write_heartbeat(paths, "busy-1-abcd", {"node": "n1"})
+    ClaimBox(paths, "busy-1-abcd").save(ticket("x", Stage.RUN))
+    assert reap_expired(paths, "me", 30.0, 3, lambda *a: None) == 0
+    assert (paths.claims("busy-1-abcd") / "x").exists()
+
+
+def test_prepared_jobs_of_a_dead_node_go_back_to_init(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    queue = paths.run_queue("lostnode")
+    queue.mkdir(parents=True)
+    (queue / "p1").write_bytes(ticket("p1", Stage.RUN).encode())
+    old = time.time() - 60
+    os.utime(queue, (old, old))
+    assert reap_expired(paths, "me", 2.0, 3, lambda *a: None) == 1
+    assert Ticket.decode((paths.init_queue / "p1").read_bytes()).attempt == 2

@@ -61,9 +61,12 @@ class ExecClient:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tool: str, args: dict[str, Any]
     ) -> dict[str, Any]:
         request_id = next(self._ids)
-        writer.write(orjson.dumps({"id": request_id, "tool": tool, "args": args}) + b"\n")
-        await writer.drain()
-        line = await reader.readline()
+        try:
+            writer.write(orjson.dumps({"id": request_id, "tool": tool, "args": args}) + b"\n")
+            await writer.drain()
+            line = await reader.readline()
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise SandboxClosedError(f"lost the sandbox's execution server during {tool}: {exc}") from exc
         if not line:
             raise SandboxClosedError(f"the sandbox's execution server closed the connection during {tool}")
         reply: dict[str, Any] = orjson.loads(line)

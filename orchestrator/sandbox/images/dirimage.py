@@ -40,7 +40,8 @@ def bootstrap_rootfs(rendered: Rendered, output: Path) -> None:
     if shutil.which("mmdebstrap"):
         mode = "root" if os.getuid() == 0 else "unshare"
         command = ["mmdebstrap", f"--mode={mode}", "--variant=minbase", f"--include={packages}",
-                   "--aptopt=Acquire::Retries=3", suite, str(output), mirror]
+                   "--aptopt=Acquire::Retries=3",
+                   '--aptopt=APT::Install-Recommends "false"', suite, str(output), mirror]
     elif shutil.which("debootstrap") and os.getuid() == 0:
         command = ["debootstrap", "--variant=minbase", f"--include={packages}", suite, str(output), mirror]
     else:
@@ -64,6 +65,21 @@ def run_post(root: Path, script: str) -> None:
     _run(command, "%post")
 
 
+# Caches and documentation nobody reads inside a sandbox: about half of a minimal rootfs.
+CLEANED = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
+           "usr/share/info", "usr/share/locale", "var/log")
+
+
+def clean_rootfs(root: Path) -> None:
+    for relative in CLEANED:
+        directory = root / relative
+        if directory.is_dir() and not directory.is_symlink():
+            shutil.rmtree(directory)
+            directory.mkdir()
+    for needed in ("var/cache/apt/archives/partial", "var/lib/apt/lists/partial"):
+        (root / needed).mkdir(parents=True, exist_ok=True)  # apt in a layered build
+
+
 def build_dir_image(rendered: Rendered, definition: Path, output: Path, plan: BuildPlan) -> None:
     if plan.action in (Action.FROM_LOCK, Action.FROM_VERSIONED):
         assert plan.base is not None
@@ -80,11 +96,6 @@ def build_dir_image(rendered: Rendered, definition: Path, output: Path, plan: Bu
     # resolv.conf must exist as a mount point for the %post chroot.
     (output / "etc" / "resolv.conf").touch()
     run_post(output, parts.get("post", ""))
-    for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
-        directory = output / leftover
-        if directory.is_dir():
-            for item in directory.iterdir():
-                if item.is_file():
-                    item.unlink()
+    clean_rootfs(output)
     for mount_point in ("workspace", ".hpc-rollout", "tmp", "proc", "dev"):
         (output / mount_point).mkdir(exist_ok=True)

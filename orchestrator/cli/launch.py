@@ -15,6 +15,7 @@ from orchestrator.local_launch import request_stop, start_local_workers, wait_fo
 from orchestrator.spool import open_run
 from orchestrator.status import pending_count
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
+from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, slurm_launch_options
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -33,26 +34,59 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
-@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers.")
+@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers (--local).")
 @click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset.")
 @click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools]).")
 @click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker.")
 @click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker.")
 @click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
 @click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml).")
+@click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
+@click.option("--partition", help="Slurm partition (default: the site's).")
+@click.option("--time", "time_limit", default="01:00:00", show_default=True, help="Slurm time limit per task; at the limit a task requeues itself.")
+@click.option("--account", help="Slurm account to charge.")
+@click.option("--qos", help="Slurm quality of service.")
+@click.option("--cpus-per-node", type=click.IntRange(1), help="CPUs per task (default: the whole node with --exclusive).")
+@click.option("--mem", help="Memory per node, e.g. 64G.")
+@click.option("--gpus-per-node", type=click.IntRange(0), help="GPUs per task.")
+@click.option("--array-parallelism", type=click.IntRange(1), help="At most this many tasks run at once (%K).")
+@click.option("--exclusive/--shared", default=True, show_default=True, help="Whole nodes (one worker per node) or shared ones.")
+@click.option("--setup", multiple=True, metavar="CMD", help="Shell line run before the worker (repeatable): module load, source venv...")
+@click.option("--sbatch", "sbatch_pairs", multiple=True, metavar="KEY=VALUE", help="Any other sbatch option (repeatable), e.g. constraint=a100.")
+@click.option("--python", "python_cmd", help="Command that runs Python in the job, e.g. 'apptainer exec img.sif python'.")
+@click.option("--signal", "warn_signal", default="USR2", show_default=True, help="Warning signal before preemption/time limit (sites differ).")
+@click.option("--signal-delay", type=click.IntRange(1), default=90, show_default=True, help="Seconds between the warning signal and the kill.")
+@click.option("--dry-run", is_flag=True, help="Write the batch script(s) under RUN_DIR/logs/ without submitting.")
 def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str, init_pool: int | None,
-               run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None) -> None:
-    """Start stage workers on RUN_DIR.
+               run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None,
+               nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
+               cpus_per_node: int | None, mem: str | None, gpus_per_node: int | None, array_parallelism: int | None,
+               exclusive: bool, setup: tuple[str, ...], sbatch_pairs: tuple[str, ...], python_cmd: str | None,
+               warn_signal: str, signal_delay: int, dry_run: bool) -> None:
+    """Start stage workers on RUN_DIR: a Slurm job array (--nodes N) or local processes (--local).
 
     \b
+    hpc-rollout launch spool/run1 --nodes 8 --partition batch --time 04:00:00 --account myproj
+    hpc-rollout launch spool/run1 --nodes 4 --stages eval --partition cpu     # eval-only workers
     hpc-rollout launch spool/demo --local --workers 2 --wait
-    Without --wait the command returns and the workers run on: `hpc-rollout stop RUN_DIR`
-    drains them, `hpc-rollout status RUN_DIR` shows them.
+    Without Slurm on this machine, --nodes N runs N local workers instead (and says so).
+    `hpc-rollout status RUN_DIR` shows the workers, `hpc-rollout stop RUN_DIR [--cancel]` drains them.
     """
     paths, config = _open(run_dir)
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime)
     if runtime == "local":
         err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
+    if nodes is not None and local:
+        raise click.UsageError("--nodes is for Slurm and --local for this machine: choose one (--local --workers N)")
+    if nodes is not None:
+        slurm = slurm_launch_options(nodes, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
+                                     array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
+                                     signal_delay)
+        if launch_on_slurm(run_dir, slurm, options, dry_run, out, err):
+            return
+        workers = nodes  # no Slurm here: the same workers, locally
+    elif dry_run:
+        raise click.UsageError("--dry-run writes a Slurm batch script: give --nodes N")
     launch = start_local_workers(paths, workers, options)
     out.print(f"launch {launch.launch_id}: {workers} local worker(s), pids {' '.join(map(str, launch.pids))}")
     out.print(f"  logs: {launch.log_dir}")
@@ -94,19 +128,27 @@ def _wait_and_stop(paths, launch, grace_s: float) -> None:  # type: ignore[no-un
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for the workers to exit.")
 @click.option("--timeout", default=None, type=click.FloatRange(0), help="Seconds to wait (default: grace period + lease).")
-def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None) -> None:
+@click.option("--cancel", is_flag=True, help="Also scancel the run's Slurm arrays (pending tasks at once, the rest after the drain).")
+def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None, cancel: bool) -> None:
     """Drain every worker of RUN_DIR: stop claiming, finish or return running jobs, exit."""
     paths, config = _open(run_dir)
     request_stop(paths)
+    if cancel:
+        cancel_run_arrays(paths, pending_only=True, out=out)  # tasks not started yet would start later
     alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
     out.print(f"stop requested ({paths.stop_request}); {len(alive)} worker(s) alive")
-    if no_wait:
+    if no_wait and not cancel:
         return
     deadline = time.monotonic() + (timeout if timeout is not None else config.shutdown.grace_s + config.leases.lease_s)
-    while alive and time.monotonic() < deadline:
+    while alive and time.monotonic() < deadline and not no_wait:
         time.sleep(0.5)
         alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
-    if alive:
+    if cancel:
+        remaining = cancel_run_arrays(paths, pending_only=False, out=out)
+        if remaining:
+            err.print(f"[yellow]still in squeue:[/yellow] {' '.join(remaining)}")
+            sys.exit(1)
+    if alive and not no_wait:
         err.print(f"[yellow]{len(alive)} worker(s) still alive:[/yellow] {', '.join(w.worker_id for w in alive)}")
         sys.exit(1)
     out.print("all workers stopped")

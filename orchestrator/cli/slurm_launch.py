@@ -1,0 +1,104 @@
+"""The Slurm half of `launch` and `stop --cancel`: option plumbing and what to print."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Console
+
+from orchestrator.liveness import read_workers
+from orchestrator.paths import SpoolPaths
+from orchestrator.slurm.cluster import slurm_available
+from orchestrator.slurm.errors import SlurmError
+from orchestrator.slurm.launcher import launch, launched_arrays
+from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
+from orchestrator.slurm.queries import cancel, still_queued
+from orchestrator.worker.options import WorkerOptions
+
+CANCEL_WAIT_S = 30.0   # KillWait + epilog of the tasks still running
+EXIT_WAIT_S = 15.0     # drained workers' tasks leave squeue by themselves (COMPLETED) this fast
+
+
+def slurm_launch_options(nodes: int, partition: str | None, time_limit: str, account: str | None,
+                         qos: str | None, cpus_per_node: int | None, mem: str | None,
+                         gpus_per_node: int | None, array_parallelism: int | None, exclusive: bool,
+                         setup: tuple[str, ...], sbatch_pairs: tuple[str, ...], python_cmd: str | None,
+                         warn_signal: str, signal_delay: int) -> LaunchOptions:
+    try:
+        return LaunchOptions(
+            nodes=nodes, partition=partition, time=time_limit, account=account, qos=qos,
+            cpus_per_node=cpus_per_node, mem=mem, gpus_per_node=gpus_per_node,
+            array_parallelism=array_parallelism, exclusive=exclusive, setup=tuple(setup),
+            sbatch=parse_sbatch_pairs(sbatch_pairs), python=python_cmd, signal=warn_signal,
+            signal_delay_s=signal_delay,
+        )
+    except SlurmError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions, dry_run: bool,
+                    out: Console, err: Console) -> bool:
+    """Submit (or dry-run) the array; False when there is no Slurm here (caller runs locally)."""
+    if not dry_run and not slurm_available():
+        err.print(f"no Slurm on this machine (sbatch/srun/squeue not on PATH): running {options.nodes} "
+                  f"local worker(s) instead, as `launch --local --workers {options.nodes}` would")
+        return False
+    try:
+        result = launch(run_dir, options, worker, dry_run=dry_run)
+    except SlurmError as exc:
+        raise click.ClickException(str(exc)) from None
+    if dry_run:
+        out.print(f"dry run {result.launch_id}: nothing submitted; batch script(s):")
+        for array in result.arrays:
+            out.print(f"  {array.script}   # {array.size} task(s), global index {array.first_index}+")
+        return True
+    arrays = ", ".join(f"{a.job_id} ({a.size} task{'s' if a.size > 1 else ''})" for a in result.arrays)
+    out.print(f"launch {result.launch_id}: Slurm array {arrays}"
+              f"{f' on partition {options.partition}' if options.partition else ''}")
+    out.print(f"  logs: {result.log_dir}")
+    for hint in result.tail_hints():
+        out.print(f"  {hint}")
+    out.print(f"  watch: hpc-rollout status {run_dir}    squeue -r -j {','.join(result.array_ids)}")
+    out.print(f"  stop:  hpc-rollout stop {run_dir} [--cancel]")
+    return True
+
+
+def run_job_ids(paths: SpoolPaths) -> list[str]:
+    """Every Slurm job/array this run launched: launch records plus worker heartbeats."""
+    ids = set(launched_arrays(paths))
+    for record in read_workers(paths, lease_s=float("inf")):
+        info = record.info
+        ids.add(str(info.get("slurm_array_job_id") or info.get("slurm_job_id") or ""))
+    ids.discard("")
+    return sorted(ids)
+
+
+def _any_alive(paths: SpoolPaths) -> bool:
+    return any(r.alive for r in read_workers(paths, lease_s=30.0) if r.info.get("state") != "stopped")
+
+
+def cancel_run_arrays(paths: SpoolPaths, pending_only: bool, out: Console) -> list[str]:
+    """scancel the run's arrays; returns tasks still in squeue after waiting (empty = all gone)."""
+    if not slurm_available():
+        return []
+    ids = run_job_ids(paths)
+    queued = still_queued(ids)
+    if not queued:
+        return []
+    if pending_only:
+        cancel(ids, pending_only=True)
+        return []
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while queued and time.monotonic() < deadline and not _any_alive(paths):
+        time.sleep(0.5)
+        queued = still_queued(ids)
+    if not queued:
+        return []
+    cancel(ids)
+    out.print(f"scancel {' '.join(ids)}")
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while queued and time.monotonic() < deadline:
+        time.sleep(0.5)
+        queued = still_queued(ids)
+    return queued

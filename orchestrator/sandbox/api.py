@@ -55,7 +55,7 @@ async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **optio
         binary = apptainer.require_apptainer()
         return await launch(
             "apptainer", functools.partial(apptainer.build_argv, binary=binary),
-            job_id=job_id, paths=paths, options=opts,
+            job_id=job_id, paths=paths, options=opts, pass_host_env=True,
         )
     log.warning(
         "sandbox runtime 'local' for job %s: commands run on the host WITHOUT isolation "

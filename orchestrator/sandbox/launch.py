@@ -70,8 +70,13 @@ def _log_tail(path: Path, limit: int = 2000) -> str:
 async def launch(
     kind: str, build_argv: ArgvBuilder, *, job_id: str, paths: SpoolPaths, options: SandboxOptions,
     use_status_fd: bool = False, identity: Callable[[LaunchSpec], None] | None = None,
-    inside_workspace: str | None = WORKSPACE,
+    inside_workspace: str | None = WORKSPACE, pass_host_env: bool = False,
 ) -> ProcessSandbox:
+    """Start the runtime process and wait until its execution server is ready.
+
+    `pass_host_env`: apptainer reads its own settings (APPTAINER_*, XDG_RUNTIME_DIR) from
+    the environment and strips it with --cleanenv; bwrap and local get a minimal one.
+    """
     owner = ProcessId.current()
     sandbox_id, runtime_dir = new_sandbox_dir()
     workspace = options.workspace or paths.job_dir(job_id) / "workspace"
@@ -111,7 +116,8 @@ async def launch(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
                 pass_fds=(status_w,) if status_w is not None else (),
                 start_new_session=True, cwd=str(workspace),
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                env=dict(os.environ) if pass_host_env else
+                {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
                 preexec_fn=(lambda: cgroups.join_in_child(procs_file)) if procs_file else None,
             )
         register_child(proc)

@@ -1,0 +1,141 @@
+"""Apptainer/Singularity up to its process boundary: a stand-in binary records argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.paths import SpoolPaths
+from orchestrator.sandbox import apptainer
+from orchestrator.sandbox.api import resolve_runtime, start_sandbox
+from orchestrator.sandbox.errors import SandboxConfigError, SandboxStartError
+from orchestrator.sandbox.options import SandboxOptions
+from orchestrator.sandbox.records import sandboxes_dir
+from orchestrator.sandbox.spec import PTYPROCESS_PACKAGE, SERVER_PACKAGE, LaunchSpec
+from tests.sandbox.helpers import run
+
+STAND_IN = """#!{python}
+import json, os, sys
+with open(os.environ.get("ARGV_LOG", "/dev/null"), "a") as fh:
+    fh.write(json.dumps(sys.argv) + "\\n")
+sys.stderr.write("stand-in apptainer: not a real container runtime\\n")
+sys.exit(255)
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("ARGV_LOG", str(log))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir
+
+
+def _install(bin_dir: Path, name: str) -> None:
+    path = bin_dir / name
+    path.write_text(STAND_IN.format(python=sys.executable))
+    path.chmod(0o755)
+
+
+def _spec(tmp_path: Path, **options: object) -> LaunchSpec:
+    image = tmp_path / "python.sif"
+    image.write_text("sif")
+    return LaunchSpec(
+        sandbox_id="abc123", job_id="j-000001-000", runtime_dir=tmp_path / "rt",
+        socket_dir=tmp_path / "rt" / "s", workspace=tmp_path / "ws",
+        options=SandboxOptions.parse(image=str(image), **options), loopback="127.9.9.9",
+    )
+
+
+def _expected_tail(tmp_path: Path, env: dict[str, str] | None = None) -> list[str]:
+    tail = []
+    full_env = {
+        "HOME": "/workspace", "HPC_ROLLOUT_JOB_ID": "j-000001-000", "HPC_ROLLOUT_LOOPBACK": "127.9.9.9",
+        "HPC_ROLLOUT_SANDBOX": "abc123", "LANG": "C.UTF-8", "TERM": "dumb", **(env or {}),
+    }
+    for name, value in sorted(full_env.items()):
+        tail += ["--env", f"{name}={value}"]
+    boot = ("import sys; sys.path[:0] = ['/.hpc-rollout/py']; "
+            "from server.exec_server import main; main()")
+    return tail + [str(tmp_path / "python.sif"), "python3", "-E", "-s", "-B", "-c", boot]
+
+
+def _expected_binds(tmp_path: Path) -> list[str]:
+    return [
+        "--pwd", "/workspace",
+        "--bind", f"{tmp_path}/ws:/workspace:rw",
+        "--bind", f"{tmp_path}/rt/s:/.hpc-rollout/run:rw",
+        "--bind", f"{SERVER_PACKAGE}:/.hpc-rollout/py/server:ro",
+        "--bind", f"{PTYPROCESS_PACKAGE}:/.hpc-rollout/py/ptyprocess:ro",
+    ]
+
+
+def test_default_argv_isolates_network_and_environment(tmp_path: Path) -> None:
+    argv = apptainer.build_argv(_spec(tmp_path), binary="apptainer")
+    assert argv == [
+        "apptainer", "exec", "--containall", "--no-home", "--cleanenv",
+        "--net", "--network", "none", "--writable-tmpfs",
+        *_expected_binds(tmp_path), *_expected_tail(tmp_path),
+    ]
+
+
+def test_network_on_fakeroot_binds_and_env(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    argv = apptainer.build_argv(
+        _spec(tmp_path, network=True, fakeroot=True, binds=[f"{data}:/data", f"{data}:/out:rw"],
+              env={"TASK": "x"}),
+        binary="singularity",
+    )
+    assert argv == [
+        "singularity", "exec", "--containall", "--no-home", "--cleanenv",
+        "--writable-tmpfs", "--fakeroot", *_expected_binds(tmp_path),
+        "--bind", f"{data}:/data:ro", "--bind", f"{data}:/out:rw",
+        *_expected_tail(tmp_path, {"TASK": "x"}),
+    ]
+    assert "--net" not in argv and "--network" not in argv
+
+
+def test_either_binary_name_is_found(stand_in: Path) -> None:
+    assert apptainer.find_apptainer() is None or not str(apptainer.find_apptainer()).startswith(str(stand_in))
+    _install(stand_in, "singularity")
+    assert apptainer.find_apptainer() == str(stand_in / "singularity")
+    _install(stand_in, "apptainer")
+    assert apptainer.find_apptainer() == str(stand_in / "apptainer")  # preferred
+    assert resolve_runtime("auto") == "apptainer"
+
+
+def test_start_runs_the_exact_command_line_and_cleans_up(stand_in: Path, tmp_path: Path) -> None:
+    _install(stand_in, "apptainer")
+    image = tmp_path / "img.sif"
+    image.write_text("sif")
+    spool = SpoolPaths.of(tmp_path / "spool")
+
+    async def scenario() -> None:
+        with pytest.raises(SandboxStartError, match="stand-in apptainer"):
+            await start_sandbox("auto", job_id="a-000001-000", paths=spool, image=str(image))
+
+    run(scenario())
+    recorded = [json.loads(line) for line in Path(os.environ["ARGV_LOG"]).read_text().splitlines()]
+    assert len(recorded) == 1
+    argv = recorded[0]
+    assert argv[0] == str(stand_in / "apptainer")
+    assert argv[1:9] == ["exec", "--containall", "--no-home", "--cleanenv", "--net", "--network", "none",
+                         "--writable-tmpfs"]
+    assert str(image) in argv and argv[argv.index(str(image)) + 1] == "python3"
+    assert list(sandboxes_dir().iterdir()) == []
+
+
+def test_missing_binary_and_missing_image_name_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxConfigError, match="module load apptainer"):
+        apptainer.require_apptainer()
+    spec = LaunchSpec("x", "j", tmp_path, tmp_path, tmp_path, SandboxOptions.parse(), "127.1.1.1")
+    with pytest.raises(SandboxConfigError, match="needs an image"):
+        apptainer.build_argv(spec)

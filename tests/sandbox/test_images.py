@@ -1,0 +1,170 @@
+"""Image templates (checked by spython's parser) and the cache-keyed builder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from spython.main.parse.parsers import SingularityParser
+
+from orchestrator.sandbox.errors import SandboxConfigError
+from orchestrator.sandbox.images.builder import BuildOutcome, build_image
+from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
+from orchestrator.sandbox.images.templates import (
+    Rendered, available, find_template, header_fields, render, sections,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _spython(text: str, tmp_path: Path) -> object:
+    path = tmp_path / "Singularity"
+    path.write_text(text)
+    return list(SingularityParser(str(path)).recipe.values())[0]
+
+
+@pytest.mark.parametrize("template", ["python", "swe", "math"])
+def test_templates_render_and_parse_with_spython(template: str, tmp_path: Path) -> None:
+    assert set(available()) >= {"python", "swe", "math"}
+    recipe = _spython(render(find_template(template), {"bootstrap": "docker"}).text, tmp_path)
+    assert recipe.fromHeader.startswith("python:3.11")               # type: ignore[attr-defined]
+    assert f"org.hpc-rollout.template {template}" in recipe.labels     # type: ignore[attr-defined]
+    assert any("apt-get install" in line for line in recipe.install)  # type: ignore[attr-defined]
+    assert "LANG=C.UTF-8" in recipe.environ                            # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bootstrap,expected", [
+    ("debootstrap", {"bootstrap": "debootstrap", "osversion": "bookworm",
+                     "mirrorurl": "http://deb.debian.org/debian"}),
+    ("localimage", {"bootstrap": "localimage", "from": "/images/base.sif"}),
+])
+def test_other_bootstraps_have_valid_headers(bootstrap: str, expected: dict[str, str], tmp_path: Path) -> None:
+    text = render(find_template("swe"), {"bootstrap": bootstrap, "from_image": "/images/base.sif"}).text
+    fields = header_fields(text)
+    assert {k: fields[k] for k in expected} == expected
+    # spython's parser only accepts Bootstrap: docker; the sections must still parse.
+    body = text[text.index("%labels"):]
+    recipe = _spython("Bootstrap: docker\nFrom: debian:bookworm\n\n" + body, tmp_path)
+    assert recipe.install and recipe.labels                            # type: ignore[attr-defined]
+
+
+def test_unknown_bootstrap_and_template_are_errors() -> None:
+    with pytest.raises(SandboxConfigError, match="bootstrap must be docker, localimage or debootstrap"):
+        render(find_template("python"), {"bootstrap": "yum"})
+    with pytest.raises(SandboxConfigError, match="python, swe"):
+        find_template("nonexistent")
+
+
+def test_cache_keys_follow_their_inputs() -> None:
+    base = {"bootstrap": "docker", "base_image": "python:3.11", "framework_version": "1"}
+    keys = CacheKeys.compute("swe", base, "text", "numpy==1\n")
+    assert keys.versioned == CacheKeys.compute("swe", base, "other text", "other lock").versioned
+    assert keys.versioned != CacheKeys.compute("swe", {**base, "framework_version": "2"}, "text").versioned
+    assert keys.versioned != CacheKeys.compute("swe", {**base, "base_image": "python:3.12"}, "text").versioned
+    assert keys.lock == CacheKeys.compute("swe", {**base, "framework_version": "2"}, "x", "numpy==1\n").lock
+    assert keys.lock != CacheKeys.compute("swe", base, "text", "numpy==2\n").lock
+
+
+@pytest.mark.parametrize("mode,present,action,base", [
+    (Mode.VERSIONED, {"versioned"}, Action.REUSE, None),
+    (Mode.VERSIONED, set(), Action.SCRATCH, None),
+    (Mode.LOCK, {"lock", "versioned"}, Action.REUSE, None),
+    (Mode.LOCK, {"versioned"}, Action.FROM_VERSIONED, "versioned"),
+    (Mode.LOCK, set(), Action.SCRATCH, None),
+    (Mode.SOURCE, {"source", "lock"}, Action.REUSE, None),
+    (Mode.SOURCE, {"lock", "versioned"}, Action.FROM_LOCK, "lock"),
+    (Mode.SOURCE, {"versioned"}, Action.FROM_VERSIONED, "versioned"),
+    (Mode.SOURCE, set(), Action.SCRATCH, None),
+    (Mode.SCRATCH, {"versioned", "lock", "source", "scratch"}, Action.SCRATCH, None),
+])
+def test_plan_decides_reuse_layering_or_scratch(
+    mode: Mode, present: set[str], action: Action, base: str | None, tmp_path: Path
+) -> None:
+    keys = CacheKeys("swe", "v1", "l1", "s1", "x1")
+    existing = {tmp_path / f"swe-{name}-{getattr(keys, name)}.sif" for name in present}
+    plan = plan_build(mode, keys, tmp_path, ".sif", exists=lambda p: p in existing)
+    assert plan.action is action
+    assert plan.target == tmp_path / f"swe-{mode.value}-{getattr(keys, mode.value)}.sif"
+    assert plan.base == (None if base is None else tmp_path / f"swe-{base}-{getattr(keys, base)}.sif")
+
+
+def _fake_backend(log: Path):  # type: ignore[no-untyped-def]
+    def build(rendered: Rendered, definition: Path, output: Path, plan: BuildPlan) -> None:
+        with open(log, "a") as fh:
+            fh.write(f"{plan.action.value} {definition.name}\n")
+        output.write_text(rendered.text)
+    return build
+
+
+def test_builder_reuses_and_layers_lock_on_versioned(tmp_path: Path) -> None:
+    out, log = tmp_path / "out", tmp_path / "builds.log"
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("sympy==1.12\n")
+    template = find_template("math")
+    first = build_image(template, mode="versioned", fmt="sif", out_dir=out, backend=_fake_backend(log))
+    again = build_image(template, mode="versioned", fmt="sif", out_dir=out, backend=_fake_backend(log))
+    layered = build_image(template, mode="lock", lock_file=lock, fmt="sif", out_dir=out,
+                          backend=_fake_backend(log))
+    assert (first.built, again.built, layered.built) == (True, False, True)
+    assert again.path == first.path and first.path.name.startswith("math-versioned-")
+    assert layered.plan.action is Action.FROM_VERSIONED
+    text = layered.path.read_text()
+    assert "Bootstrap: localimage" in text and f"From: {first.path}" in text
+    assert "sympy==1.12" in text and "apt-get install" not in text   # only the layer's work
+    assert len(log.read_text().splitlines()) == 2
+    assert [p.name for p in out.iterdir() if p.name.startswith(".") and "tmp" in p.name] == []
+
+
+def test_failed_build_leaves_no_image(tmp_path: Path) -> None:
+    def broken(rendered: Rendered, definition: Path, output: Path, plan: BuildPlan) -> None:
+        output.write_text("half")
+        raise RuntimeError("network down")
+
+    with pytest.raises(RuntimeError, match="network down"):
+        build_image(find_template("python"), mode="versioned", fmt="sif", out_dir=tmp_path, backend=broken)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".def")) == []
+
+
+CONCURRENT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from orchestrator.sandbox.images.builder import build_image
+    from orchestrator.sandbox.images.templates import find_template
+
+    out, log = Path(sys.argv[1]), Path(sys.argv[2])
+
+    def slow(rendered, definition, output, plan):
+        with open(log, "a") as fh:
+            fh.write("build\\n")
+        time.sleep(1.0)
+        output.write_text(rendered.text)
+
+    outcome = build_image(find_template("swe"), mode="versioned", fmt="sif", out_dir=out, backend=slow)
+    print("built" if outcome.built else "reused", outcome.path)
+""")
+
+
+def test_two_processes_build_one_image_once(tmp_path: Path) -> None:
+    out, log = tmp_path / "out", tmp_path / "builds.log"
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(out), str(log)], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ)) for _ in range(2)]
+    answers = sorted(p.communicate()[0].split()[0] for p in procs)
+    assert answers == ["built", "reused"]
+    assert log.read_text() == "build\n"
+
+
+def test_sif_without_apptainer_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxConfigError, match="--format dir"):
+        build_image(find_template("python"), fmt="sif", out_dir=tmp_path / "out")
+
+
+def test_sections_parser() -> None:
+    text = render(find_template("python"), {}).text
+    parts = sections(text)
+    assert {"header", "labels", "help", "post", "environment", "runscript", "test"} <= set(parts)
+    assert "mkdir -p /workspace" in parts["post"]

@@ -4,15 +4,24 @@ The worker runs in a thread because submitit owns the main thread's signals: on 
 signal (USR2 by default) submitit calls `checkpoint()`, which stops the worker with grace 0
 (every claim goes back to its queue at once) and hands submitit a fresh NodeWorker to requeue
 in place of this array task only. The restarted task resumes from the spool: nothing to carry.
+
+SIGTERM (scancel, `scontrol requeue`, the end of a preemption grace time) comes without a
+warning signal; submitit ignores it. We return the claims at once too, so other nodes need not
+wait for the lease, but keep the task alive: the warning signal may still follow (then submitit
+requeues us), and otherwise Slurm's SIGKILL ends the task after KillWait.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
+import time
+from types import FrameType
 from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
+from submitit.slurm.slurm import SlurmJobEnvironment
 
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.errors import SlurmError
@@ -23,6 +32,7 @@ log = logging.getLogger(__name__)
 
 JOIN_POLL_S = 0.5            # the main thread wakes this often so signal handlers run promptly
 PREEMPT_JOIN_TIMEOUT_S = 60.0
+AFTER_TERM_WAIT_S = 300.0    # after SIGTERM, wait this long for the warning signal or SIGKILL
 
 
 class WorkerFailed(SlurmError):
@@ -36,6 +46,7 @@ class NodeWorker(Checkpointable):
         self.task_index = task_index      # global index across split arrays
         self._controller: WorkerController | None = None
         self._thread: threading.Thread | None = None
+        self._terminated = False
 
     def __call__(self) -> int:
         controller = WorkerController()
@@ -50,16 +61,30 @@ class NodeWorker(Checkpointable):
                 outcome["error"] = exc
 
         self._controller = controller
+        if SlurmJobEnvironment.USR_SIG != "TERM" and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
         self._thread = threading.Thread(target=target, name="node-worker", daemon=True)
         self._thread.start()
         while self._thread.is_alive():
             self._thread.join(JOIN_POLL_S)
+        if self._terminated:
+            # Ending now would read as "completed": wait for submitit's requeue or Slurm's kill.
+            deadline = time.monotonic() + AFTER_TERM_WAIT_S
+            while time.monotonic() < deadline:
+                time.sleep(JOIN_POLL_S)
+            raise WorkerFailed(f"node worker {self.task_index}: SIGTERM and no kill after {AFTER_TERM_WAIT_S:.0f}s")
         if "error" in outcome:
             raise WorkerFailed(f"node worker {self.task_index} crashed: {outcome['error']!r}") from outcome["error"]
         code = int(outcome.get("code", 1))
         if code != 0:
             raise WorkerFailed(f"node worker {self.task_index} exited with status {code}; see its events")
         return code
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        log.warning("node worker %s: SIGTERM, returning claims now", self.task_index)
+        self._terminated = True
+        if self._controller is not None:
+            self._controller.stop(0.0)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
         """Preempted or out of time: return every claim now, then let submitit requeue this task."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -45,7 +46,7 @@ class Turn:
     finish_reason: str
     logprob_mode: str
     switched_from: str | None = None   # the backend that failed during this turn, if any
-
+    sent_at: float = 0.0               # unix time the registry was read for this turn
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -59,6 +60,7 @@ class LLMSession:
     max_switches: int = DEFAULT_MAX_SWITCHES
     backend: Backend | None = None
     failed: list[str] = field(default_factory=list)
+    _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
     _http: httpx.AsyncClient | None = field(default=None, repr=False)
     _clients: dict[str, BackendClient] = field(default_factory=dict, repr=False)
 
@@ -101,10 +103,16 @@ class LLMSession:
 
     async def tokenizer(self) -> Any:
         """The policy's tokenizer, loaded offline from the registry's tokenizer/model path."""
-        backend = await self.ensure_backend()
-        path = backend.tokenizer or backend.model
-        if path is None:
-            path = (await self.client(backend).model_info()).model_id
+        while True:
+            backend = await self.ensure_backend()
+            path = backend.tokenizer or backend.model
+            if path is not None:
+                break
+            try:
+                path = (await self.client(backend).model_info()).model_id
+                break
+            except BackendFailed as exc:  # dead before the first turn: move on like a turn would
+                self._switch(backend, str(exc))
         if not Path(path).is_dir():
             raise LLMError(
                 f"backend {backend.url} serves model {path!r}, which is not a local directory: "
@@ -115,20 +123,20 @@ class LLMSession:
     # -- generation ---------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
         """Sample one reply on the task's backend, moving to another one if it fails."""
-        switched_from: str | None = None
         while True:
+            sent_at = time.time()
             backend = await self.ensure_backend()
             try:
                 completion = await self.client(backend).generate(prompt_ids, dict(sampling or {}))
             except BackendFailed as exc:
-                switched_from = backend.url
                 self._switch(backend, str(exc))
                 continue
+            switched_from, self._switched_from = self._switched_from, None
             return Turn(
                 input_ids=list(prompt_ids), output_ids=completion.output_ids,
                 logprobs=completion.logprobs, backend=backend.url,
                 policy_version=backend.policy_version, finish_reason=completion.finish_reason,
-                logprob_mode=completion.logprob_mode, switched_from=switched_from,
+                logprob_mode=completion.logprob_mode, switched_from=switched_from, sent_at=sent_at,
             )
 
     def _switch(self, backend: Backend, reason: str) -> None:
@@ -136,6 +144,7 @@ class LLMSession:
         self.router.release(backend.url)
         self.backend = None
         self.failed.append(backend.url)
+        self._switched_from = backend.url
         self.event("llm_backend_failed", backend=backend.url, reason=reason[:500])
         if len(self.failed) > self.max_switches:
             raise NoBackendAvailable(

@@ -1,0 +1,154 @@
+"""End to end: real serve-llm backends, real local workers, chat jobs, rows in shards.
+
+Balance across 4 backends, stickiness, a backend added mid-run, a backend killed mid-run,
+and a checkpoint swap mid-run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.llm.inflight import read_load
+from orchestrator.llm.local_server import LocalServer, local_servers, start_server
+from orchestrator.llm.registry import BackendRegistry, BackendState
+from tests.llm.e2e import LoadSampler, heavy_tailed_tasks, launch, new_run, rows, submit, wait
+
+WORKERS, RUN_POOL = 4, 4
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[LocalServer]]:
+    with local_servers(4, threads=1) as started:
+        yield started
+
+
+def steady_max_over_mean(samples: list[dict[str, int]], urls: list[str], capacity: int) -> list[float]:
+    """max/mean in flight per backend, over the samples where every run slot was busy."""
+    ratios = []
+    for sample in samples:
+        counts = [sample.get(url, 0) for url in urls]
+        if sum(counts) >= capacity:
+            ratios.append(max(counts) / statistics.mean(counts))
+    return ratios
+
+
+def wait_started(paths, at_least: int, timeout_s: float = 120) -> None:
+    """Until `at_least` tasks were assigned a backend (cluster-wide lifetime count)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(read_load(paths).assigned.values()) < at_least:
+        assert time.monotonic() < deadline, f"fewer than {at_least} tasks started after {timeout_s} s"
+        time.sleep(0.02)
+
+
+def assert_all_ok_and_sticky(found: list[dict], expected: int) -> None:
+    assert len(found) == expected
+    assert [r["error"] for r in found if r["status"] != "ok"] == []
+    for row in found:
+        backends = {t["backend"] for t in row["turns"]}
+        switched = any(t["switched_from"] for t in row["turns"])
+        assert len(backends) == 1 or switched, f"{row['job_id']} moved without a failure: {backends}"
+
+
+def test_balance_with_four_backends_and_four_workers(tmp_path: Path, servers: list[LocalServer]) -> None:
+    paths = new_run(tmp_path)
+    urls = [s.url for s in servers]
+    for url in urls:
+        BackendRegistry.of(paths).add(url)
+    submit(paths, heavy_tailed_tasks(64))
+    with LoadSampler(paths) as sampler:
+        wait(paths, launch(paths, WORKERS, RUN_POOL))
+    found = rows(paths)
+    assert_all_ok_and_sticky(found, 64)
+    assert all(len({t["backend"] for t in r["turns"]}) == 1 for r in found)  # 100% sticky
+    ratios = steady_max_over_mean(sampler.samples, urls, WORKERS * RUN_POOL)
+    assert len(ratios) >= 10, "the run never reached steady state"
+    assert statistics.mean(ratios) <= 1.25, ratios
+    per_backend = Counter(r["turns"][0]["backend"] for r in found)
+    assert set(per_backend) == set(urls)
+
+
+def test_backend_added_mid_run_gets_a_fair_share(tmp_path: Path, servers: list[LocalServer]) -> None:
+    paths = new_run(tmp_path)
+    registry = BackendRegistry.of(paths)
+    for server in servers[:3]:
+        registry.add(server.url)
+    submit(paths, heavy_tailed_tasks(48, seed=1))
+    process = launch(paths, WORKERS, RUN_POOL)
+    wait_started(paths, 12)
+    added_at = time.time()
+    registry.add(servers[3].url)
+    wait(paths, process)
+    found = rows(paths)
+    assert_all_ok_and_sticky(found, 48)
+    later = [r for r in found if r["turns"][0]["sent_at"] > added_at]
+    share = sum(r["turns"][0]["backend"] == servers[3].url for r in later) / len(later)
+    assert len(later) >= 16
+    # Fair is 1/4; the lifetime min-heap would send nearly every later task to it.
+    assert 0.1 <= share <= 0.5, share
+
+
+def test_killed_backend_tasks_finish_on_the_others(tmp_path: Path, servers: list[LocalServer]) -> None:
+    paths = new_run(tmp_path)
+    victim = start_server(threads=1)
+    try:
+        registry = BackendRegistry.of(paths)
+        for url in (victim.url, servers[0].url, servers[1].url):
+            registry.add(url)
+        tasks = heavy_tailed_tasks(24, seed=2)
+        for task in tasks:  # long enough that some are mid-conversation when the kill lands
+            task["sampling"]["max_tokens"] = max(task["sampling"]["max_tokens"], 24)
+        submit(paths, tasks)
+        process = launch(paths, 2, RUN_POOL)
+        wait_started(paths, 3)
+        victim.kill()
+        killed_at = time.time()
+        wait(paths, process)
+    finally:
+        victim.stop()
+    found = rows(paths)
+    assert_all_ok_and_sticky(found, 24)
+    assert registry.read().find(victim.url).state is BackendState.DOWN
+    moved = [r for r in found if any(t["switched_from"] == victim.url for t in r["turns"])]
+    assert moved, "no task was on the killed backend mid-conversation"
+    for row in found:
+        for turn in row["turns"]:
+            if turn["sent_at"] > killed_at + 1.0:
+                assert turn["backend"] != victim.url
+
+
+def test_swap_mid_run_later_turns_carry_the_new_version(tmp_path: Path, servers: list[LocalServer]) -> None:
+    paths = new_run(tmp_path)
+    registry = BackendRegistry.of(paths)
+    urls = [servers[0].url, servers[1].url]
+    for url in urls:
+        registry.add(url, version=3)
+    tasks = heavy_tailed_tasks(24, seed=3)
+    for task in tasks:
+        task["user_turns"] = ["Go on.", "And then?", "Finish."]
+    submit(paths, tasks)
+    process = launch(paths, 2, RUN_POOL)
+    wait_started(paths, 12)  # 8 run slots: some tasks are done, others mid-conversation
+    before = time.time()
+    registry.swap(urls, version=4)
+    after = time.time()
+    wait(paths, process)
+    found = rows(paths)
+    assert_all_ok_and_sticky(found, 24)
+    versions = Counter()
+    for row in found:
+        for turn in row["turns"]:
+            if turn["sent_at"] > after:
+                assert turn["policy_version"] == 4
+            elif turn["sent_at"] < before:
+                assert turn["policy_version"] == 3
+            versions[turn["policy_version"]] += 1
+        assert row["policy_version_min"] == min(t["policy_version"] for t in row["turns"])
+        assert row["policy_version_max"] == max(t["policy_version"] for t in row["turns"])
+    assert versions[3] and versions[4]
+    assert any(r["policy_version_min"] == 3 and r["policy_version_max"] == 4 for r in found)

@@ -53,15 +53,13 @@ def procs_file(path: Path | None) -> str | None:
     return None if path is None else str(path / "cgroup.procs")
 
 
-def join_in_child(procs: str | None) -> None:
-    """preexec_fn body: move the about-to-exec child into the cgroup (inherited by all)."""
-    if procs is None:
-        return
-    fd = os.open(procs, os.O_WRONLY)
-    try:
-        os.write(fd, b"0")  # "0" = the writing process itself
-    finally:
-        os.close(fd)
+def joining_argv(procs: str, argv: list[str]) -> list[str]:
+    """Wrap `argv` so that the process joins the cgroup before exec (inherited by all).
+
+    A shell does the write, instead of a preexec_fn: preexec_fn forces a full fork() of
+    the (large) worker process, while a plain command can use vfork().
+    """
+    return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', procs, *argv]
 
 
 def remove(path: str | Path | None) -> bool:

@@ -111,6 +111,8 @@ async def launch(
             "rlimits": options.limits.rlimits(), "wall_clock_s": options.limits.wall_clock_s,
         }
         procs_file = cgroups.procs_file(cgroup)
+        if procs_file:
+            argv = cgroups.joining_argv(procs_file, argv)
         with open(runtime_dir / "server.log", "wb") as log_file:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
@@ -118,7 +120,6 @@ async def launch(
                 start_new_session=True, cwd=str(workspace),
                 env=dict(os.environ) if pass_host_env else
                 {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-                preexec_fn=(lambda: cgroups.join_in_child(procs_file)) if procs_file else None,
             )
         register_child(proc)
         if status_w is not None:

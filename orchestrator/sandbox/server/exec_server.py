@@ -22,46 +22,78 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING
 
 from .tools.bash import BashSession
-from .tools.editor import Editor
-from .tools.files import Files
-from .tools.python_tool import PythonSession
+
+if TYPE_CHECKING:  # typing costs start-up time; annotations stay strings
+    from typing import Any, Callable, Dict
 
 MAX_REQUEST_BYTES = 96 << 20
 
 
 class Server:
-    def __init__(self, config: Dict[str, Any]) -> None:
+    def __init__(self, config: "Dict[str, Any]") -> None:
         self.secret = str(config["secret"])
         self.socket_path = str(config["socket"])
         cwd = str(config.get("cwd") or os.getcwd())
         env = {str(k): str(v) for k, v in (config.get("env") or {}).items()}
+        self.cwd, self.env = cwd, env
         self.bash = BashSession(cwd, env)
-        self.python = PythonSession(cwd, env)
-        self.editor = Editor(cwd)
-        self.files = Files(cwd)
-        self.tools: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]] = {
+        self._python: "Any" = None
+        self._editor: "Any" = None
+        self._files: "Any" = None
+        self._lazy_lock = threading.Lock()
+        self.tools: "Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]" = {
             "bash": self.bash.run,
-            "python": self.python.run,
-            "editor": self.editor.run,
-            "files": self.files.run,
+            "python": lambda args: self.python.run(args),
+            "editor": lambda args: self.editor.run(args),
+            "files": lambda args: self.files.run(args),
             "interrupt": self.interrupt,
             "ping": lambda args: {"pid": os.getpid(), "time": time.time()},
         }
         self.listener: "socket.socket | None" = None
+
+    # The other tools are imported on first use: sandbox start-up time matters.
+    @property
+    def python(self) -> "Any":
+        with self._lazy_lock:
+            if self._python is None:
+                from .tools.python_tool import PythonSession
+
+                self._python = PythonSession(self.cwd, self.env)
+            return self._python
+
+    @property
+    def editor(self) -> "Any":
+        with self._lazy_lock:
+            if self._editor is None:
+                from .tools.editor import Editor
+
+                self._editor = Editor(self.cwd)
+            return self._editor
+
+    @property
+    def files(self) -> "Any":
+        with self._lazy_lock:
+            if self._files is None:
+                from .tools.files import Files
+
+                self._files = Files(self.cwd)
+            return self._files
 
     def interrupt(self, args: Dict[str, Any]) -> Dict[str, Any]:
         target = args.get("tool", "bash")
         if target == "bash":
             return self.bash.interrupt()
         if target == "python":
-            return self.python.interrupt()
+            return self._python.interrupt() if self._python is not None else {"interrupted": False}
         return {"error": "interrupt works on 'bash' or 'python', not %r" % target}
 
     def stop_tools(self) -> None:
-        for session in (self.bash, self.python):
+        for session in (self.bash, self._python):
+            if session is None:
+                continue
             try:
                 session.stop()
             except Exception:

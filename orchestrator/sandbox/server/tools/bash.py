@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import select
 import signal
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING
 
 from .output import HeadTail, describe_exit
+
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional
 
 try:  # mounted next to this package inside the sandbox; installed on the host
     from ptyprocess import PtyProcess
@@ -48,7 +50,7 @@ class BashSession:
         self.proc: Any = None
         self.seq = 0
         self.nonce = ""
-        self.pattern: "re.Pattern[str] | None" = None
+        self.pattern: "Optional[re.Pattern[str]]" = None
         self.pending = ""
         self.interrupt_requested = threading.Event()
 
@@ -56,7 +58,7 @@ class BashSession:
     def start(self) -> None:
         if PtyProcess is None:
             raise BashError("ptyprocess is not importable inside the sandbox")
-        self.nonce = "__hpc_" + secrets.token_hex(6)
+        self.nonce = "__hpc_" + os.urandom(6).hex()
         self.pattern = re.compile(re.escape(self.nonce) + r":(\d+):(\d+);")
         env = dict(self.env)
         env.update({"TERM": "dumb", "HISTFILE": "/dev/null"})

@@ -16,6 +16,12 @@ from orchestrator.paths import SpoolPaths
 from orchestrator.tickets import CorruptTicket, Ticket
 
 
+# Workers start claiming at a random point among the oldest START_WINDOW tickets, and jump
+# ahead after losing a race, so that they rarely fight over the same ticket.
+START_WINDOW = 255
+SKIP_AFTER_LOST_RACE = 31
+
+
 class Claimer:
     """Claims tickets from one queue directory into one claim directory.
 
@@ -30,18 +36,27 @@ class Claimer:
         self.claims = claims
         self.min_relist_s = min_relist_s
         self._candidates: deque[str] = deque()
+        self._hints: deque[str] = deque()
         self._listed_at = 0.0
 
     def claim(self) -> str | None:
         """Name of a ticket now in the claim directory, or None when the queue looks empty."""
+        while self._hints:
+            name = self._hints.popleft()
+            if fsops.rename(self.queue / name, self.claims / name):
+                return name
         if not self._candidates:
             self._relist()
         while self._candidates:
             name = self._candidates.popleft()
             if fsops.rename(self.queue / name, self.claims / name):
                 return name
-            self._skip(random.randint(0, 7))
+            self._skip(random.randint(1, SKIP_AFTER_LOST_RACE))
         return None
+
+    def hint(self, name: str) -> None:
+        """This process just queued `name`: try it first, without listing the directory."""
+        self._hints.append(name)
 
     def forget(self) -> None:
         """Drop the cached listing (e.g. after this process put tickets back)."""
@@ -55,7 +70,7 @@ class Claimer:
         self._listed_at = now
         names = sorted(fsops.list_names(self.queue))
         if len(names) > 1:
-            start = random.randint(0, min(len(names) - 1, 15))
+            start = random.randint(0, min(len(names) - 1, START_WINDOW))
             names = names[start:] + names[:start]
         self._candidates = deque(names)
 

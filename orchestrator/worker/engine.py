@@ -38,6 +38,7 @@ CANCEL_POLL_S = 0.5
 CANCEL_SWEEP_S = 10.0
 STOP_POLL_S = 1.0
 SWEEP_EVERY_S = 60.0
+MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
 HEARTBEAT_FAILURES_FATAL = 5
 
@@ -62,6 +63,7 @@ class Worker:
         )
         self.info = base_info(self.node, self.options.launch_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
+        self.claimers = {s: Claimer(self._queue_of(s), self.box.dir) for s in Stage}
         self.busy = {s: 0 for s in Stage}
         self.wake = {s: asyncio.Event() for s in Stage}
         self.counters: dict[str, int] = {"claimed": 0, "finished": 0, "failed": 0, "requeued": 0}
@@ -267,8 +269,8 @@ class Worker:
         return {Stage.INIT: self.paths.init_queue, Stage.RUN: self.run_queue, Stage.EVAL: self.paths.eval_queue}[stage]
 
     async def _dispatch(self, stage: Stage) -> None:
-        claimer = Claimer(self._queue_of(stage), self.box.dir)
-        backoff = 0.002
+        claimer = self.claimers[stage]
+        backoff = MIN_IDLE_BACKOFF_S
         while True:
             await self.slots[stage].acquire()
             if stage is Stage.INIT:
@@ -279,11 +281,14 @@ class Worker:
                 self.wake[stage].clear()
                 try:
                     await asyncio.wait_for(self.wake[stage].wait(), timeout=backoff)
+                    backoff = MIN_IDLE_BACKOFF_S  # woken by work of our own
                 except asyncio.TimeoutError:
-                    pass
-                backoff = min(backoff * 2, MAX_IDLE_BACKOFF_S)
+                    backoff = min(backoff * 2, MAX_IDLE_BACKOFF_S)
                 continue
-            backoff = 0.002
+            backoff = MIN_IDLE_BACKOFF_S
+            if stage is Stage.RUN:
+                self.prepared_seen = max(0, self.prepared_seen - 1)
+                self.wake[Stage.INIT].set()
             self._start(stage, name, holds_slot=True)
 
     def _start(self, stage: Stage, name: str, holds_slot: bool) -> None:
@@ -291,15 +296,34 @@ class Worker:
         self.busy[stage] += 1
         task = asyncio.create_task(self._process(stage, name), name=f"{stage.value}:{name}")
         self.running[name] = (task, stage)
-        task.add_done_callback(lambda _t: self._slot_done(stage, name, holds_slot))
+        task.add_done_callback(lambda done: self._slot_done(stage, name, holds_slot, done))
 
-    def _slot_done(self, stage: Stage, name: str, holds_slot: bool) -> None:
+    def _slot_done(self, stage: Stage, name: str, holds_slot: bool, task: asyncio.Task[None]) -> None:
         self.busy[stage] -= 1
-        self.running.pop(name, None)
-        self._tickets_in_flight.pop(name, None)
-        self.user_cancelled.discard(name)
+        if self.running.get(name, (None,))[0] is task:  # not yet handed to its next stage here
+            self.running.pop(name, None)
+            self._tickets_in_flight.pop(name, None)
+            self.user_cancelled.discard(name)
         if holds_slot:
             self.slots[stage].release()
+
+    async def _hand_off(self, ticket: Ticket, stage: Stage) -> bool:
+        """Go on with `stage` in this process when one of its slots is free.
+
+        Skips a queue round trip (a rename out, a rename back in, a race with other
+        workers). INIT -> RUN needs no write at all: should this worker die, recovery sends
+        the job back to INIT either way. RUN -> EVAL saves the RUN output first.
+        """
+        if stage not in self.options.stages or self.stopping.is_set() or self.slots[stage].locked():
+            return False
+        await self.slots[stage].acquire()  # free: returns at once
+        ticket.stage = stage
+        ticket.enqueued_at = time.time()
+        if stage is Stage.EVAL:
+            self.box.save(ticket)
+        self.written[ticket.name] = ticket
+        self._start(stage, ticket.name, holds_slot=True)
+        return True
 
     async def _wait_for_room(self) -> None:
         """Backpressure: INIT waits while the node's run queue (and the sandbox budget) is full."""
@@ -380,9 +404,11 @@ class Worker:
             await self._end_early(ticket, ctx, outcome.status, outcome.error, outcome.output)
         elif stage is Stage.INIT:
             ticket.node = self.node
-            self._advance(ticket, Stage.RUN)
+            if not await self._hand_off(ticket, Stage.RUN):
+                self._advance(ticket, Stage.RUN)
         elif stage is Stage.RUN:
-            self._advance(ticket, Stage.EVAL)
+            if not await self._hand_off(ticket, Stage.EVAL):
+                self._advance(ticket, Stage.EVAL)
         else:
             self._finish(ticket, handler, outcome.error, ctx, outcome.status)
 
@@ -398,6 +424,7 @@ class Worker:
         if stage is Stage.RUN:
             self.prepared_seen += 1  # counted now; the periodic listing corrects it
         self.written[ticket.name] = ticket
+        self.claimers[stage].hint(ticket.name)
         self.wake[stage].set()
         self.wake[Stage.INIT].set()
 

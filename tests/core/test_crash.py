@@ -19,6 +19,10 @@ def claims_of(paths, process) -> int:
     return sum(len(os.listdir(d)) for d in paths.active.glob(f"*-{process.pid}-*") if d.is_dir())
 
 
+def started_runs(paths) -> int:
+    return sum(f.read_text().count('"event":"run_started"') for f in paths.events.glob("*.jsonl"))
+
+
 def test_sigkill_mid_run_every_job_ends_exactly_once(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shards.max_rows": 7})
     profile = {"init": 0.02, "run": {"uniform": [0.05, 0.4]}, "eval": 0.02, "seed": 3}
@@ -52,7 +56,7 @@ def test_stop_signals_return_unfinished_work_and_exit_zero(tmp_path: Path, signu
     paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 0.5})
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 30}}] * 6))
     worker = start_worker(paths, "--run-pool", "3")
-    wait_until(lambda: claims_of(paths, worker) == 3, 30, "three running jobs")
+    wait_until(lambda: started_runs(paths) == 3, 30, "three jobs in RUN")
     os.killpg(worker.pid, signum)
     assert worker.wait(timeout=30) == 0
     # nothing lost, nothing claimed: every job is back in a queue, not counted as a failed attempt
@@ -76,7 +80,7 @@ def test_grace_period_lets_running_stages_finish(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 20})
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 1.0}}] * 2))
     worker = start_worker(paths)
-    wait_until(lambda: claims_of(paths, worker) == 2, 30, "two running jobs")
+    wait_until(lambda: started_runs(paths) == 2, 30, "two jobs in RUN")
     os.killpg(worker.pid, signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
     assert sorted(r["status"] for r in rows(paths)) == ["ok", "ok"]

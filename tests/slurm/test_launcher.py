@@ -1,0 +1,116 @@
+"""Launch plumbing without a cluster: options, array splitting, dry run, local fallback, degradation."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import cli
+from orchestrator.slurm import cluster, launcher, queries
+from orchestrator.slurm.errors import LaunchError, SlurmUnavailable
+from orchestrator.slurm.node_job import NodeWorker
+from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
+from orchestrator.slurm.timespec import parse_minutes
+from orchestrator.worker.options import WorkerOptions
+from tests.core.util import make_run, write_jsonl
+
+
+@pytest.mark.parametrize("text,minutes", [("30", 30), ("04:00:00", 240), ("1:30", 2), ("2-00", 2880),
+                                          ("1-02:03", 1563), ("1-00:00:01", 1441)])
+def test_slurm_time_formats(text: str, minutes: int) -> None:
+    assert parse_minutes(text) == minutes
+
+
+def test_bad_time_names_the_formats() -> None:
+    with pytest.raises(ValueError, match="HH:MM:SS"):
+        parse_minutes("4h")
+
+
+def test_arrays_are_split_below_max_array_size() -> None:
+    assert launcher.chunks(2500, 1001) == [(0, 1001), (1001, 1001), (2002, 498)]
+    assert launcher.chunks(4, 1001) == [(0, 4)]
+
+
+def test_sbatch_pairs_and_reserved_keys() -> None:
+    assert parse_sbatch_pairs(["constraint=a100", "--hint=nomultithread", "exclusive"]) == (
+        ("constraint", "a100"), ("hint", "nomultithread"), ("exclusive", ""))
+    with pytest.raises(LaunchError, match="reserved"):
+        parse_sbatch_pairs(["array=0-3"])
+    with pytest.raises(LaunchError, match="USR1"):
+        LaunchOptions(nodes=1, signal="KILL")
+    with pytest.raises(LaunchError, match="--time"):
+        LaunchOptions(nodes=1, time="soon")
+
+
+def test_node_worker_pickles_without_its_thread() -> None:
+    worker = NodeWorker("/spool/run", WorkerOptions(launch_id="L"), 7)
+    copy = pickle.loads(pickle.dumps(worker))
+    assert (copy.run_dir, copy.task_index, copy.options.launch_id) == ("/spool/run", 7, "L")
+
+
+def test_dry_run_writes_the_batch_script(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    result = CliRunner().invoke(cli, [
+        "launch", str(paths.root), "--nodes", "3", "--partition", "debug", "--time", "02:00:00",
+        "--signal", "USR1", "--signal-delay", "60", "--setup", "module load x", "--sbatch", "constraint=a100",
+        "--stages", "eval", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    script = Path(result.output.split("batch script(s):")[1].split()[0])
+    lines = script.read_text().splitlines()
+    for line in ("#SBATCH --array=0-2%3", "#SBATCH --partition=debug", "#SBATCH --time=120",
+                 "#SBATCH --signal=USR1@60", "#SBATCH --requeue", "#SBATCH --exclusive",
+                 "#SBATCH --constraint=a100", "#SBATCH --open-mode=append", "module load x",
+                 "export SUBMITIT_PREEMPT_SIGNAL=USR1"):
+        assert line in lines, line
+    record = json.loads((script.parent / "slurm.json").read_text())
+    assert record["dry_run"] and record["arrays"][0]["size"] == 3
+    assert not list(script.parent.glob("*.pkl")), "a dry run submits nothing"
+
+
+def test_dry_run_splits_large_arrays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = make_run(tmp_path / "run")
+    monkeypatch.setattr(launcher, "max_array_size", lambda: 3)
+    result = launcher.launch(paths.root, LaunchOptions(nodes=7), WorkerOptions(), dry_run=True)
+    assert [(a.first_index, a.size) for a in result.arrays] == [(0, 3), (3, 3), (6, 1)]
+    assert "#SBATCH --array=0-2%3" in result.arrays[0].script.read_text()
+
+
+def test_without_slurm_launch_runs_the_workers_locally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.cli import slurm_launch
+
+    paths = make_run(tmp_path / "run")
+    write_jsonl(tmp_path / "tasks.jsonl", [{"handler": "sleep", "instance": {"run": 0.05}}] * 4)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["submit", str(paths.root), str(tmp_path / "tasks.jsonl")]).exit_code == 0
+    monkeypatch.setattr(slurm_launch, "slurm_available", lambda: False)
+    result = runner.invoke(cli, ["launch", str(paths.root), "--nodes", "2", "--wait"])
+    assert result.exit_code == 0, result.output
+    assert "no Slurm on this machine" in result.output and "local worker" in result.output
+    assert "drained" in result.output
+
+
+def test_launch_without_slurm_or_run_dir_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launcher, "slurm_available", lambda: False)
+    paths = make_run(tmp_path / "run")
+    with pytest.raises(SlurmUnavailable, match="launch --local"):
+        launcher.launch(paths.root, LaunchOptions(nodes=1), WorkerOptions())
+    with pytest.raises(LaunchError, match="hpc-rollout init"):
+        launcher.launch(tmp_path / "nothing", LaunchOptions(nodes=1), WorkerOptions(), dry_run=True)
+
+
+def test_queries_degrade_without_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: None)
+    worker = {"alive": True, "worker_id": "w", "node": "n1", "slurm_array_job_id": "5", "slurm_array_task_id": "0"}
+    assert queries.slurm_warnings([worker]) == []
+    assert queries.accounted_states(["5"]) == {}
+    assert queries.still_queued(["5"]) == []
+
+
+def test_task_of_a_worker() -> None:
+    assert queries.task_of({"slurm_array_job_id": "12", "slurm_array_task_id": "3", "slurm_job_id": "15"}) == "12_3"
+    assert queries.task_of({"slurm_job_id": "15"}) == "15"
+    assert queries.task_of({}) is None

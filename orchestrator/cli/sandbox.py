@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import click
 
@@ -92,22 +94,28 @@ def register(cli: click.Group) -> None:
     register_image_commands(cli)
 
 
-async def _open(runtime: str, options: dict[str, Any], workspace: str | None) -> Any:
+@contextlib.asynccontextmanager
+async def _open(runtime: str, options: dict[str, Any], workspace: str | None) -> AsyncIterator[Any]:
+    """A sandbox with a throw-away workspace (kept when --workspace names one)."""
     from orchestrator.paths import SpoolPaths
     from orchestrator.sandbox.api import start_sandbox
 
     scratch = Path(tempfile.mkdtemp(prefix="hpc-rollout-cli-"))
     options = dict(options, workspace=workspace or str(scratch / "workspace"))
-    return await start_sandbox(runtime, job_id=f"cli-{os.getpid()}", paths=SpoolPaths.of(scratch), **options)
+    try:
+        sandbox = await start_sandbox(runtime, job_id=f"cli-{os.getpid()}", paths=SpoolPaths.of(scratch), **options)
+        try:
+            yield sandbox
+        finally:
+            await sandbox.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def _exec(runtime: str, options: dict[str, Any], workspace: str | None, command: str,
                 timeout: float) -> int:
-    sandbox = await _open(runtime, options, workspace)
-    try:
+    async with _open(runtime, options, workspace) as sandbox:
         result = await sandbox.bash(command, timeout=timeout, max_output=10_000_000)
-    finally:
-        await sandbox.close()
     click.echo(result.output, nl=False)
     if result.error or result.timed_out or result.limit:
         click.echo(f"[sandbox] {result.error or ''} timed_out={result.timed_out} limit={result.limit}", err=True)
@@ -115,10 +123,9 @@ async def _exec(runtime: str, options: dict[str, Any], workspace: str | None, co
 
 
 async def _shell(runtime: str, options: dict[str, Any], workspace: str | None) -> None:
-    sandbox = await _open(runtime, options, workspace)
-    click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace']}); "
-               "Ctrl-D to leave", err=True)
-    try:
+    async with _open(runtime, options, workspace) as sandbox:
+        click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace']}); "
+                   "Ctrl-D to leave", err=True)
         loop = asyncio.get_running_loop()
         while True:
             line = await loop.run_in_executor(None, _prompt)
@@ -130,8 +137,6 @@ async def _shell(runtime: str, options: dict[str, Any], workspace: str | None) -
             click.echo(result.output, nl=False)
             if result.exit_code:
                 click.echo(f"[exit {result.exit_code}]", err=True)
-    finally:
-        await sandbox.close()
 
 
 def _prompt() -> str | None:

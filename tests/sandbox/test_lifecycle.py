@@ -260,3 +260,30 @@ def test_local_runtime_warns_and_runs_on_host(spool: SpoolPaths, caplog: pytest.
     workspace = spool.job_dir("l-000001-000") / "workspace"
     assert result.output == f"{workspace}\n{workspace}\n"
     assert any("WITHOUT isolation" in r.message for r in caplog.records)
+
+
+def test_directory_image_is_the_root_read_only(spool: SpoolPaths, tmp_path: Path) -> None:
+    """An image directory (here: host /usr hard-linked, a private /etc) becomes the sandbox's /."""
+    image = tmp_path / "image"
+    image.mkdir()
+    import subprocess as sp
+
+    sp.run(["cp", "-al", "/usr", str(image / "usr")], check=True)
+    for name in ("bin", "lib", "lib64", "sbin"):
+        (image / name).symlink_to(f"usr/{name}")
+    (image / "etc").mkdir()
+    (image / "etc" / "image-marker").write_text("from the image\n")
+    (image / "proc").mkdir()      # skipped: the sandbox gets its own
+
+    async def scenario() -> list[Any]:
+        sb = await started(spool, image=str(image))
+        try:
+            return [await sb.bash("cat /etc/image-marker; ls /etc; ls -d /workspace /tmp | cat"),
+                    await sb.bash("touch /etc/x"), await sb.python("6 * 7")]
+        finally:
+            await sb.close()
+
+    listing, denied, python = run(scenario())
+    assert listing.output == "from the image\nimage-marker\n/tmp\n/workspace\n", listing
+    assert denied.exit_code != 0 and "Read-only" in denied.output
+    assert python.result == "42"

@@ -1,0 +1,92 @@
+"""`launch --nodes` on the real cluster (4 emulated nodes): throughput, preemption, requeue, stop."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import RunConfig
+from orchestrator.slurm.queries import slurm_warnings
+from orchestrator.status import snapshot
+from tests.core.util import cli, wait_until
+from tests.slurm.conftest import JobJanitor
+from tests.slurm.util import (
+    NODES, events, exactly_once, heartbeats, launch, logs_containing, queued, rows, sleep_run, wait_rows,
+)
+
+pytestmark = pytest.mark.slurm
+
+
+def test_200_sleep_jobs_on_4_nodes_then_stop_drains(run_root: Path, janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=200, run_s=0.2)
+    array, out = launch(paths, "--nodes", "4")
+    janitor.add(array)
+    assert "tail -F" in out and f"{array}_0_0_log.out" in out
+    table = wait_rows(paths, 200)
+    exactly_once(table, 200)
+    assert set(table["node"]) == NODES, Counter(table["node"])
+
+    beats = heartbeats(paths)
+    assert {b["slurm_array_job_id"] for b in beats} == {array}
+    assert {b["slurm_array_task_id"] for b in beats} == {"0", "1", "2", "3"}
+    assert {b["node"] for b in beats} == NODES
+    # Healthy workers and tasks: status has nothing to say about Slurm.
+    assert slurm_warnings(snapshot(paths, RunConfig.load(paths.run_config), with_rows=False).workers) == []
+
+    cli("stop", str(paths.root))            # drain: the tasks end by themselves, COMPLETED
+    wait_until(lambda: not queued(array), 60, "the drained tasks to leave squeue")
+    assert logs_containing(paths, "Job completed successfully")
+
+
+@pytest.mark.parametrize("how", ["preempt", "requeue"])
+def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Path, janitor: JobJanitor) -> None:
+    jobs = 200
+    paths = sleep_run(run_root, jobs=jobs, run_s=1.5)
+    array, _ = launch(paths, "--nodes", "4", "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2")
+    janitor.add(array)
+    wait_until(lambda: len(events(paths, "finished")) >= 30, 180, "30 finished jobs")
+    if how == "preempt":
+        # All 4 nodes are held exclusively: a job in the higher-tier partition preempts one task.
+        high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-o", "/dev/null", "--wrap", "sleep 2"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        janitor.add(high.split(";")[0])
+        wait_until(lambda: bool(logs_containing(paths, "this job is preempted")), 120, "a preempted task")
+    else:
+        subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True, timeout=30)
+        wait_until(lambda: bool(logs_containing(paths, "SIGTERM, returning claims now")), 120, "the SIGTERM")
+
+    # The requeued task returned its claims at once and started a fresh worker that claims jobs.
+    assert events(paths, "returned")
+    wait_until(lambda: len(events(paths, "worker_started")) >= 5, 180, "the requeued task to restart")
+    restarted = [b for b in heartbeats(paths) if int(b.get("slurm_restart_count", 0)) >= 1]
+    assert restarted and restarted[0]["slurm_array_job_id"] == array
+    table = wait_rows(paths, jobs)
+    exactly_once(table, jobs)
+    assert restarted[0]["worker_id"] in set(table["worker"]), "the restarted worker resumed from the spool"
+
+    result = cli("stop", str(paths.root), "--cancel")
+    assert "all workers stopped" in result.stdout
+    assert queued(array) == []
+
+
+def test_stop_cancel_removes_pending_and_running_tasks(run_root: Path, janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=0, run_s=0.1)
+    array, _ = launch(paths, "--nodes", "6")      # 4 nodes: two tasks wait, PENDING
+    janitor.add(array)
+    wait_until(lambda: len([b for b in heartbeats(paths) if b.get("state") == "running"]) == 4, 120, "4 workers")
+    assert len(queued(array)) == 6
+    cli("stop", str(paths.root), "--cancel")
+    assert queued(array) == []
+
+
+def test_status_flags_a_worker_whose_task_left_slurm(janitor: JobJanitor) -> None:
+    job = janitor.add(subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
+    wait_until(lambda: not queued(job), 60, "the job to finish")
+    ghost = {"alive": True, "worker_id": "ghost", "node": "node1", "slurm_job_id": job}
+    warnings = slurm_warnings([ghost])
+    assert any(job in w and "ghost" in w and ("left the queue" in w or "gone from squeue" in w) for w in warnings), warnings
+    assert slurm_warnings([{**ghost, "alive": False}]) == []

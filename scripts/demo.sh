@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job end to end on this machine (local workers, no Slurm, no GPU): installs the
+# package (and a CPU torch if none is installed), then runs `hpc-rollout demo`: real chat jobs
+# against `serve-llm --tiny`. Extra arguments go to `hpc-rollout demo`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# torch pinned to a CPU build: an unpinned install could pull gigabytes of CUDA packages.
+python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
+python -m pip install -q -e .
+exec hpc-rollout demo "$@"

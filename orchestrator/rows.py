@@ -36,7 +36,7 @@ SCHEMA = pa.schema([
     ("prompt_ids", pa.list_(pa.int32())),
     ("response_ids", pa.list_(pa.int32())),
     ("response_mask", pa.list_(pa.int8())),  # 1 = sampled by the model, 0 = observation/tool
-    ("logprobs", pa.list_(pa.float32())),    # aligned with the mask-1 tokens of response_ids
+    ("logprobs", pa.list_(pa.float32())),    # aligned with response_ids; 0.0 where the mask is 0
     ("turns", pa.list_(TURN_TYPE)),
     ("policy_version_min", pa.int64()),
     ("policy_version_max", pa.int64()),

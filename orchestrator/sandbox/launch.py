@@ -109,6 +109,7 @@ async def launch(
             "cwd": inside_workspace or str(workspace),
             "env": spec.sandbox_env(inside_workspace or str(workspace)),
             "rlimits": options.limits.rlimits(), "wall_clock_s": options.limits.wall_clock_s,
+            "command_timeout_s": options.limits.command_timeout_s,
         }
         procs_file = cgroups.procs_file(cgroup)
         if procs_file:

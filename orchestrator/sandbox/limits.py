@@ -26,6 +26,8 @@ _BOUNDS: dict[str, tuple[float, float, float, str]] = {
     "command_timeout_s": (120, 0.1, 86400, "seconds per tool call, by default"),
 }
 
+FLOAT_LIMITS = {"wall_clock_s", "command_timeout_s"}
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -35,8 +37,8 @@ class Limits:
     processes: int = 256
     open_files: int = 4096
     tmp_mb: int = 512
-    wall_clock_s: float = 4 * 3600
-    command_timeout_s: float = 120
+    wall_clock_s: float = 4 * 3600.0
+    command_timeout_s: float = 120.0
 
     @classmethod
     def parse(cls, value: "Limits | dict[str, Any] | None", **overrides: Any) -> "Limits":
@@ -61,8 +63,7 @@ class Limits:
                 raise SandboxConfigError(
                     f"limit {name}={raw!r} is outside [{low:g}, {high:g}] ({unit})"
                 )
-            is_int = isinstance(getattr(cls(), name), int)
-            checked[name] = int(number) if is_int else number
+            checked[name] = number if name in FLOAT_LIMITS else int(number)
         return replace(base, **checked)
 
     def rlimits(self) -> dict[str, int]:

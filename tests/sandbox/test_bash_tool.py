@@ -120,3 +120,12 @@ def test_bad_arguments_come_back_as_errors(spool: SpoolPaths) -> None:
     assert "command" in missing["error"]
     assert "unknown tool" in unknown["error"]
     assert fine.output == "still fine\n"
+
+
+def test_sandbox_default_command_timeout_applies(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        return [await sb.bash("sleep 30"), await sb.python("import time\ntime.sleep(30)")]
+
+    bash, python = with_sandbox(spool, body, command_timeout_s=0.5)
+    assert bash.timed_out and bash.exit_code == 130
+    assert python.timed_out and "KeyboardInterrupt" in (python.error or "")

@@ -19,6 +19,7 @@ import os
 import resource
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -39,7 +40,8 @@ class Server:
         cwd = str(config.get("cwd") or os.getcwd())
         env = {str(k): str(v) for k, v in (config.get("env") or {}).items()}
         self.cwd, self.env = cwd, env
-        self.bash = BashSession(cwd, env)
+        self.command_timeout = config.get("command_timeout_s")
+        self.bash = BashSession(cwd, env, config.get("command_timeout_s"))
         self._python: "Any" = None
         self._editor: "Any" = None
         self._files: "Any" = None
@@ -61,7 +63,7 @@ class Server:
             if self._python is None:
                 from .tools.python_tool import PythonSession
 
-                self._python = PythonSession(self.cwd, self.env)
+                self._python = PythonSession(self.cwd, self.env, self.command_timeout)
             return self._python
 
     @property
@@ -131,6 +133,9 @@ class Server:
     def handle(self, conn: socket.socket) -> None:
         reader = conn.makefile("rb")
         try:
+            if not same_user(conn):
+                conn.sendall(b'{"ok": false, "error": "connections from other users are refused"}\n')
+                return
             first = reader.readline(4096)
             try:
                 auth = json.loads(first).get("auth", "")
@@ -173,6 +178,16 @@ class Server:
         except Exception as exc:  # a tool bug must not take the server down
             result = {"error": "%s: %s" % (type(exc).__name__, exc)}
         return {"id": rid, "ok": True, "result": result}
+
+
+def same_user(conn: socket.socket) -> bool:
+    """SO_PEERCRED: only our own user (as mapped into this namespace) may connect."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return True  # not available: the secret and the 0700 directory still protect us
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid == os.getuid()
 
 
 def apply_limits(limits: Dict[str, int]) -> None:

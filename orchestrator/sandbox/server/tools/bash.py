@@ -43,7 +43,8 @@ class BashError(Exception):
 
 
 class BashSession:
-    def __init__(self, cwd: str, env: Dict[str, str]) -> None:
+    def __init__(self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None) -> None:
+        self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
         self.cwd = cwd
         self.env = dict(env)
         self.lock = threading.Lock()
@@ -151,7 +152,7 @@ class BashSession:
         command = args.get("command")
         if not isinstance(command, str):
             return {"error": "bash needs a 'command' string"}
-        timeout = float(args.get("timeout") or DEFAULT_TIMEOUT)
+        timeout = float(args.get("timeout") or self.default_timeout)
         idle = float(args.get("idle_timeout") or DEFAULT_IDLE_TIMEOUT)
         max_output = int(args.get("max_output") or DEFAULT_MAX_OUTPUT)
         with self.lock:

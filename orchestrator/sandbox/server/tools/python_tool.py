@@ -22,7 +22,8 @@ REPL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_repl.py"
 
 
 class PythonSession:
-    def __init__(self, cwd: str, env: Dict[str, str]) -> None:
+    def __init__(self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None) -> None:
+        self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
         self.cwd = cwd
         self.env = dict(env)
         self.lock = threading.Lock()
@@ -91,7 +92,7 @@ class PythonSession:
         code = args.get("code")
         if not isinstance(code, str):
             return {"error": "python needs a 'code' string"}
-        timeout = float(args.get("timeout") or DEFAULT_TIMEOUT)
+        timeout = float(args.get("timeout") or self.default_timeout)
         max_output = int(args.get("max_output") or DEFAULT_MAX_OUTPUT)
         with self.lock:
             self.interrupt_requested.clear()

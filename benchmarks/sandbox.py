@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.paths import SpoolPaths
 from orchestrator.sandbox.api import start_sandbox
+from orchestrator.sandbox.process import ProcessSandbox
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -97,7 +98,7 @@ async def bench_concurrent(spool: SpoolPaths, target: int) -> int:
         *(start_sandbox("bwrap", job_id=f"bench-many-{i}", paths=spool) for i in range(target)),
         return_exceptions=True,
     )
-    sandboxes = [r for r in results if not isinstance(r, BaseException)]
+    sandboxes = [r for r in results if isinstance(r, ProcessSandbox)]
     try:
         answers = await asyncio.gather(*(s.bash("echo $HPC_ROLLOUT_LOOPBACK") for s in sandboxes))
         alive = sum(1 for s, a in zip(sandboxes, answers) if a.exit_code == 0 and s.alive())

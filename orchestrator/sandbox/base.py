@@ -78,9 +78,11 @@ class Sandbox(abc.ABC):
         """view | create | str_replace | insert | undo on `path` (relative to /workspace)."""
         args: dict[str, Any] = {"command": command, "path": path}
         for key, value in (("file_text", file_text), ("old_str", old_str), ("new_str", new_str),
-                           ("insert_line", insert_line), ("view_range", view_range)):
+                           ("insert_line", insert_line)):
             if value is not None:
-                args[key] = list(value) if key == "view_range" else value
+                args[key] = value
+        if view_range is not None:
+            args["view_range"] = list(view_range)
         return ToolResult.from_reply(await self.call("editor", args))
 
     async def upload(

@@ -42,7 +42,7 @@ async def _read_line(fd: int, timeout: float) -> bytes:
     deadline = loop.time() + timeout
     while b"\n" not in buffer:
         ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        loop.add_reader(fd, _resolve, ready)
         try:
             await asyncio.wait_for(ready, max(0.0, deadline - loop.time()))
         except asyncio.TimeoutError:
@@ -57,6 +57,11 @@ async def _read_line(fd: int, timeout: float) -> bytes:
             break
         buffer += chunk
     return buffer
+
+
+def _resolve(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _log_tail(path: Path, limit: int = 2000) -> str:

@@ -62,3 +62,16 @@ def test_addresses_bind_side_by_side() -> None:
             s.close()
         loopback.release(a)
         loopback.release(b)
+
+
+def test_limits_keep_fractional_timeouts_and_reject_nonsense() -> None:
+    import pytest
+
+    from orchestrator.sandbox.errors import SandboxConfigError
+    from orchestrator.sandbox.limits import Limits
+
+    limits = Limits.parse({"command_timeout_s": 0.5, "memory_mb": "2048"}, wall_clock_s=90.5)
+    assert (limits.command_timeout_s, limits.memory_mb, limits.wall_clock_s) == (0.5, 2048, 90.5)
+    assert limits.rlimits()["RLIMIT_AS"] == 2048 << 20
+    with pytest.raises(SandboxConfigError, match="not a number"):
+        Limits.parse({"cpu_seconds": "lots"})

@@ -187,7 +187,7 @@ def same_user(conn: socket.socket) -> bool:
     except OSError:
         return True  # not available: the secret and the 0700 directory still protect us
     _, uid, _ = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    return int(uid) == os.getuid()
 
 
 def apply_limits(limits: Dict[str, int]) -> None:

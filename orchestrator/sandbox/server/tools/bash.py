@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 try:  # mounted next to this package inside the sandbox; installed on the host
     from ptyprocess import PtyProcess
 except ImportError:  # pragma: no cover - the runtime always provides it
-    PtyProcess = None  # type: ignore[assignment,misc]
+    PtyProcess = None
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_IDLE_TIMEOUT = 0.0   # 0: no no-output timeout unless asked for

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 
-def run_cell(code: str, namespace: dict, capture_path: str) -> dict:
+def run_cell(code: str, namespace: "dict[str, object]", capture_path: str) -> "dict[str, object]":
     out, err = io.StringIO(), io.StringIO()
     raw_start = os.lseek(1, 0, os.SEEK_END)
     result = None
@@ -27,7 +27,9 @@ def run_cell(code: str, namespace: dict, capture_path: str) -> dict:
         tree = ast.parse(code, "<cell>", "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+            final = tree.body.pop()
+            assert isinstance(final, ast.Expr)
+            last = ast.Expression(final.value)
         exec(compile(tree, "<cell>", "exec"), namespace)
         if last is not None:
             value = eval(compile(last, "<cell>", "eval"), namespace)
@@ -41,11 +43,12 @@ def run_cell(code: str, namespace: dict, capture_path: str) -> dict:
         error = "".join(l for l in lines if "python_repl.py" not in l)
     finally:
         sys.stdout, sys.stderr = old_out, old_err
-    try:
-        sys.__stdout__.flush()
-        sys.__stderr__.flush()
-    except Exception:
-        pass
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            try:
+                stream.flush()
+            except Exception:
+                pass
     with open(capture_path, "rb") as fh:
         fh.seek(raw_start)
         raw = fh.read().decode("utf-8", "replace")
@@ -56,7 +59,7 @@ def main() -> None:
     req_fd, res_fd, capture_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     requests = os.fdopen(req_fd, "r", encoding="utf-8")
     responses = os.fdopen(res_fd, "w", encoding="utf-8")
-    namespace = {"__name__": "__main__"}
+    namespace: "dict[str, object]" = {"__name__": "__main__"}
     while True:
         try:
             line = requests.readline()

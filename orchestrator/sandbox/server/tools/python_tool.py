@@ -27,7 +27,7 @@ class PythonSession:
         self.cwd = cwd
         self.env = dict(env)
         self.lock = threading.Lock()
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: "Optional[subprocess.Popen[bytes]]" = None
         self.req_w = -1
         self.res_r = -1
         self.buffer = b""
@@ -86,7 +86,8 @@ class PythonSession:
                 return "eof"
             self.buffer += data
         line, self.buffer = self.buffer.split(b"\n", 1)
-        return json.loads(line)
+        answer: Dict[str, Any] = json.loads(line)
+        return answer
 
     def run(self, args: Dict[str, Any]) -> Dict[str, Any]:
         code = args.get("code")

@@ -139,3 +139,36 @@ def test_missing_binary_and_missing_image_name_the_fix(tmp_path: Path, monkeypat
     spec = LaunchSpec("x", "j", tmp_path, tmp_path, tmp_path, SandboxOptions.parse(), "127.1.1.1")
     with pytest.raises(SandboxConfigError, match="needs an image"):
         apptainer.build_argv(spec)
+
+
+BUILD_STAND_IN = """#!{python}
+import json, os, sys
+with open(os.environ["ARGV_LOG"], "a") as fh:
+    fh.write(json.dumps(sys.argv) + "\\n")
+if sys.argv[1:3] == ["build", "--fakeroot"]:
+    with open(sys.argv[3], "w") as out:
+        out.write("SIF built from " + open(sys.argv[4]).read().splitlines()[0])
+"""
+
+
+def test_image_build_sif_runs_apptainer_build_fakeroot(stand_in: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+
+    script = stand_in / "apptainer"
+    script.write_text(BUILD_STAND_IN.format(python=sys.executable))
+    script.chmod(0o755)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["image", "build", "python", "--out", str(out),
+                                      "--set", "bootstrap=docker"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("built ") and "(scratch" in result.output
+    argv = json.loads(Path(os.environ["ARGV_LOG"]).read_text().splitlines()[-1])
+    images = sorted(out.glob("python-versioned-*.sif"))
+    assert len(images) == 1 and images[0].read_text() == "SIF built from Bootstrap: docker"
+    assert argv[:3] == [str(script), "build", "--fakeroot"]
+    assert Path(argv[3]).parent == out and Path(argv[3]).name.startswith(".python-versioned-")
+    assert argv[4] == str(images[0]).removesuffix(".sif") + ".sif.def" and len(argv) == 5
+    again = CliRunner().invoke(cli, ["image", "build", "python", "--out", str(out), "--set", "bootstrap=docker"])
+    assert again.output.startswith("reused ")

@@ -168,3 +168,52 @@ def test_sections_parser() -> None:
     parts = sections(text)
     assert {"header", "labels", "help", "post", "environment", "runscript", "test"} <= set(parts)
     assert "mkdir -p /workspace" in parts["post"]
+
+
+LAYER_TEMPLATE = """{% include "_header.def.j2" %}
+
+%post
+    echo "layer for {{ framework_version }}" > /layer.txt
+"""
+
+
+def _tiny_rootfs(root: Path) -> None:
+    """A rootfs with just /bin/sh (dash and the C library): enough to run a %post."""
+    import shutil
+
+    libs = root / "usr" / "lib" / "x86_64-linux-gnu"
+    libs.mkdir(parents=True)
+    (root / "usr" / "bin").mkdir()
+    (root / "usr" / "lib64").mkdir()
+    shutil.copy2("/usr/bin/dash", root / "usr" / "bin" / "sh")
+    shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6", libs / "libc.so.6")
+    shutil.copy2("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", libs / "ld-linux-x86-64.so.2")
+    (root / "usr" / "lib64" / "ld-linux-x86-64.so.2").symlink_to("../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+    for name in ("bin", "lib", "lib64"):
+        (root / name).symlink_to(f"usr/{name}")
+    (root / "etc").mkdir()
+
+
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libc.so.6").exists() or not Path("/usr/bin/dash").exists(),
+                    reason="needs an x86_64 Debian-like host to assemble a tiny rootfs")
+def test_dir_image_layer_runs_post_in_a_copy_of_the_base(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    template = tmp_path / "tiny.def.j2"
+    template.write_text(LAYER_TEMPLATE)
+    lock = tmp_path / "req.lock"
+    lock.write_text("nothing==0\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    variables = {"framework_version": "7"}
+    full = render(template, {**variables, "lock_text": "nothing==0\n"})
+    keys = CacheKeys.compute(full.name, full.variables, full.text, "nothing==0\n")
+    base = out / keys.name(Mode.VERSIONED)
+    _tiny_rootfs(base)            # stands in for a versioned image built earlier
+    outcome = build_image(template, mode="lock", variables=variables, fmt="dir", out_dir=out, lock_file=lock)
+    assert outcome.built and outcome.plan.action is Action.FROM_VERSIONED
+    assert (outcome.path / "layer.txt").read_text() == "layer for 7\n"
+    assert (outcome.path / "workspace").is_dir() and (outcome.path / "usr" / "bin" / "sh").exists()
+    assert not (base / "layer.txt").exists()                      # the base is untouched

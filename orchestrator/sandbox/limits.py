@@ -68,11 +68,27 @@ class Limits:
 
     def rlimits(self) -> dict[str, int]:
         """What the execution server applies to itself (names of the `resource` module)."""
-        return {
+        limits = {
             "RLIMIT_AS": self.memory_mb * MiB,
             "RLIMIT_CPU": self.cpu_seconds,
             "RLIMIT_FSIZE": self.file_size_mb * MiB,
-            "RLIMIT_NPROC": self.processes,
             "RLIMIT_NOFILE": self.open_files,
             "RLIMIT_CORE": 0,
         }
+        if nproc_counts_per_namespace():
+            limits["RLIMIT_NPROC"] = self.processes
+        return limits
+
+
+def nproc_counts_per_namespace(release: str | None = None) -> bool:
+    """Linux >= 5.14 counts RLIMIT_NPROC per user namespace, i.e. per sandbox.
+
+    Older kernels (RHEL 8 has 4.18) count every process of the user on the node, so a
+    per-sandbox value would make forks fail once the user runs many sandboxes: there the
+    process limit is left to the pids cgroup, when one is available.
+    """
+    import os
+    import re
+
+    match = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
+    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (5, 14)

@@ -75,3 +75,11 @@ def test_limits_keep_fractional_timeouts_and_reject_nonsense() -> None:
     assert limits.rlimits()["RLIMIT_AS"] == 2048 << 20
     with pytest.raises(SandboxConfigError, match="not a number"):
         Limits.parse({"cpu_seconds": "lots"})
+
+
+def test_nproc_limit_only_where_the_kernel_counts_per_namespace() -> None:
+    from orchestrator.sandbox.limits import nproc_counts_per_namespace
+
+    assert nproc_counts_per_namespace("6.1.0-18-amd64") and nproc_counts_per_namespace("5.14.0-362.el9")
+    assert not nproc_counts_per_namespace("4.18.0-513.el8_9.x86_64")
+    assert not nproc_counts_per_namespace("5.4.0-150-generic")

@@ -1,0 +1,51 @@
+"""A stand-in for `python -m vllm.entrypoints.openai.api_server` in the sbatch template tests.
+
+It answers /health and /v1/models on --port and exits on SIGTERM, like the real server does;
+no model, no GPU. The vllm template's start-up, registration and signal handling are what is
+under test, not vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Handler(BaseHTTPRequestHandler):
+    model = "stub"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path == "/health":
+            body = b""
+        elif self.path == "/v1/models":
+            body = json.dumps({"data": [{"id": self.model}]}).encode()
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    args, _ = parser.parse_known_args()
+    Handler.model = args.model
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"stub vllm serving {args.model} on {args.port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

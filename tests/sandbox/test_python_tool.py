@@ -70,3 +70,18 @@ def test_interpreter_death_restarts_with_empty_state(spool: SpoolPaths) -> None:
     died, fresh = with_sandbox(spool, body)
     assert died.restarted and "exited with 9" in died.error
     assert fresh.result == "False"
+
+
+def test_interrupt_from_another_task(spool: SpoolPaths) -> None:
+    import asyncio
+
+    async def body(sb: Any) -> list[Any]:
+        await sb.python("counter = 0")
+        call = asyncio.create_task(sb.python("import time\nwhile True:\n    counter += 1\n    time.sleep(0.001)", timeout=60))
+        await asyncio.sleep(0.5)
+        await sb.interrupt("python")
+        return [await call, await sb.python("counter > 0")]
+
+    interrupted, state = with_sandbox(spool, body)
+    assert interrupted.interrupted and not interrupted.timed_out and "KeyboardInterrupt" in interrupted.error
+    assert state.result == "True"

@@ -287,3 +287,20 @@ def test_directory_image_is_the_root_read_only(spool: SpoolPaths, tmp_path: Path
     assert listing.output == "from the image\nimage-marker\n/tmp\n/workspace\n", listing
     assert denied.exit_code != 0 and "Read-only" in denied.output
     assert python.result == "42"
+
+
+def test_close_kills_a_hung_server(spool: SpoolPaths, private_runtime: Path) -> None:
+    """Graceful stop impossible (server stopped): close falls back to SIGKILL of pid 1."""
+
+    async def scenario() -> SandboxRecord:
+        sb = await started(spool)
+        pid1 = sb.record.child[0]
+        with open(f"/proc/{pid1}/task/{pid1}/children") as fh:
+            server = int(fh.read().split()[0])
+        os.kill(server, signal.SIGSTOP)
+        await sb.close()
+        return sb.record
+
+    record = run(scenario())
+    assert not any(p.alive() for p in record.processes())
+    assert sandbox_processes(private_runtime) == [] and not Path(record.runtime_dir).exists()

@@ -15,6 +15,9 @@ import orjson
 from orchestrator import fsops
 from orchestrator.paths import SpoolPaths
 
+# `status` reads only this much of each worker's event file to count the last minute's work.
+RECENT_TAIL_BYTES = 8 << 20
+
 
 class EventLog:
     """Appends `{"t", "job", "event", ...}` lines to this worker's event file."""
@@ -50,7 +53,7 @@ def recent_events(paths: SpoolPaths, since: float, names: set[str]) -> Iterator[
     for path in sorted(paths.events.glob("*.jsonl")):
         if path.stat().st_mtime < since:
             continue
-        for record in _read_lines(path, None):
+        for record in _read_lines(path, None, tail_bytes=RECENT_TAIL_BYTES):
             if record.get("t", 0.0) >= since and record.get("event") in names:
                 yield record
 
@@ -60,8 +63,13 @@ def _records(directory: Path, needle: bytes | None) -> Iterator[dict[str, Any]]:
         yield from _read_lines(path, needle)
 
 
-def _read_lines(path: Path, needle: bytes | None) -> Iterator[dict[str, Any]]:
+def _read_lines(path: Path, needle: bytes | None, tail_bytes: int = 0) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as handle:
+        if tail_bytes:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - tail_bytes))
+            if size > tail_bytes:
+                handle.readline()  # skip the line cut by the seek
         for line in handle:
             if needle is not None and needle not in line:
                 continue

@@ -41,6 +41,7 @@ SWEEP_EVERY_S = 60.0
 MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
 HEARTBEAT_FAILURES_FATAL = 5
+CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered
 
 
 class Worker:
@@ -196,6 +197,7 @@ class Worker:
         })
 
     def _heartbeat_checked(self) -> None:
+        self._expire_cache()
         for attempt in range(HEARTBEAT_FAILURES_FATAL):
             try:
                 self._heartbeat()
@@ -359,8 +361,24 @@ class Worker:
             handler = self.handlers[name] = load_handler(name)
         return handler
 
+    def _cached(self, name: str, stage: Stage) -> Ticket | None:
+        """The ticket as this worker last wrote it, if that is still what the claim holds.
+
+        A ticket that went to another worker and came back (returned to INIT, say) has another
+        stage than the one we wrote, and is read from disk again.
+        """
+        ticket = self.written.pop(name, None)
+        if ticket is None or ticket.stage is not stage or time.time() - ticket.enqueued_at > CACHE_TRUST_S:
+            return None
+        return ticket
+
+    def _expire_cache(self) -> None:
+        horizon = time.time() - CACHE_TRUST_S
+        for name in [n for n, t in self.written.items() if t.enqueued_at < horizon]:
+            del self.written[name]
+
     async def _process(self, stage: Stage, name: str) -> None:
-        ticket = self.written.pop(name, None) or self.box.load(name)
+        ticket = self._cached(name, stage) or self.box.load(name)
         if ticket is None:
             return  # corrupt: quarantined by load()
         self._tickets_in_flight[name] = ticket

@@ -40,15 +40,27 @@ class WorkerFailed(SlurmError):
 
 
 class NodeWorker(Checkpointable):
-    def __init__(self, run_dir: str, options: WorkerOptions, task_index: int) -> None:
+    def __init__(self, run_dir: str, options: WorkerOptions, task_index: int,
+                 submitted_at: float | None = None) -> None:
         self.run_dir = run_dir
         self.options = options
         self.task_index = task_index      # global index across split arrays
+        self.submitted_at = time.time() if submitted_at is None else submitted_at
         self._controller: WorkerController | None = None
         self._thread: threading.Thread | None = None
         self._terminated = False
 
+    def stop_requested(self) -> bool:
+        """`hpc-rollout stop` ran after this launch: a task starting late (throttled, requeued) must not serve."""
+        try:
+            return SpoolPaths.of(self.run_dir).stop_request.stat().st_mtime >= self.submitted_at
+        except FileNotFoundError:
+            return False
+
     def __call__(self) -> int:
+        if self.stop_requested():
+            log.warning("node worker %s: the run was stopped after this launch; not starting", self.task_index)
+            return 0
         controller = WorkerController()
         outcome: dict[str, Any] = {}
 
@@ -93,14 +105,15 @@ class NodeWorker(Checkpointable):
             self._controller.stop(0.0)
         if self._thread is not None:
             self._thread.join(PREEMPT_JOIN_TIMEOUT_S)
-        return DelayedSubmission(NodeWorker(self.run_dir, self.options, self.task_index))
+        return DelayedSubmission(NodeWorker(self.run_dir, self.options, self.task_index, self.submitted_at))
 
     def __getstate__(self) -> dict[str, Any]:
         # Threads and controllers live only in the running process.
-        return {"run_dir": self.run_dir, "options": self.options, "task_index": self.task_index}
+        return {"run_dir": self.run_dir, "options": self.options, "task_index": self.task_index,
+                "submitted_at": self.submitted_at}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["run_dir"], state["options"], state["task_index"])  # type: ignore[misc]
+        self.__init__(state["run_dir"], state["options"], state["task_index"], state["submitted_at"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"NodeWorker({self.run_dir!r}, task {self.task_index})"

@@ -114,3 +114,17 @@ def test_task_of_a_worker() -> None:
     assert queries.task_of({"slurm_array_job_id": "12", "slurm_array_task_id": "3", "slurm_job_id": "15"}) == "12_3"
     assert queries.task_of({"slurm_job_id": "15"}) == "15"
     assert queries.task_of({}) is None
+
+
+def test_a_task_starting_after_stop_does_not_serve(tmp_path: Path) -> None:
+    import time
+
+    from orchestrator.local_launch import request_stop
+
+    paths = make_run(tmp_path / "run")
+    worker = NodeWorker(str(paths.root), WorkerOptions(), 0, submitted_at=time.time() - 60)
+    request_stop(paths)
+    assert worker.stop_requested() and worker() == 0
+    assert not list(paths.workers.glob("*.json")), "no worker started"
+    later = NodeWorker(str(paths.root), WorkerOptions(), 0, submitted_at=time.time() + 1)
+    assert not later.stop_requested()

@@ -135,14 +135,14 @@ def status_cmd(run_dir: str, as_json: bool) -> None:
     out.print(f"pending {snap.pending} | shards {snap.shards} | {snap.jobs_per_s:.2f} jobs/s over the last minute")
     if snap.workers:
         workers = Table(title="workers", title_justify="left")
-        for column in ("worker", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
+        for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
             workers.add_column(column)
         for w in snap.workers:
             pools = w.get("pools", {})
             cell = lambda s: f"{pools.get(s, {}).get('busy', 0)}/{pools.get(s, {}).get('size', 0)}"  # noqa: E731
             slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
             workers.add_row(
-                w["worker_id"], str(w.get("node")), str(w.get("pid")), str(w.get("state")),
+                w["worker_id"], str(w.get("host")), str(w.get("node")), str(w.get("pid")), str(w.get("state")),
                 "yes" if w["alive"] else "[red]no[/red]", f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
             )
         out.print(workers)

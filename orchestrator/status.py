@@ -80,6 +80,7 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Sn
             "worker_id": record.worker_id, "alive": record.alive, "age_s": round(record.age_s, 1),
             "host": info.get("host"), "node": info.get("node"), "pid": info.get("pid"),
             "state": info.get("state"), "pools": info.get("pools", {}), "counters": info.get("counters", {}),
+            "buffered_rows": info.get("buffered_rows", 0),
             **{k: v for k, v in info.items() if k.startswith("slurm_")},
         })
     names = shard_names(paths)

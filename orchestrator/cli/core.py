@@ -21,7 +21,8 @@ from orchestrator.spool import init_run, open_run
 from orchestrator.status import snapshot
 from orchestrator.submit import SubmitError, parse_sampling, submit_file
 
-out = Console(highlight=False, soft_wrap=True)
+# Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -132,7 +133,9 @@ def status_cmd(run_dir: str, as_json: bool) -> None:
     for status, count in sorted(snap.finished.items()):
         jobs.add_row(f"finished: {status}", str(count))
     out.print(jobs)
-    out.print(f"pending {snap.pending} | shards {snap.shards} | {snap.jobs_per_s:.2f} jobs/s over the last minute")
+    buffered = sum(int(w.get("buffered_rows", 0) or 0) for w in snap.workers if w["alive"])
+    out.print(f"pending {snap.pending} (of which {buffered} finished, waiting for their shard) | shards {snap.shards} | "
+              f"{snap.jobs_per_s:.2f} jobs/s over the last minute")
     if snap.workers:
         workers = Table(title="workers", title_justify="left")
         for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
@@ -184,7 +187,8 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
         out.print(f"outputs: {_dumps(report['outputs'])[:4000]}")
     if report.get("row"):
         row = report["row"]
-        out.print(f"finished: status={row['status']} reward={row['reward']} init={row['init_s']} run={row['run_s']} eval={row['eval_s']} queue={row['queue_s']}")
+        seconds = "  ".join(f"{k}={row[k + '_s']:.3f}s" for k in ("init", "run", "eval", "queue") if row.get(k + "_s") is not None)
+        out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
     if report.get("artifacts"):

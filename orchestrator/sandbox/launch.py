@@ -26,7 +26,7 @@ from orchestrator.sandbox.process import (
     ProcessSandbox, kill_processes, register_child, release_resources, wait_gone,
 )
 from orchestrator.sandbox.procs import ProcessId, start_time
-from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir
+from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir, remove_sandbox_dir
 from orchestrator.sandbox.spec import INSIDE_RUN, LaunchSpec
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,19 @@ async def launch(
     """
     owner = ProcessId.current()
     sandbox_id, runtime_dir = new_sandbox_dir()
-    workspace = options.workspace or paths.job_dir(job_id) / "workspace"
-    workspace.mkdir(parents=True, exist_ok=True)
-    address = loopback.allocate(owner, sandbox_id)
-    cgroup = cgroups.create(sandbox_id, options.limits.processes) if options.cgroup and kind != "local" else None
+    address: str | None = None
+    cgroup: Path | None = None
+    try:
+        workspace = options.workspace or paths.job_dir(job_id) / "workspace"
+        workspace.mkdir(parents=True, exist_ok=True)
+        address = loopback.allocate(owner, sandbox_id)
+        if options.cgroup and kind != "local":
+            cgroup = cgroups.create(sandbox_id, options.limits.processes)
+    except BaseException:
+        loopback.release(address)
+        cgroups.remove(cgroup)
+        remove_sandbox_dir(runtime_dir)
+        raise
     status_r = status_w = None
     if use_status_fd:
         status_r, status_w = os.pipe()
@@ -135,8 +144,11 @@ async def launch(
         record = _with(record, process=started.to_json())
         record.save()
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(orjson.dumps(config) + b"\n")
-        proc.stdin.close()
+        try:
+            proc.stdin.write(orjson.dumps(config) + b"\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it died at once: the read below sees EOF and reports its log
         try:
             line = await _read_line(proc.stdout.fileno(), options.start_timeout_s)
         except TimeoutError:

@@ -91,4 +91,6 @@ def nproc_counts_per_namespace(release: str | None = None) -> bool:
     import re
 
     match = re.match(r"(\d+)\.(\d+)", release or os.uname().release)
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= (5, 14)
+    if match is None:
+        return False
+    return (int(match.group(1)), int(match.group(2))) >= (5, 14)

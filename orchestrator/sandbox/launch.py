@@ -126,11 +126,9 @@ async def launch(
             "command_timeout_s": options.limits.command_timeout_s,
         }
         procs_file = cgroups.procs_file(cgroup)
-        if procs_file:
-            argv = cgroups.joining_argv(procs_file, argv)
         with open(runtime_dir / "server.log", "wb") as log_file:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                cgroups.joining_argv(procs_file, argv) if procs_file else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
                 pass_fds=(status_w,) if status_w is not None else (),
                 start_new_session=True, cwd=str(workspace),
                 env=dict(os.environ) if pass_host_env else

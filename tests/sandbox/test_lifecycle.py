@@ -304,3 +304,14 @@ def test_close_kills_a_hung_server(spool: SpoolPaths, private_runtime: Path) -> 
     record = run(scenario())
     assert not any(p.alive() for p in record.processes())
     assert sandbox_processes(private_runtime) == [] and not Path(record.runtime_dir).exists()
+
+
+def test_runtime_failure_is_reported_with_its_message(spool: SpoolPaths, private_runtime: Path) -> None:
+    from orchestrator.sandbox.errors import SandboxStartError
+
+    async def scenario() -> None:
+        with pytest.raises(SandboxStartError, match="Can't mkdir /proc/sys/x"):
+            await started(spool, binds=["/tmp:/proc/sys/x"])
+
+    run(scenario())
+    assert list(sandboxes_dir().iterdir()) == [] and loopback.leased() == []

@@ -58,6 +58,6 @@ def describe_exit(code: "int | None", output: str) -> "tuple[str | None, str | N
         limit = "file_size"
     elif "MemoryError" in output or "Cannot allocate memory" in output or "out of memory" in output:
         limit = "memory"
-    elif "Resource temporarily unavailable" in output and "fork" in output:
+    elif "fork" in output and ("Resource temporarily unavailable" in output or "fork: retry" in output):
         limit = "processes"
     return sig, limit

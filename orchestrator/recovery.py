@@ -71,19 +71,24 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
         if name in done:  # its row is committed; only the unlink was lost
             fsops.unlink(path)
             continue
-        try:
-            ticket = Ticket.decode(fsops.read_bytes(path))
-        except CorruptTicket as exc:
-            fsops.quarantine(path, paths.quarantine, f"claim of lost worker {dead}: {exc}")
-            continue
-        _requeue(paths, ticket, f"worker {dead} lost (lease expired)", max_attempts, emit)
-        fsops.unlink(path)
-        moved += 1
+        moved += _requeue_file(paths, path, f"worker {dead} lost (lease expired)", max_attempts, emit)
     try:
         reap_dir.rmdir()
     except OSError:
         pass
     return moved
+
+
+def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit) -> int:
+    """Requeue the ticket held in `path` (a file only this process can see); 1 if requeued."""
+    try:
+        ticket = Ticket.decode(fsops.read_bytes(path))
+    except CorruptTicket as exc:
+        fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {path.name} is corrupt: {exc}")
+        return 0
+    _requeue(paths, ticket, reason, max_attempts, emit)
+    fsops.unlink(path)
+    return 1
 
 
 def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> None:
@@ -129,14 +134,7 @@ def _rescue_orphaned_run_queues(
             grabbed = paths.tmp / f".rescue-{name}"
             if not fsops.rename(queue / name, grabbed):
                 continue
-            try:
-                ticket = Ticket.decode(fsops.read_bytes(grabbed))
-            except CorruptTicket as exc:
-                fsops.quarantine(grabbed, paths.quarantine, f"{queue.name}/{name}: {exc}")
-                continue
-            _requeue(paths, ticket, f"node {node} has no live worker", max_attempts, emit)
-            fsops.unlink(grabbed)
-            moved += 1
+            moved += _requeue_file(paths, grabbed, f"node {node} has no live worker", max_attempts, emit)
     return moved
 
 

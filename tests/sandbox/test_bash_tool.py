@@ -129,3 +129,14 @@ def test_sandbox_default_command_timeout_applies(spool: SpoolPaths) -> None:
     bash, python = with_sandbox(spool, body, command_timeout_s=0.5)
     assert bash.timed_out and bash.exit_code == 130
     assert python.timed_out and "KeyboardInterrupt" in (python.error or "")
+
+
+def test_commands_that_change_the_prompt_do_not_break_completion(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        return [await sb.bash("PS1='$ '; PS2='> '", timeout=10), await sb.bash("(exit 5)", timeout=10),
+                await sb.bash("python3 -m venv /tmp/v && . /tmp/v/bin/activate && echo $VIRTUAL_ENV", timeout=60),
+                await sb.bash("echo after", timeout=10)]
+
+    changed, five, venv, after = with_sandbox(spool, body)
+    assert not changed.timed_out and five.exit_code == 5
+    assert venv.output == "/tmp/v\n" and after.output == "after\n"

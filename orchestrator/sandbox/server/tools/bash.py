@@ -70,8 +70,11 @@ class BashSession:
         self.seq = 0
         self.pending = ""
         setup = (
-            "stty -echo 2>/dev/null; set +m; unset HISTFILE PROMPT_COMMAND; PS2=''; "
-            "__hpc_seq=0; PS1='%s:${__hpc_seq}:$?;'\n" % self.nonce
+            "stty -echo 2>/dev/null; set +m; unset HISTFILE; PS2=''; __hpc_seq=0; "
+            # PROMPT_COMMAND restores the marker prompt before every prompt, so commands
+            # that change PS1 (`PS1=...`, a venv's activate script) cannot break completion.
+            "__hpc_ps1='%s:${__hpc_seq}:$?;'; PS1=$__hpc_ps1; PROMPT_COMMAND='PS1=$__hpc_ps1; PS2='\n"
+            % self.nonce
         )
         os.write(self.proc.fd, setup.encode())
         ok, _, _, _ = self._wait_prompt(0, HeadTail(4096), deadline=time.monotonic() + 10, idle=0)

@@ -74,8 +74,12 @@ class InflightBoard:
 
 def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float, now: float) -> bool:
     """A worker is alive while its heartbeat file is younger than the lease."""
+    return _alive(os.path.join(paths.workers, f"{worker_id}.json"), lease_s, now)
+
+
+def _alive(heartbeat: str, lease_s: float, now: float) -> bool:
     try:
-        return now - paths.heartbeat(worker_id).stat().st_mtime < lease_s
+        return now - os.stat(heartbeat).st_mtime < lease_s
     except FileNotFoundError:
         return False
 
@@ -92,6 +96,7 @@ def read_load(
     inflight: Counter[str] = Counter(own.inflight if own else {})
     assigned: Counter[str] = Counter(own.assigned if own else {})
     live = 1 if own else 0
+    workers_dir = str(paths.workers)  # plain strings: this loop runs on every routing decision
     try:
         entries = list(os.scandir(paths.backends_inflight))
     except FileNotFoundError:
@@ -110,7 +115,7 @@ def read_load(
             continue  # vanished or being replaced: absent for this decision
         for url, n in (data.get("assigned") or {}).items():
             assigned[url] += int(n)
-        if is_alive(paths, worker, lease_s, now):
+        if _alive(os.path.join(workers_dir, name), lease_s, now):
             live += 1
             for url, n in (data.get("inflight") or {}).items():
                 inflight[url] += int(n)

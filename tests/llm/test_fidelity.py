@@ -79,3 +79,39 @@ def test_reencoding_would_change_ids() -> None:
         ids = result.output_ids
         record_free.append(tokenizer.encode(tokenizer.decode(ids), add_special_tokens=False) != ids)
     assert sum(record_free) >= 10, "decode-then-encode kept the ids: the fidelity test proves nothing"
+
+
+def test_shard_rows_carry_the_recorded_samples(tmp_path: Path) -> None:
+    """The same check through real workers: what lands in the Parquet shard is what was sampled."""
+    import numpy as np
+
+    from tests.llm.e2e import launch, new_run, rows, submit, wait
+
+    paths = new_run(tmp_path)
+    record = tmp_path / "record.jsonl"
+    tasks = []
+    for index in range(6):
+        instance = chat_instance(2)
+        instance["messages"][-1]["content"] += f" (question {index})"
+        instance["sampling"] = {"max_tokens": 10}
+        tasks.append(instance)
+    with local_server(record=record) as url:
+        BackendRegistry.of(paths).add(url, version=2)
+        submit(paths, tasks)
+        wait(paths, launch(paths, 2, 4))
+    truth = {tuple(r["prompt_ids"]): r for r in map(orjson.loads, record.read_bytes().splitlines())}
+    found = rows(paths)
+    assert len(found) == 6 and all(r["status"] == "ok" for r in found)
+    for row in found:
+        turns = row["turns"]
+        assert len(turns) == 3
+        for index, turn in enumerate(turns):
+            sampled = truth[tuple(turn["input_ids"])]
+            assert turn["output_ids"] == sampled["output_ids"]
+            # The shard stores logprobs as float32: equal to the recorded value cast the same way.
+            assert np.array_equal(np.float32(turn["logprobs"]), np.float32(sampled["logprobs"]))
+            if index:
+                prefix = turns[index - 1]["input_ids"] + turns[index - 1]["output_ids"]
+                assert turn["input_ids"][: len(prefix)] == prefix
+        assert list(row["prompt_ids"]) + list(row["response_ids"]) == turns[-1]["input_ids"] + turns[-1]["output_ids"]
+        assert row["policy_version_min"] == row["policy_version_max"] == 2

@@ -1,0 +1,105 @@
+"""The conversation buffer: exact ids kept, only the template delta of new messages added."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator.llm.conversation import Conversation, TemplateError
+from orchestrator.llm.engine import Engine, GenRequest
+from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+
+
+def tokenizer():
+    return load_tokenizer(tiny_model_dir())
+
+
+def test_prompt_is_the_chat_template_with_generation_prompt() -> None:
+    tok = tokenizer()
+    conversation = Conversation(tok, MESSAGES)
+    expected = tok.apply_chat_template(MESSAGES, tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert conversation.input_ids == list(expected)
+    assert conversation.response_ids == [] and conversation.response_mask == []
+
+
+def test_stop_then_user_turn_appends_only_the_rest_of_the_template() -> None:
+    tok = tokenizer()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    conversation = Conversation(tok, MESSAGES)
+    sampled = [3000, 1234, 77, im_end]  # arbitrary ids: kept as they are, whatever they decode to
+    conversation.add_assistant(sampled, [-1.0, -2.0, -3.0, -0.5], "stop")
+    observed = conversation.add_messages([{"role": "user", "content": "More?"}])
+    assert tok.decode(observed) == "\n<|im_start|>user\nMore?<|im_end|>\n<|im_start|>assistant\n"
+    assert conversation.response_ids == sampled + observed
+    assert conversation.response_mask == [1] * 4 + [0] * len(observed)
+    assert conversation.logprobs == [-1.0, -2.0, -3.0, -0.5] + [0.0] * len(observed)
+
+
+def test_reply_cut_by_max_tokens_gets_the_template_closing_as_observation() -> None:
+    tok = tokenizer()
+    conversation = Conversation(tok, MESSAGES)
+    conversation.add_assistant([3000, 1234], [-1.0, -2.0], "length")
+    observed = conversation.add_messages([{"role": "user", "content": "More?"}])
+    assert tok.decode(observed).startswith("<|im_end|>\n<|im_start|>user\n")
+    assert conversation.response_ids[:2] == [3000, 1234]
+
+
+def test_tool_messages_render_as_observations() -> None:
+    tok = tokenizer()
+    conversation = Conversation(tok, MESSAGES)
+    conversation.add_assistant([500, 501], [-1.0, -1.0], "length")
+    observed = conversation.add_messages([{"role": "tool", "content": "42"}])
+    assert "<tool_response>\n42\n</tool_response>" in tok.decode(observed)
+
+
+def test_exact_ids_differ_from_a_re_rendered_history() -> None:
+    """Sampled ids, decoded and re-rendered through the template, are not the ids we keep."""
+    tok = tokenizer()
+    engine = Engine(tiny_model_dir(), threads=1)
+    differ = 0
+    for seed in range(8):
+        conversation = Conversation(tok, MESSAGES)
+        result = engine.generate([GenRequest(tuple(conversation.input_ids), 12, seed=seed)])[0]
+        conversation.add_assistant(result.output_ids, result.raw_logprobs, result.finish_reason)
+        conversation.add_messages([{"role": "user", "content": "And?"}])
+        rerendered = tok.apply_chat_template(conversation.messages, tokenize=True,
+                                             add_generation_prompt=True, return_dict=False)
+        differ += list(rerendered) != conversation.input_ids
+    assert differ >= 4
+
+
+def test_mismatched_logprobs_are_refused() -> None:
+    with pytest.raises(ValueError, match="2 output ids but 1 logprobs"):
+        Conversation(tokenizer(), MESSAGES).add_assistant([1, 2], [-1.0], "stop")
+
+
+def test_template_that_rewrites_history_is_named() -> None:
+    tok = tokenizer()
+    conversation = Conversation(tok, MESSAGES)
+    conversation.add_assistant([500], [-1.0], "length")
+    original = tok.chat_template
+    try:  # a template that only ever shows the last message cannot be extended by a delta
+        tok.chat_template = "{{ messages[-1]['content'] }}{% if add_generation_prompt %}>{% endif %}"
+        with pytest.raises(TemplateError, match="earlier messages differently"):
+            conversation.add_messages([{"role": "user", "content": "x"}])
+    finally:
+        tok.chat_template = original
+
+
+def test_engine_batches_rows_like_single_requests() -> None:
+    """Left-padded batched sampling gives each row what it would get alone (same seed)."""
+    engine = Engine(tiny_model_dir(), threads=1)
+    requests = [GenRequest((1, 2, 3, 4, 5, 6), 6, seed=1), GenRequest((7, 8), 9, temperature=0.7, seed=2)]
+    batched = engine.generate(requests)
+    for request, together in zip(requests, batched):
+        alone = engine.generate([request])[0]
+        assert together.output_ids == alone.output_ids
+        assert together.raw_logprobs == pytest.approx(alone.raw_logprobs, abs=1e-4)
+
+    async def concurrent():
+        return await asyncio.gather(*(engine.submit(r) for r in requests))
+
+    assert [r.output_ids for r in asyncio.run(concurrent())] == [r.output_ids for r in batched]

@@ -59,7 +59,7 @@ def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Pa
         wait_until(lambda: bool(logs_containing(paths, "SIGTERM, returning claims now")), 120, "the SIGTERM")
 
     # The requeued task returned its claims at once and started a fresh worker that claims jobs.
-    assert events(paths, "returned")
+    wait_until(lambda: bool(events(paths, "returned")), 60, "the claims to be returned")
     wait_until(lambda: len(events(paths, "worker_started")) >= 5, 180, "the requeued task to restart")
     restarted = [b for b in heartbeats(paths) if int(b.get("slurm_restart_count", 0)) >= 1]
     assert restarted and restarted[0]["slurm_array_job_id"] == array

@@ -77,7 +77,7 @@ def test_worker_template_processes_jobs_and_requeues_a_signalled_task(
     wait_until(lambda: len(events(run, "finished")) >= 10, 120, "10 finished jobs")
     subprocess.run(["scancel", "--batch", "--signal=USR2", f"{array}_0"], check=True, timeout=30)
     wait_until(lambda: len(events(run, "worker_started")) >= 3, 120, "the signalled task to restart")
-    assert events(run, "returned"), "the signalled worker returned its claims"
+    wait_until(lambda: bool(events(run, "returned")), 60, "the signalled worker to return its claims")
     exactly_once(wait_rows(run, jobs), jobs)
     logs = "".join(p.read_text() for p in (run.root / "logs").glob("hpc-rollout-worker-*.out"))
     assert f"requeueing {array}_0" in logs and "restart 1" in logs

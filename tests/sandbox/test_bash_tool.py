@@ -140,3 +140,29 @@ def test_commands_that_change_the_prompt_do_not_break_completion(spool: SpoolPat
     changed, five, venv, after = with_sandbox(spool, body)
     assert not changed.timed_out and five.exit_code == 5
     assert venv.output == "/tmp/v\n" and after.output == "after\n"
+
+
+def test_syntax_errors_return_at_once_and_long_commands_work(spool: SpoolPaths) -> None:
+    body_text = ("y" * 99 + "\n") * 300     # 30 KB: far beyond a tty's 4 KiB line limit
+
+    async def body(sb: Any) -> list[Any]:
+        results = [await sb.bash(c, timeout=30) for c in ("echo (", "echo 'unclosed", "if true; then echo x")]
+        results.append(await sb.bash(f"cat > big.txt <<'EOF'\n{body_text}EOF\nwc -c < big.txt", timeout=30))
+        results.append(await sb.bash("printf '%s|' \"tab\there\" 'quote'\"'\"'s' '\\\\back'", timeout=30))
+        return results
+
+    *syntax, long, quoting = with_sandbox(spool, body)
+    for result in syntax:
+        assert result.exit_code == 2 and not result.timed_out, result
+    assert long.output == f"{len(body_text)}\n" and long.exit_code == 0
+    assert quoting.output == "tab\there|quote's|\\\\back|", quoting
+
+
+def test_output_of_background_jobs_between_calls_is_kept(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> Any:
+        await sb.bash("(sleep 0.2; echo from-background) &")
+        await asyncio.sleep(0.6)
+        return await sb.bash("echo now")
+
+    result = with_sandbox(spool, body)
+    assert "from-background\n" in result.output and result.output.endswith("now\n")

@@ -1,15 +1,16 @@
 """A persistent bash on a pty; completion is detected from a prompt carrying a nonce.
 
-Each command is sent as
+Each command is sent as ONE input line
 
-    __hpc_seq=N; { COMMAND
-    } </dev/null
+    __hpc_seq=N; eval $'COMMAND, ANSI-C quoted' </dev/null
 
-and PS1 expands to `<nonce>:N:$?;` so the prompt that follows the command names both the
-command it belongs to and its exit status. The brace group runs in the shell itself (cd and
-variables persist), multi-line commands need no quoting, and stdin from /dev/null means a
-command that reads input gets EOF instead of hanging. Job control is off, so ^C reaches the
-foreground command while background jobs (which ignore SIGINT) keep running.
+and PS1 expands to `<nonce>:N:$?;`, so the prompt that follows names both the command it
+belongs to and its exit status. `eval` runs in the shell itself (cd and variables persist);
+a syntax error or an unclosed quote inside it is an error with status 2 instead of a shell
+waiting for more input; stdin from /dev/null means a command that reads input gets EOF
+instead of hanging. The pty is in non-canonical mode, so there is no 4 KiB line limit on
+commands (a long heredoc is fine). Job control is off, so ^C reaches the foreground command
+while background jobs (which ignore SIGINT) keep running.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ class BashError(Exception):
     pass
 
 
+def ansi_c_quote(text: str) -> str:
+    """$'...' quoting: one physical line, and no byte the tty would act on (^C, ^D, ^Z)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif char == "'":
+            out.append("\\'")
+        elif code < 32 or code == 127:
+            out.append("\\x%02x" % code)
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
+
+
 class BashSession:
     def __init__(self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None) -> None:
         self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
@@ -54,6 +71,7 @@ class BashSession:
         self.pattern: "Optional[re.Pattern[str]]" = None
         self.pending = ""
         self.interrupt_requested = threading.Event()
+        self.after_interrupt = False   # extra prompts may follow a ^C: not parse errors
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
@@ -70,7 +88,7 @@ class BashSession:
         self.seq = 0
         self.pending = ""
         setup = (
-            "stty -echo 2>/dev/null; set +m; unset HISTFILE; PS2=''; __hpc_seq=0; "
+            "stty -echo -icanon min 1 time 0 2>/dev/null; set +m; unset HISTFILE; PS2=''; __hpc_seq=0; "
             # PROMPT_COMMAND restores the marker prompt before every prompt, so commands
             # that change PS1 (`PS1=...`, a venv's activate script) cannot break completion.
             "__hpc_ps1='%s:${__hpc_seq}:$?;'; PS1=$__hpc_ps1; PROMPT_COMMAND='PS1=$__hpc_ps1; PS2='\n"
@@ -122,6 +140,11 @@ class BashSession:
                 sink.add(before)
                 if int(match.group(1)) == seq:
                     return True, int(match.group(2)), False, False
+                if int(match.group(1)) < seq and not self.after_interrupt:
+                    # Bash threw the whole input line away (a parse error such as an
+                    # unclosed quote inside eval): the prompt still shows the old number.
+                    sink.add("bash: the command could not be parsed (exit status 2)\n")
+                    return True, 2, False, False
                 match = self.pattern.search(self.pending)  # a stale prompt (after ^C)
             # Keep a possible partial prompt in `pending`, flush the rest.
             keep = len(self.nonce) + 24
@@ -162,10 +185,12 @@ class BashSession:
             self.interrupt_requested.clear()
             if not self.alive():
                 self.start()
+            earlier = self._drain()
             self.seq += 1
             seq = self.seq
             sink = HeadTail(max_output)
-            text = "__hpc_seq=%d; { %s\n} </dev/null\n" % (seq, command.rstrip("\n"))
+            sink.add(earlier)
+            text = "__hpc_seq=%d; eval %s </dev/null\n" % (seq, ansi_c_quote(command))
             try:
                 os.write(self.proc.fd, text.encode())
             except OSError as exc:
@@ -203,6 +228,23 @@ class BashSession:
             self.interrupt_requested.clear()
             return result
 
+    def _drain(self) -> str:
+        """Output that arrived between commands (a background job's), minus stale prompts."""
+        data = b""
+        while select.select([self.proc.fd], [], [], 0)[0]:
+            try:
+                chunk = os.read(self.proc.fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        text = self.pending + data.decode("utf-8", "replace").replace("\r\n", "\n")
+        self.pending = ""
+        self.after_interrupt = False
+        assert self.pattern is not None
+        return self.pattern.sub("", text)
+
     def _exit_status(self) -> Optional[int]:
         """The status of a shell that exited by itself (`exit 3` -> 3)."""
         try:
@@ -216,6 +258,7 @@ class BashSession:
 
     def _interrupt(self, seq: int, sink: HeadTail) -> "tuple[bool, Optional[int]]":
         """Send ^C, then wait briefly for the prompt of `seq` (the command's group ends)."""
+        self.after_interrupt = True
         for _ in range(2):
             try:
                 os.write(self.proc.fd, b"\x03")

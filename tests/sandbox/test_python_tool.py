@@ -85,3 +85,13 @@ def test_interrupt_from_another_task(spool: SpoolPaths) -> None:
     interrupted, state = with_sandbox(spool, body)
     assert interrupted.interrupted and not interrupted.timed_out and "KeyboardInterrupt" in interrupted.error
     assert state.result == "True"
+
+
+def test_imports_resolve_from_the_workspace_like_python3(spool: SpoolPaths) -> None:
+    async def body(sb: Any) -> list[Any]:
+        await sb.edit("create", "files.py", file_text="WHO = 'the workspace module'\n")
+        return [await sb.python("import files\nfiles.WHO"),
+                await sb.bash("PYTHONPATH=/tmp python3 -c 'import sys; print(sys.path[1])'")]
+
+    imported, _ = with_sandbox(spool, body)
+    assert imported.result == "'the workspace module'", imported

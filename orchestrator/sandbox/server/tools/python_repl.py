@@ -56,6 +56,9 @@ def run_cell(code: str, namespace: "dict[str, object]", capture_path: str) -> "d
 
 
 def main() -> None:
+    # Like an interactive interpreter: imports resolve from the working directory, never
+    # from this driver's own directory (whose modules would shadow the user's).
+    sys.path[0] = ""
     req_fd, res_fd, capture_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     requests = os.fdopen(req_fd, "r", encoding="utf-8")
     responses = os.fdopen(res_fd, "w", encoding="utf-8")

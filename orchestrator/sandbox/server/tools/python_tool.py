@@ -39,7 +39,8 @@ class PythonSession:
         self.res_r, res_w = os.pipe()
         fd, self.capture = tempfile.mkstemp(prefix=".hpc-python-", suffix=".out")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-E", "-s", "-B", REPL, str(req_r), str(res_w), self.capture],
+            # No -E/-s: PYTHONPATH and user site-packages count, as for python3 in bash.
+            [sys.executable, "-u", REPL, str(req_r), str(res_w), self.capture],
             cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
             pass_fds=(req_r, res_w), start_new_session=True,
         )

@@ -9,6 +9,7 @@ the outer process group; then verify every recorded process is gone before clean
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -56,13 +57,32 @@ async def wait_gone(processes: list[ProcessId], timeout: float) -> bool:
 
 
 def kill_processes(record: SandboxRecord) -> None:
-    """SIGKILL pid 1 of the sandbox first, then the outer process and its process group."""
+    """SIGKILL pid 1 of the sandbox first, then the outer process and its process group.
+
+    `local` has no pid namespace: its tools' process groups (recorded by the server in
+    tools.json) are killed too.
+    """
+    if record.kind == "local":
+        for group in _local_tool_groups(record):
+            if group.alive():
+                try:
+                    os.killpg(group.pid, signal.SIGKILL)
+                except OSError:
+                    pass
     for proc in record.processes():
         if proc.kill(signal.SIGKILL) and proc == ProcessId(*record.process):
             try:  # the outer process leads its own session (start_new_session)
                 os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _local_tool_groups(record: SandboxRecord) -> list[ProcessId]:
+    try:
+        with open(os.path.join(os.path.dirname(record.socket), "tools.json")) as fh:
+            return [ProcessId(int(pid), int(start)) for pid, start in json.load(fh)]
+    except (OSError, ValueError, TypeError):
+        return []
 
 
 def release_resources(record: SandboxRecord) -> bool:

@@ -315,3 +315,20 @@ def test_runtime_failure_is_reported_with_its_message(spool: SpoolPaths, private
 
     run(scenario())
     assert list(sandboxes_dir().iterdir()) == [] and loopback.leased() == []
+
+
+def test_local_runtime_hung_server_leaves_no_tools(spool: SpoolPaths) -> None:
+    """No pid namespace under `local`: killing a hung server must still reach its shell."""
+
+    async def scenario() -> tuple[int, int, int]:
+        sb = await start_sandbox("local", job_id="l-000002-000", paths=spool)
+        shell_pid = int((await sb.bash("echo $$")).output)
+        job_pid = int((await sb.bash("sleep 300 >/dev/null & echo $!")).output.split()[-1])
+        os.kill(sb.record.process[0], signal.SIGSTOP)
+        await sb.close()
+        return shell_pid, job_pid, sb.record.process[0]
+
+    from orchestrator.sandbox.procs import start_time
+
+    for pid in run(scenario()):
+        assert start_time(pid) is None, pid

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from .tools.bash import BashSession
 
 if TYPE_CHECKING:  # typing costs start-up time; annotations stay strings
-    from typing import Any, Callable, Dict
+    from typing import Any, Callable, Dict, Optional
 
 MAX_REQUEST_BYTES = 96 << 20
 
@@ -41,7 +41,7 @@ class Server:
         env = {str(k): str(v) for k, v in (config.get("env") or {}).items()}
         self.cwd, self.env = cwd, env
         self.command_timeout = config.get("command_timeout_s")
-        self.bash = BashSession(cwd, env, config.get("command_timeout_s"))
+        self.bash = BashSession(cwd, env, config.get("command_timeout_s"), on_start=self.note_tools)
         self._python: "Any" = None
         self._editor: "Any" = None
         self._files: "Any" = None
@@ -63,7 +63,8 @@ class Server:
             if self._python is None:
                 from .tools.python_tool import PythonSession
 
-                self._python = PythonSession(self.cwd, self.env, self.command_timeout)
+                self._python = PythonSession(self.cwd, self.env, self.command_timeout,
+                                             on_start=self.note_tools)
             return self._python
 
     @property
@@ -91,6 +92,27 @@ class Server:
         if target == "python":
             return self._python.interrupt() if self._python is not None else {"interrupted": False}
         return {"error": "interrupt works on 'bash' or 'python', not %r" % target}
+
+    def note_tools(self) -> None:
+        """Record the tools' process groups next to the socket (host pids for `local`).
+
+        Tools lead their own sessions, so killing a hung `local` server would not reach them;
+        the host reads this file to kill them too. Inside a pid namespace it is unused.
+        """
+        groups = []
+        for session in (self.bash, self._python):
+            proc = getattr(session, "proc", None) if session is not None else None
+            if proc is not None:
+                started = _start_time(proc.pid)
+                if started is not None:
+                    groups.append([proc.pid, started])
+        path = os.path.join(os.path.dirname(self.socket_path), "tools.json")
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump(groups, fh)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass
 
     def stop_tools(self) -> None:
         for session in (self.bash, self._python):
@@ -178,6 +200,15 @@ class Server:
         except Exception as exc:  # a tool bug must not take the server down
             result = {"error": "%s: %s" % (type(exc).__name__, exc)}
         return {"id": rid, "ok": True, "result": result}
+
+
+def _start_time(pid: int) -> "Optional[int]":
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
 def same_user(conn: socket.socket) -> bool:

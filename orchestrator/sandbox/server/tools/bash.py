@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from .output import HeadTail, describe_exit
 
 if TYPE_CHECKING:
-    from typing import Any, Dict, Optional
+    from typing import Any, Callable, Dict, Optional
 
 try:  # mounted next to this package inside the sandbox; installed on the host
     from ptyprocess import PtyProcess
@@ -60,8 +60,12 @@ def ansi_c_quote(text: str) -> str:
 
 
 class BashSession:
-    def __init__(self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None) -> None:
+    def __init__(
+        self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None,
+        on_start: "Optional[Callable[[], None]]" = None,
+    ) -> None:
         self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
+        self.on_start = on_start
         self.cwd = cwd
         self.env = dict(env)
         self.lock = threading.Lock()
@@ -99,6 +103,8 @@ class BashSession:
         if not ok:
             self.stop()
             raise BashError("bash did not come up within 10 s")
+        if self.on_start is not None:
+            self.on_start()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.isalive()

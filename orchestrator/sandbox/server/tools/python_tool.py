@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .output import HeadTail
 
@@ -22,8 +22,12 @@ REPL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_repl.py"
 
 
 class PythonSession:
-    def __init__(self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None) -> None:
+    def __init__(
+        self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None,
+        on_start: "Optional[Callable[[], None]]" = None,
+    ) -> None:
         self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
+        self.on_start = on_start
         self.cwd = cwd
         self.env = dict(env)
         self.lock = threading.Lock()
@@ -47,6 +51,8 @@ class PythonSession:
         for used in (req_r, res_w, fd):
             os.close(used)
         self.buffer = b""
+        if self.on_start is not None:
+            self.on_start()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

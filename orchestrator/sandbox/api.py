@@ -56,6 +56,7 @@ async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **optio
         return await launch(
             "apptainer", functools.partial(apptainer.build_argv, binary=binary),
             job_id=job_id, paths=paths, options=opts, pass_host_env=True,
+            identity=apptainer.write_env_file,
         )
     log.warning(
         "sandbox runtime 'local' for job %s: commands run on the host WITHOUT isolation "

@@ -3,12 +3,14 @@
 `exec` with --containall (own fs, PID, IPC; clean env), --no-home, --cleanenv (no SLURM_*
 or PMIX_* inside), --net --network none when the network is off (--network alone is
 silently ignored), --writable-tmpfs, optional --fakeroot, binds and --pwd. Environment
-variables go through --env because --cleanenv drops everything else.
+variables go through --env-file because --cleanenv drops everything else (and --env would
+split a value at its commas, e.g. CUDA_VISIBLE_DEVICES=0,1).
 """
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.options import WORKSPACE
@@ -60,9 +62,20 @@ def build_argv(spec: LaunchSpec, binary: str = "apptainer") -> list[str]:
     ]
     for bind in opts.binds:
         argv += ["--bind", f"{bind.source}:{bind.target}:{'ro' if bind.read_only else 'rw'}"]
-    for name, value in sorted(spec.sandbox_env().items()):
-        if name != "PATH":
-            argv += ["--env", f"{name}={value}"]
+    argv += ["--env-file", str(env_file(spec))]
     argv.append(str(opts.image))
     argv += server_command("python3", INSIDE_PY)
     return argv
+
+
+def env_file(spec: LaunchSpec) -> Path:
+    return spec.runtime_dir / "apptainer.env"
+
+
+def write_env_file(spec: LaunchSpec) -> None:
+    """The sandbox environment as single-quoted shell assignments (the format apptainer reads)."""
+    lines = []
+    for name, value in sorted(spec.sandbox_env().items()):
+        if name != "PATH":  # the image's own PATH stays
+            lines.append(f"{name}='" + value.replace("'", "'\\''") + "'")
+    env_file(spec).write_text("\n".join(lines) + "\n")

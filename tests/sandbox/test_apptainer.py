@@ -53,14 +53,8 @@ def _spec(tmp_path: Path, **options: object) -> LaunchSpec:
     )
 
 
-def _expected_tail(tmp_path: Path, env: dict[str, str] | None = None) -> list[str]:
-    tail = []
-    full_env = {
-        "HOME": "/workspace", "HPC_ROLLOUT_JOB_ID": "j-000001-000", "HPC_ROLLOUT_LOOPBACK": "127.9.9.9",
-        "HPC_ROLLOUT_SANDBOX": "abc123", "LANG": "C.UTF-8", "TERM": "dumb", **(env or {}),
-    }
-    for name, value in sorted(full_env.items()):
-        tail += ["--env", f"{name}={value}"]
+def _expected_tail(tmp_path: Path) -> list[str]:
+    tail = ["--env-file", f"{tmp_path}/rt/apptainer.env"]
     boot = ("import sys; sys.path[:0] = ['/.hpc-rollout/py']; "
             "from server.exec_server import main; main()")
     return tail + [str(tmp_path / "python.sif"), "python3", "-E", "-s", "-B", "-c", boot]
@@ -97,9 +91,24 @@ def test_network_on_fakeroot_binds_and_env(tmp_path: Path) -> None:
         "singularity", "exec", "--containall", "--no-home", "--cleanenv",
         "--writable-tmpfs", "--fakeroot", *_expected_binds(tmp_path),
         "--bind", f"{data}:/data:ro", "--bind", f"{data}:/out:rw",
-        *_expected_tail(tmp_path, {"TASK": "x"}),
+        *_expected_tail(tmp_path),
     ]
     assert "--net" not in argv and "--network" not in argv
+
+
+def test_env_file_keeps_commas_quotes_and_no_host_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "99")
+    spec = _spec(tmp_path, env={"CUDA_VISIBLE_DEVICES": "0,1", "QUOTE": "it's"})
+    spec.runtime_dir.mkdir()
+    apptainer.write_env_file(spec)
+    text = apptainer.env_file(spec).read_text()
+    assert "CUDA_VISIBLE_DEVICES='0,1'\n" in text and "QUOTE='it'\\''s'\n" in text
+    assert "HPC_ROLLOUT_LOOPBACK='127.9.9.9'" in text and "SLURM" not in text and "PATH=" not in text
+    import subprocess
+
+    sourced = subprocess.run(["bash", "-c", f"set -a; . {apptainer.env_file(spec)}; echo \"$QUOTE|$CUDA_VISIBLE_DEVICES\""],
+                             capture_output=True, text=True).stdout
+    assert sourced == "it's|0,1\n"
 
 
 def test_either_binary_name_is_found(stand_in: Path) -> None:

@@ -1,4 +1,4 @@
-"""`hpc-rollout sandbox exec|shell|sweep` and `hpc-rollout image build`."""
+"""`hpc-rollout sandbox exec|shell|list|sweep` and `hpc-rollout image build`."""
 
 from __future__ import annotations
 
@@ -81,6 +81,26 @@ def register(cli: click.Group) -> None:
         """An interactive prompt in a sandbox: each line goes to its persistent bash."""
         options = _sandbox_options(image, network, binds, env, memory_mb, None)
         asyncio.run(_shell(runtime, options, workspace))
+
+    @sandbox_group.command("list")
+    def list_command() -> None:
+        """This node's sandboxes (of this user), from their records in the runtime directory."""
+        import time
+
+        from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
+
+        rows = []
+        for directory in sorted(sandboxes_dir().iterdir()):
+            try:
+                record = SandboxRecord.load(directory)
+            except (OSError, ValueError, TypeError):
+                continue
+            owner = "alive" if record.owner_process().alive() else "GONE"
+            state = "running" if all(p.alive() for p in record.processes()) else "exited"
+            left = max(0.0, record.deadline - time.time())
+            rows.append(f"{record.id}  {record.kind:<9} {state:<8} owner {record.owner[0]} ({owner})  "
+                        f"{record.loopback or '-':<15} {left / 60:7.1f} min left  job {record.job_id}")
+        click.echo("\n".join(rows) if rows else f"no sandboxes in {sandboxes_dir()}")
 
     @sandbox_group.command("sweep")
     def sweep_command() -> None:

@@ -24,3 +24,24 @@ def test_image_build_render_only() -> None:
                                       "--set", "bootstrap=docker", "--set", "base_image=python:3.12-slim"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("Bootstrap: docker\nFrom: python:3.12-slim\n")
+
+
+@needs_bwrap
+def test_sandbox_list_shows_live_sandboxes(tmp_path: "object") -> None:
+    import asyncio
+    from pathlib import Path
+
+    from orchestrator.paths import SpoolPaths
+    from orchestrator.sandbox.api import start_sandbox
+
+    async def scenario() -> tuple[str, str, str]:
+        sb = await start_sandbox("bwrap", job_id="list-000001-000", paths=SpoolPaths.of(Path(str(tmp_path))))
+        try:
+            listed = CliRunner().invoke(cli, ["sandbox", "list"]).output
+        finally:
+            await sb.close()
+        return listed, sb.record.id, CliRunner().invoke(cli, ["sandbox", "list"]).output
+
+    listed, sandbox_id, after = asyncio.run(scenario())
+    assert sandbox_id in listed and "running" in listed and "(alive)" in listed and "list-000001-000" in listed
+    assert after.startswith("no sandboxes in")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from orchestrator.cli import cli
@@ -27,15 +29,14 @@ def test_image_build_render_only() -> None:
 
 
 @needs_bwrap
-def test_sandbox_list_shows_live_sandboxes(tmp_path: "object") -> None:
+def test_sandbox_list_shows_live_sandboxes(tmp_path: Path) -> None:
     import asyncio
-    from pathlib import Path
 
     from orchestrator.paths import SpoolPaths
     from orchestrator.sandbox.api import start_sandbox
 
     async def scenario() -> tuple[str, str, str]:
-        sb = await start_sandbox("bwrap", job_id="list-000001-000", paths=SpoolPaths.of(Path(str(tmp_path))))
+        sb = await start_sandbox("bwrap", job_id="list-000001-000", paths=SpoolPaths.of(tmp_path))
         try:
             listed = CliRunner().invoke(cli, ["sandbox", "list"]).output
         finally:

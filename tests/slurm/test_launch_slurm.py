@@ -90,3 +90,22 @@ def test_status_flags_a_worker_whose_task_left_slurm(janitor: JobJanitor) -> Non
     warnings = slurm_warnings([ghost])
     assert any(job in w and "ghost" in w and ("left the queue" in w or "gone from squeue" in w) for w in warnings), warnings
     assert slurm_warnings([{**ghost, "alive": False}]) == []
+
+
+def test_eval_only_array_scores_what_another_array_ran(run_root: Path, janitor: JobJanitor) -> None:
+    jobs = 60
+    paths = sleep_run(run_root, jobs=jobs, run_s=0.2)
+    runners, _ = launch(paths, "--nodes", "2", "--stages", "init,run")
+    scorers, _ = launch(paths, "--nodes", "2", "--stages", "eval", "--shared", "--cpus-per-node", "1")
+    janitor.add(runners)
+    janitor.add(scorers)
+    table = wait_rows(paths, jobs)
+    exactly_once(table, jobs)
+    started = events(paths, "worker_started")
+    eval_only = {e["worker"] for e in started if e.get("stages") == ["eval"]}
+    run_nodes = {e["node"] for e in started if e.get("stages") == ["init", "run"]}
+    assert len(eval_only) == 2 and len(run_nodes) == 2
+    assert set(table["worker"]) <= eval_only, "rows are written by the EVAL-only workers"
+    assert set(table["node"]) <= run_nodes, "INIT and RUN happened on the other array's nodes"
+    cli("stop", str(paths.root), "--cancel")
+    assert queued(runners) == [] and queued(scorers) == []

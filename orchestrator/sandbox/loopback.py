@@ -65,11 +65,25 @@ def allocate(owner: ProcessId, sandbox_id: str) -> str:
     )
 
 
-def release(address: str | None) -> None:
+def release(address: str | None, sandbox_id: str | None = None) -> None:
+    """Give the address back; with `sandbox_id`, only if the lease is still that sandbox's.
+
+    The check matters when a close and a sweep race: the address may already have been
+    released and leased again to a new sandbox, whose lease must survive.
+    """
     if not address:
         return
+    path = lease_dir() / address
+    if sandbox_id is not None:
+        try:
+            if json.loads(path.read_text()).get("sandbox") != sandbox_id:
+                return
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, AttributeError):
+            pass  # unreadable: ours to clean up
     try:
-        os.unlink(lease_dir() / address)
+        os.unlink(path)
     except FileNotFoundError:
         pass
 

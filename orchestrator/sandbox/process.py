@@ -95,7 +95,7 @@ def release_resources(record: SandboxRecord) -> bool:
             except OSError:
                 pass
         cgroup_gone = cgroups.remove(record.cgroup)
-    loopback.release(record.loopback)
+    loopback.release(record.loopback, record.id)
     remove_sandbox_dir(record.runtime_dir)
     return cgroup_gone
 

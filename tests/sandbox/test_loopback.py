@@ -83,3 +83,15 @@ def test_nproc_limit_only_where_the_kernel_counts_per_namespace() -> None:
     assert nproc_counts_per_namespace("6.1.0-18-amd64") and nproc_counts_per_namespace("5.14.0-362.el9")
     assert not nproc_counts_per_namespace("4.18.0-513.el8_9.x86_64")
     assert not nproc_counts_per_namespace("5.4.0-150-generic")
+
+
+def test_release_by_a_late_sweep_spares_the_next_lease() -> None:
+    me = ProcessId.current()
+    address = loopback.allocate(me, "first")
+    loopback.release(address, "first")
+    path = loopback.lease_dir() / address
+    path.write_text(json.dumps({"owner": me.to_json(), "sandbox": "second"}))  # leased again
+    loopback.release(address, "first")                                         # a late sweep
+    assert loopback.leased() == [address]
+    loopback.release(address, "second")
+    assert loopback.leased() == []

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 from orchestrator.sandbox import cgroups, loopback
@@ -27,6 +28,7 @@ from orchestrator.sandbox.records import SandboxRecord, remove_sandbox_dir
 log = logging.getLogger(__name__)
 
 GRACEFUL_S = 1.0
+CLOSING_MARK = "closing"
 KILL_VERIFY_S = 5.0
 
 # Popen objects of sandboxes this process started, so their exit status is collected.
@@ -159,6 +161,10 @@ class ProcessSandbox(Sandbox):
         async with self._close_lock:
             if self._closed:
                 return
+            try:  # tells a concurrent sweep that this sandbox is being closed by someone
+                Path(self.record.runtime_dir, CLOSING_MARK).touch()
+            except OSError:
+                pass
             processes = self.record.processes()
             if any(p.alive() for p in processes):
                 try:

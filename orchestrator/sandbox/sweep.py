@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from orchestrator.sandbox import cgroups, loopback
-from orchestrator.sandbox.process import kill_processes, reap_children, release_resources
+from orchestrator.sandbox.process import CLOSING_MARK, kill_processes, reap_children, release_resources
 from orchestrator.sandbox.procs import wait_gone
 from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
 
@@ -58,8 +58,11 @@ def sweep_orphaned_sandboxes() -> int:
             _reap(record, "its wall-clock limit has passed")
             reaped += 1
         elif not any(p.alive() for p in record.processes()):
-            _reap(record, "its processes exited without a close")
-            reaped += 1
+            if _older_than(directory / CLOSING_MARK, HALF_WRITTEN_GRACE_S, missing=True):
+                _reap(record, "its processes exited without a close")
+                reaped += 1
+            else:
+                live.add(record.id)  # its owner is closing it right now
         else:
             live.add(record.id)
     loopback.reclaim_stale()
@@ -69,8 +72,8 @@ def sweep_orphaned_sandboxes() -> int:
     return reaped
 
 
-def _older_than(path: Path, seconds: float) -> bool:
+def _older_than(path: Path, seconds: float, missing: bool = False) -> bool:
     try:
         return time.time() - path.stat().st_mtime > seconds
     except OSError:
-        return False
+        return missing

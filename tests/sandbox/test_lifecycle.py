@@ -332,3 +332,21 @@ def test_local_runtime_hung_server_leaves_no_tools(spool: SpoolPaths) -> None:
 
     for pid in run(scenario()):
         assert start_time(pid) is None, pid
+
+
+def test_sweep_spares_a_sandbox_being_closed_but_reaps_a_crashed_one(spool: SpoolPaths) -> None:
+    from orchestrator.sandbox.process import CLOSING_MARK, kill_processes, wait_gone
+
+    async def scenario() -> tuple[Any, Any]:
+        closing, crashed = await started(spool, job_id="a-1"), await started(spool, job_id="b-1")
+        for sb in (closing, crashed):
+            kill_processes(sb.record)
+            assert await wait_gone(sb.record.processes(), 5)
+        Path(closing.record.runtime_dir, CLOSING_MARK).touch()   # as close() does first
+        return closing, crashed
+
+    closing, crashed = run(scenario())
+    assert sweep_orphaned_sandboxes() == 1
+    assert Path(closing.record.runtime_dir).exists() and not Path(crashed.record.runtime_dir).exists()
+    run(closing.close())
+    assert not Path(closing.record.runtime_dir).exists()

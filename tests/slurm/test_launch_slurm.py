@@ -41,14 +41,19 @@ def test_200_sleep_jobs_on_4_nodes_then_stop_drains(run_root: Path, janitor: Job
     assert logs_containing(paths, "Job completed successfully")
 
 
-@pytest.mark.parametrize("how", ["preempt", "requeue"])
+@pytest.mark.parametrize("how", ["preempt", "requeue", "site-signal"])
 def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Path, janitor: JobJanitor) -> None:
     jobs = 200
     paths = sleep_run(run_root, jobs=jobs, run_s=1.5)
-    array, _ = launch(paths, "--nodes", "4", "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2")
+    site = ["--signal", "USR1"] if how == "site-signal" else []
+    array, _ = launch(paths, "--nodes", "4", "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2", *site)
     janitor.add(array)
     wait_until(lambda: len(events(paths, "finished")) >= 30, 180, "30 finished jobs")
-    if how == "preempt":
+    if how == "site-signal":
+        # A site that warns with USR1: the task checkpoints on USR1 (and would ignore USR2).
+        subprocess.run(["scancel", "--signal=USR1", f"{array}_2"], check=True, timeout=30)
+        wait_until(lambda: bool(logs_containing(paths, "Caught signal SIGUSR1")), 120, "the USR1 checkpoint")
+    elif how == "preempt":
         # All 4 nodes are held exclusively: a job in the higher-tier partition preempts one task.
         high = subprocess.run(["sbatch", "--parsable", "-p", "high", "-o", "/dev/null", "--wrap", "sleep 2"],
                               capture_output=True, text=True, check=True).stdout.strip()
@@ -65,7 +70,9 @@ def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Pa
     assert restarted and restarted[0]["slurm_array_job_id"] == array
     table = wait_rows(paths, jobs)
     exactly_once(table, jobs)
-    assert restarted[0]["worker_id"] in set(table["worker"]), "the restarted worker resumed from the spool"
+    # It resumed: a fresh worker serving the same spool (rows by it depend on how much work was left).
+    assert restarted[0]["state"] == "running"
+    assert restarted[0]["worker_id"] in {e["worker"] for e in events(paths, "worker_started")}
 
     result = cli("stop", str(paths.root), "--cancel")
     assert "all workers stopped" in result.stdout
@@ -109,3 +116,18 @@ def test_eval_only_array_scores_what_another_array_ran(run_root: Path, janitor: 
     assert set(table["node"]) <= run_nodes, "INIT and RUN happened on the other array's nodes"
     cli("stop", str(paths.root), "--cancel")
     assert queued(runners) == [] and queued(scorers) == []
+
+
+def test_a_worker_whose_spool_vanishes_ends_its_task_failed(run_root: Path, janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=0, run_s=0)
+    array, _ = launch(paths, "--nodes", "1", "--shared", "--cpus-per-node", "1")
+    janitor.add(array)
+    wait_until(lambda: bool(heartbeats(paths)), 120, "the worker's heartbeat")
+    # The spool becomes unreachable under the worker (as when a mount goes away).
+    paths.workers.rename(paths.root / "workers.gone")
+    paths.tmp.rename(paths.root / "tmp.gone")
+    wait_until(lambda: not queued(array), 120, "the task to end")
+    assert logs_containing(paths, "WorkerFailed"), "the worker exits non-zero, so does the task"
+    state = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array, "-o", "State"],
+                           capture_output=True, text=True).stdout.split()
+    assert state in ([], ["FAILED"]), state   # [] only when accounting lags

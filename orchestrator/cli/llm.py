@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from orchestrator.llm.errors import LLMError
-from orchestrator.llm.inflight import DEFAULT_LEASE_S, read_load
+from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, Protocol, Snapshot
+from orchestrator.llm.router import run_lease_s
 from orchestrator.llm.serve_cmd import serve_llm
 from orchestrator.paths import SpoolPaths
 
@@ -109,16 +110,17 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, protocol: st
 @backend.command("list")
 @RUN_DIR
 @click.option("--json", "as_json", is_flag=True, help="Print the registry plus load as JSON.")
-@click.option("--lease", type=click.FloatRange(min=1), default=DEFAULT_LEASE_S, show_default=True,
-              help="Seconds after which a silent worker's in-flight counts are ignored.")
-def list_backends(run_dir: Path, as_json: bool, lease: float) -> None:
+@click.option("--lease", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds after which a silent worker's in-flight counts are ignored "
+                   "(default: the run's lease from run.toml, else 30).")
+def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
     """Backends with node, policy version, state and tasks in flight (all live workers)."""
     paths = SpoolPaths.of(run_dir)
     try:
         snapshot = registry_of(run_dir).read()
     except LLMError as exc:
         raise fail(exc) from None
-    load = read_load(paths, lease)
+    load = read_load(paths, run_lease_s(paths) if lease is None else lease)
     if as_json:
         data = snapshot.to_json()
         for entry in data["backends"]:

@@ -138,12 +138,26 @@ _routers: dict[tuple[str, str], Router] = {}
 
 
 def router_for(
-    paths: SpoolPaths, worker_id: str, node: str | None = None, lease_s: float = DEFAULT_LEASE_S
+    paths: SpoolPaths, worker_id: str, node: str | None = None, lease_s: float | None = None
 ) -> Router:
-    """The one router of this process for (run dir, worker id): its counts live in memory."""
+    """The one router of this process for (run dir, worker id): its counts live in memory.
+
+    The lease defaults to the run's (run.toml [leases] lease_s), as the worker heartbeats by it.
+    """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
     if router is None:
-        router = Router(paths, worker_id, node or current_node(), lease_s)
+        lease = run_lease_s(paths) if lease_s is None else lease_s
+        router = Router(paths, worker_id, node or current_node(), lease)
         _routers[key] = router
     return router
+
+
+def run_lease_s(paths: SpoolPaths) -> float:
+    """The run's worker lease (run.toml [leases] lease_s): in-flight counts expire with it."""
+    try:
+        from orchestrator.config import RunConfig
+
+        return float(RunConfig.load(paths.run_config).leases.lease_s)
+    except Exception:  # no run.toml (tests, bare directories): the default lease
+        return DEFAULT_LEASE_S

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -39,7 +40,7 @@ class ServerOptions:
     legacy_vllm: bool = False    # behave like vLLM < 0.10.2: no token_ids in answers
 
 
-class Backend:
+class ReferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         from transformers import AutoTokenizer
 
@@ -48,6 +49,10 @@ class Backend:
         self.tokenizer = AutoTokenizer.from_pretrained(str(options.model_dir), local_files_only=True)
         self.engine = Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads)
         self._record = open(options.record, "ab") if options.record else None
+
+    def close(self) -> None:
+        if self._record is not None:
+            self._record.close()
 
     # -- helpers --------------------------------------------------------------------------
     def check_prompt(self, ids: Any) -> list[int]:
@@ -208,13 +213,15 @@ async def read_body(http: web.Request) -> dict[str, Any]:
 
 async def serve(options: ServerOptions) -> None:
     """Serve until SIGTERM/SIGINT. Prints `serving on URL` once listening (port 0 = any free)."""
-    backend = Backend(options)
-    runner = web.AppRunner(backend.app(), access_log=None)
+    server = ReferenceServer(options)
+    runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, options.host, options.port)
     await site.start()
     port = runner.addresses[0][1]
-    print(f"serving {backend.model_id} on http://{options.host}:{port}/v1", flush=True)
+    # Listening on every interface: print the name other nodes reach this one by.
+    host = socket.gethostname() if options.host in ("0.0.0.0", "::", "") else options.host
+    print(f"serving {server.model_id} on http://{host}:{port}/v1", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -223,4 +230,5 @@ async def serve(options: ServerOptions) -> None:
         await stop.wait()
     finally:
         await runner.cleanup()
+        server.close()
         print("server stopped", file=sys.stderr, flush=True)

@@ -124,31 +124,41 @@ def test_killed_backend_tasks_finish_on_the_others(tmp_path: Path, servers: list
 
 def test_swap_mid_run_later_turns_carry_the_new_version(tmp_path: Path, servers: list[LocalServer]) -> None:
     paths = new_run(tmp_path)
+    record = tmp_path / "record.jsonl"
     registry = BackendRegistry.of(paths)
-    urls = [servers[0].url, servers[1].url]
-    for url in urls:
-        registry.add(url, version=3)
-    tasks = heavy_tailed_tasks(24, seed=3)
-    for task in tasks:
-        task["user_turns"] = ["Go on.", "And then?", "Finish."]
-    submit(paths, tasks)
-    process = launch(paths, 2, RUN_POOL)
-    wait_started(paths, 12)  # 8 run slots: some tasks are done, others mid-conversation
-    before = time.time()
-    registry.swap(urls, version=4)
-    after = time.time()
-    wait(paths, process)
+    recorded = start_server(threads=1, record=record)  # its record tells when turns have happened
+    try:
+        urls = [recorded.url, servers[0].url]
+        for url in urls:
+            registry.add(url, version=3)
+        tasks = heavy_tailed_tasks(24, seed=3)
+        for task in tasks:  # 4 turns of 16 tokens: tasks in flight at the swap are mid-conversation
+            task["user_turns"] = ["Go on.", "And then?", "Finish."]
+            task["sampling"]["max_tokens"] = 16
+        submit(paths, tasks)
+        process = launch(paths, 2, RUN_POOL)
+        deadline = time.monotonic() + 120
+        while not record.exists() or len(record.read_bytes().splitlines()) < 6:
+            assert time.monotonic() < deadline, "no turns recorded"
+            time.sleep(0.02)
+        before = time.time()
+        registry.swap(urls, version=4)
+        after = time.time()
+        wait(paths, process)
+    finally:
+        recorded.stop()
     found = rows(paths)
     assert_all_ok_and_sticky(found, 24)
     versions = Counter()
     for row in found:
         for turn in row["turns"]:
             if turn["sent_at"] > after:
-                assert turn["policy_version"] == 4
+                assert turn["policy_version"] == 4, (turn["sent_at"] - after, row["job_id"])
             elif turn["sent_at"] < before:
-                assert turn["policy_version"] == 3
+                assert turn["policy_version"] == 3, (turn["sent_at"] - before, row["job_id"])
             versions[turn["policy_version"]] += 1
         assert row["policy_version_min"] == min(t["policy_version"] for t in row["turns"])
         assert row["policy_version_max"] == max(t["policy_version"] for t in row["turns"])
-    assert versions[3] and versions[4]
-    assert any(r["policy_version_min"] == 3 and r["policy_version_max"] == 4 for r in found)
+    spans = [(r["policy_version_min"], r["policy_version_max"], len(r["turns"])) for r in found]
+    assert versions[3] and versions[4], (versions, spans)
+    assert (3, 4) in {(lo, hi) for lo, hi, _ in spans}, (versions, spans)

@@ -56,6 +56,16 @@ class Shards:
 @dataclass(frozen=True)
 class Sandbox:
     runtime: str = "auto"       # apptainer | bwrap | local | auto
+    image: str = ""             # default image for handlers that do not name one ("": host /usr, bwrap)
+    network: bool = False       # default network access of sandboxes
+    fakeroot: bool = False
+
+    def defaults(self) -> dict[str, Any]:
+        """The options every sandbox of the run starts with (a handler's own options win)."""
+        options: dict[str, Any] = {"network": self.network, "fakeroot": self.fakeroot}
+        if self.image:
+            options["image"] = self.image
+        return options
 
 
 # (min, max) per knob: values outside are refused with the range in the message.
@@ -125,6 +135,12 @@ class RunConfig:
 
 
 def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
+    if isinstance(default, bool):
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {dotted} must be true or false, got {value!r}")
+        return value
     if isinstance(default, str):
         if dotted == "sandbox.runtime" and value not in RUNTIMES:
             raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(RUNTIMES)}")

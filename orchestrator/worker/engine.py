@@ -60,7 +60,7 @@ class Worker:
         self.cancels = CancelWatch(paths)
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
-            emit=self.events.emit,
+            sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
         )
         self.info = base_info(self.node, self.options.launch_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}

@@ -16,6 +16,8 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
     assert RunConfig.load(paths.run_config) == config
     _, again = init_run(tmp_path / "r")  # re-init keeps the settings
     assert again == config
+    _, sandboxed = init_run(tmp_path / "r", {"sandbox.network": "true", "sandbox.image": "/images/swe"})
+    assert sandboxed.sandbox.defaults() == {"network": True, "fakeroot": False, "image": "/images/swe"}
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -24,6 +26,7 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
     ("pools.run", 1.5, "whole number"),
     ("jobs.timeout_s", "soon", "not a number"),
     ("sandbox.runtime", "docker", "valid: auto, apptainer, bwrap, local"),
+    ("sandbox.network", "yes", "true or false"),
 ])
 def test_bad_settings_name_the_problem(key: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -94,7 +94,7 @@ class Worker:
             asyncio.create_task(self._every(CANCEL_POLL_S, self._poll_cancels), name="cancels"),
             asyncio.create_task(self._every(STOP_POLL_S, self._poll_stop_request), name="stop-request"),
             asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
-            asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_sandboxes), name="sandbox-sweep"),
+            asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_in_background), name="sandbox-sweep"),
         ]
         dispatchers = [
             asyncio.create_task(self._dispatch(stage), name=f"dispatch-{stage.value}")
@@ -245,6 +245,10 @@ class Worker:
         if requested is not None and requested >= self.started_at:
             log.info("stop requested through %s", self.paths.stop_request)
             self.request_stop()
+
+    def _sweep_in_background(self) -> None:
+        # Killing a stubborn sandbox may take seconds: keep the event loop (and heartbeats) going.
+        asyncio.get_running_loop().run_in_executor(None, self._sweep_sandboxes)
 
     def _sweep_sandboxes(self) -> None:
         try:

@@ -127,7 +127,9 @@ class RunConfig:
             if key not in names:
                 valid = ", ".join(f"{s.name}.{k.name}" for s in fields(self) for k in fields(getattr(self, s.name)))
                 raise ConfigError(f"{source}: unknown setting {dotted!r}; valid: {valid}")
-            config = replace(config, **{section: replace(current, **{key: _check(dotted, value, getattr(current, key), source)})})
+            assert current is not None
+            updated: Any = replace(current, **{key: _check(dotted, value, getattr(current, key), source)})
+            config = replace(config, **{section: updated})
         return config
 
     def to_toml(self) -> str:

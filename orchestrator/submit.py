@@ -111,7 +111,8 @@ def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
         raise ValueError(f"handler must be a non-empty string, got {handler!r}")
     if not isinstance(instance, dict):
         raise ValueError(f"instance must be a JSON object, got {type(instance).__name__}")
-    extra = instance.get("extra_info") if isinstance(instance.get("extra_info"), dict) else {}
+    extra_info = instance.get("extra_info")
+    extra: dict[str, Any] = extra_info if isinstance(extra_info, dict) else {}
     instance_id = instance.get("instance_id", extra.get("index", ""))
     return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source)
 

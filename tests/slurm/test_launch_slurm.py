@@ -11,7 +11,7 @@ import pytest
 from orchestrator.config import RunConfig
 from orchestrator.slurm.queries import slurm_warnings
 from orchestrator.status import snapshot
-from tests.core.util import cli, wait_until
+from tests.core.util import cli, wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor
 from tests.slurm.util import (
     NODES, events, exactly_once, heartbeats, launch, logs_containing, queued, rows, sleep_run, wait_rows,
@@ -21,10 +21,14 @@ pytestmark = pytest.mark.slurm
 
 
 def test_200_sleep_jobs_on_4_nodes_then_stop_drains(run_root: Path, janitor: JobJanitor) -> None:
-    paths = sleep_run(run_root, jobs=200, run_s=0.2)
+    paths = sleep_run(run_root, jobs=0, run_s=0)
     array, out = launch(paths, "--nodes", "4")
     janitor.add(array)
     assert "tail -F" in out and f"{array}_0_0_log.out" in out
+    # Submit once the 4 workers serve, so that no node finds the work already done.
+    wait_until(lambda: len([b for b in heartbeats(paths) if b.get("state") == "running"]) == 4, 120, "4 workers")
+    tasks = write_jsonl(run_root.parent / "tasks200.jsonl", [{"handler": "sleep", "instance": {"run": 0.2}}] * 200)
+    cli("submit", str(paths.root), str(tasks))
     table = wait_rows(paths, 200)
     exactly_once(table, 200)
     assert set(table["node"]) == NODES, Counter(table["node"])
@@ -108,6 +112,7 @@ def test_eval_only_array_scores_what_another_array_ran(run_root: Path, janitor: 
     janitor.add(scorers)
     table = wait_rows(paths, jobs)
     exactly_once(table, jobs)
+    wait_until(lambda: len(events(paths, "worker_started")) >= 4, 120, "all 4 workers")
     started = events(paths, "worker_started")
     eval_only = {e["worker"] for e in started if e.get("stages") == ["eval"]}
     run_nodes = {e["node"] for e in started if e.get("stages") == ["init", "run"]}

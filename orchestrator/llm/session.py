@@ -13,8 +13,10 @@ registry gives that backend at request time (a swap shows up from the next turn 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,7 +120,8 @@ class LLMSession:
                 f"backend {backend.url} serves model {path!r}, which is not a local directory: "
                 f"register its tokenizer with `hpc-rollout backend add ... --tokenizer DIR`"
             )
-        return cached_tokenizer(str(Path(path).resolve()))
+        # Loading parses tokenizer.json (and imports transformers once): keep the loop responsive.
+        return await asyncio.to_thread(cached_tokenizer, str(Path(path).resolve()))
 
     # -- generation ---------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
@@ -153,8 +156,17 @@ class LLMSession:
             )
 
 
-@functools.lru_cache(maxsize=8)
+_tokenizer_lock = threading.Lock()
+
+
 def cached_tokenizer(path: str) -> Any:
+    # transformers' lazy imports are not thread-safe: load one tokenizer at a time.
+    with _tokenizer_lock:
+        return _load_tokenizer_once(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer_once(path: str) -> Any:
     return load_tokenizer(path)
 
 

@@ -175,12 +175,13 @@ cmp -s "$D/slurm.conf.new" /etc/slurm/slurm.conf || conf_changed=1
 mv -f "$D/slurm.conf.new" /etc/slurm/slurm.conf
 
 # Emulated GPUs: slurmd counts gpu gres only from device files (Count alone reports 0),
-# so give it /dev/null clones; nothing is bound or constrained (TaskPlugin=task/none).
+# so give it links to /dev/null (no mknod: containers often lack CAP_MKNOD); nothing is
+# bound or constrained (TaskPlugin=task/none).
 : > "$D/gres.conf.new"
 if ((SLURM_GPUS > 0)); then
   mkdir -p "$D/dev"
   for ((g = 0; g < SLURM_GPUS; g++)); do
-    [[ -c $D/dev/gpu$g ]] || mknod "$D/dev/gpu$g" c 1 3
+    [[ -L $D/dev/gpu$g ]] || { rm -f "$D/dev/gpu$g"; ln -s /dev/null "$D/dev/gpu$g"; }
   done
   printf 'AutoDetect=off\nName=gpu File=%s/dev/gpu[0-%d]\n' "$D" $((SLURM_GPUS - 1)) >> "$D/gres.conf.new"
 fi

@@ -9,7 +9,7 @@ import click
 
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.inflight import read_load
-from orchestrator.llm.registry import BackendRegistry, Protocol, Snapshot
+from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
 from orchestrator.llm.router import run_lease_s
 from orchestrator.llm.serve_cmd import serve_llm
 from orchestrator.paths import SpoolPaths
@@ -105,6 +105,23 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, protocol: st
     except LLMError as exc:
         raise fail(exc) from None
     click.echo(f"policy version {snapshot.policy_version}: {len(snapshot.backends)} backend(s)")
+
+
+@backend.command("state")
+@RUN_DIR
+@click.argument("url")
+@click.argument("state", type=click.Choice([s.value for s in BackendState]))
+@click.option("--reason", default="set by hand", show_default=True)
+def set_state(run_dir: Path, url: str, state: str, reason: str) -> None:
+    """Set URL's state: `draining` takes no new tasks (running ones finish), `up` re-enables it."""
+    try:
+        entry = registry_of(run_dir).set_state(normalize_url(url), BackendState(state),
+                                               "" if state == "up" else reason)
+    except LLMError as exc:
+        raise fail(exc) from None
+    if entry is None:
+        raise click.ClickException(f"no backend {url} in the registry: see `hpc-rollout backend list {run_dir}`")
+    click.echo(f"{entry.url}: {entry.state.value}")
 
 
 @backend.command("list")

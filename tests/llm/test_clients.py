@@ -37,6 +37,14 @@ def test_vllm_client_new_and_legacy_servers(tmp_path: Path) -> None:
             completion = asyncio.run(generate(backend, prompt, {"max_tokens": 8, "seed": 3, "top_k": 50}))
             capped = asyncio.run(generate(backend, list(range(1, 61)), {"max_tokens": 100}))
             full = asyncio.run(generate(backend, list(range(1, 65)), {"max_tokens": 5}))
+            root = url.removesuffix("/v1")
+            models = httpx.get(f"{url}/models").json()["data"][0]
+            tokens = httpx.post(f"{root}/tokenize", json={"prompt": "def f(x):"}).json()
+            text = httpx.post(f"{root}/detokenize", json={"tokens": tokens["tokens"]}).json()
+            too_long = httpx.post(f"{url}/completions", json={"prompt": list(range(1, 70)), "max_tokens": 1})
+        assert models["max_model_len"] == 64 and Path(models["id"]).is_dir()
+        assert text["prompt"] == "def f(x):" and tokens["count"] == len(tokens["tokens"])
+        assert too_long.status_code == 400 and "maximum context length" in too_long.text
         truth = [orjson.loads(line) for line in record.read_bytes().splitlines()]
         assert completion.output_ids == truth[0]["output_ids"] and len(completion.output_ids) == 8
         assert completion.logprobs == truth[0]["logprobs"] and completion.logprob_mode == "raw"

@@ -104,6 +104,11 @@ def test_cli_add_swap_list(tmp_path: Path) -> None:
     data = json.loads(listing.output)
     assert [b["policy_version"] for b in data["backends"]] == [4, 4]
     assert all(b["inflight"] == 0 for b in data["backends"])
+    drain = runner.invoke(cli, ["backend", "state", str(tmp_path), "http://node18:8000/v1", "draining"])
+    assert drain.exit_code == 0 and "draining" in drain.output
+    assert BackendRegistry.of(tmp_path).read().find("http://node18:8000/v1").state is BackendState.DRAINING
+    unknown = runner.invoke(cli, ["backend", "state", str(tmp_path), "http://node19:8000/v1", "up"])
+    assert unknown.exit_code != 0 and "no backend" in unknown.output
     table = runner.invoke(cli, ["backend", "list", str(tmp_path)])
     assert "node18" in table.output and "policy version 4" in table.output
     assert SpoolPaths.of(tmp_path).backends.is_file()

@@ -15,7 +15,7 @@ from orchestrator.local_launch import request_stop, start_local_workers, wait_fo
 from orchestrator.spool import open_run
 from orchestrator.status import pending_count
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
-from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, slurm_launch_options
+from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, slurm_launch_options, wait_and_stop_slurm
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -34,7 +34,7 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
-@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers (--local).")
+@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers (and end the arrays).")
 @click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset.")
 @click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools]).")
 @click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker.")
@@ -82,7 +82,10 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
         slurm = slurm_launch_options(nodes, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                      array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                      signal_delay)
-        if launch_on_slurm(run_dir, slurm, options, dry_run, out, err):
+        result = launch_on_slurm(run_dir, slurm, options, dry_run, out, err)
+        if result is not None:
+            if wait and not dry_run:
+                wait_and_stop_slurm(paths, result, out, err)
             return
         workers = nodes  # no Slurm here: the same workers, locally
     elif dry_run:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.liveness import read_workers
+from orchestrator.local_launch import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.errors import SlurmError
-from orchestrator.slurm.launcher import launch, launched_arrays
+from orchestrator.slurm.launcher import LaunchResult, launch, launched_arrays
 from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
 from orchestrator.slurm.queries import cancel, still_queued
+from orchestrator.status import pending_count
 from orchestrator.worker.options import WorkerOptions
 
 CANCEL_WAIT_S = 30.0   # KillWait + epilog of the tasks still running
@@ -38,12 +42,12 @@ def slurm_launch_options(nodes: int, partition: str | None, time_limit: str, acc
 
 
 def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions, dry_run: bool,
-                    out: Console, err: Console) -> bool:
-    """Submit (or dry-run) the array; False when there is no Slurm here (caller runs locally)."""
+                    out: Console, err: Console) -> LaunchResult | None:
+    """Submit (or dry-run) the array; None when there is no Slurm here (caller runs locally)."""
     if not dry_run and not slurm_available():
         err.print(f"no Slurm on this machine (sbatch/srun/squeue not on PATH): running {options.nodes} "
                   f"local worker(s) instead, as `launch --local --workers {options.nodes}` would")
-        return False
+        return None
     try:
         result = launch(run_dir, options, worker, dry_run=dry_run)
     except SlurmError as exc:
@@ -52,7 +56,7 @@ def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions,
         out.print(f"dry run {result.launch_id}: nothing submitted; batch script(s):")
         for array in result.arrays:
             out.print(f"  {array.script}   # {array.size} task(s), global index {array.first_index}+")
-        return True
+        return result
     arrays = ", ".join(f"{a.job_id} ({a.size} task{'s' if a.size > 1 else ''})" for a in result.arrays)
     out.print(f"launch {result.launch_id}: Slurm array {arrays}"
               f"{f' on partition {options.partition}' if options.partition else ''}")
@@ -61,7 +65,44 @@ def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions,
         out.print(f"  {hint}")
     out.print(f"  watch: hpc-rollout status {run_dir}    squeue -r -j {','.join(result.array_ids)}")
     out.print(f"  stop:  hpc-rollout stop {run_dir} [--cancel]")
-    return True
+    return result
+
+
+def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, err: Console,
+                        poll_s: float = 1.0) -> None:
+    """`launch --nodes N --wait`: progress until no job is pending, then drain and end the arrays.
+
+    Liveness comes from the spool; squeue only tells whether the arrays still exist at all.
+    """
+    total = max(pending_count(paths), 1)
+    drained = False
+    try:
+        with Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err, transient=False) as progress:
+            bar = progress.add_task("jobs", total=total)
+            while True:
+                pending = pending_count(paths)
+                total = max(total, pending)
+                progress.update(bar, total=total, completed=total - pending)
+                if pending == 0:
+                    drained = True
+                    break
+                if not still_queued(result.array_ids):
+                    break
+                time.sleep(poll_s)
+    except KeyboardInterrupt:
+        err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
+    request_stop(paths)
+    cancel(result.array_ids, pending_only=True)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while still_queued(result.array_ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if still_queued(result.array_ids):
+        cancel(result.array_ids)
+    if not drained:
+        err.print(f"[red]the arrays ended before the queues drained[/red]; see {result.log_dir}")
+        sys.exit(1)
+    out.print(f"drained: all jobs finished; arrays {' '.join(result.array_ids)} ended")
 
 
 def run_job_ids(paths: SpoolPaths) -> list[str]:

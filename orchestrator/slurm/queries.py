@@ -105,7 +105,8 @@ def slurm_warnings(workers: list[dict[str, Any]]) -> list[str]:
     for array, lines in sorted(by_array.items()):
         still = [t for t in queued if _array_of(t) == array]
         if not still:
-            warnings.append(f"array {array}: no task left in squeue while {len(lines)} worker(s) look alive")
+            what = "array" if any(t.startswith(f"{array}_") for _, t in missing) else "job"
+            warnings.append(f"{what} {array}: no task left in squeue while {len(lines)} worker(s) look alive")
         warnings += lines
     return warnings
 

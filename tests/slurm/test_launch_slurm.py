@@ -140,3 +140,12 @@ def test_a_worker_whose_spool_vanishes_ends_its_task_failed(run_root: Path, jani
     # slurmdbd records the end a moment after squeue forgets the task.
     wait_until(lambda: bool(state()) and state()[0] not in ("PENDING", "RUNNING"), 60, "sacct's final state")
     assert state() == ["FAILED"]
+
+
+def test_launch_wait_returns_when_drained_with_no_task_left(run_root: Path, janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=40, run_s=0.1)
+    array, out = launch(paths, "--nodes", "2", "--wait")
+    janitor.add(array)
+    assert "drained: all jobs finished" in out
+    exactly_once(wait_rows(paths, 40), 40)
+    assert queued(array) == []

@@ -68,6 +68,8 @@ def test_balance_with_four_backends_and_four_workers(tmp_path: Path, servers: li
     assert all(len({t["backend"] for t in r["turns"]}) == 1 for r in found)  # 100% sticky
     ratios = steady_max_over_mean(sampler.samples, urls, WORKERS * RUN_POOL)
     assert len(ratios) >= 10, "the run never reached steady state"
+    print(f"steady state max/mean in flight: mean {statistics.mean(ratios):.3f}, "
+          f"median {statistics.median(ratios):.3f} over {len(ratios)} samples")
     assert statistics.mean(ratios) <= 1.25, ratios
     per_backend = Counter(r["turns"][0]["backend"] for r in found)
     assert set(per_backend) == set(urls)

@@ -149,3 +149,17 @@ def test_launch_wait_returns_when_drained_with_no_task_left(run_root: Path, jani
     assert "drained: all jobs finished" in out
     exactly_once(wait_rows(paths, 40), 40)
     assert queued(array) == []
+
+
+def test_a_task_reaching_its_time_limit_requeues_itself(run_root: Path, janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=0, run_s=0)
+    out = cli("launch", str(paths.root), "--nodes", "1", "--shared", "--cpus-per-node", "1",
+              "--time", "1", "--signal-delay", "50").stdout
+    array = janitor.add(out.split("Slurm array ")[1].split()[0])
+    # The warning comes ~50 s before the 1-minute limit: submitit counts it as a time-out,
+    # the worker checkpoints and the task comes back with a fresh time limit.
+    wait_until(lambda: any(int(b.get("slurm_restart_count", 0)) >= 1 and b.get("state") == "running"
+                           for b in heartbeats(paths)), 150, "the task to come back after its time limit")
+    assert logs_containing(paths, "this job is timed-out")
+    cli("stop", str(paths.root), "--cancel")
+    assert queued(array) == []

@@ -101,8 +101,10 @@ def start_server(
     try:
         server.url = wait_ready(process, timeout_s)
     except ServerStartError as exc:
+        signal_group(process.pid, signal.SIGKILL)  # it never served: nothing to drain
+        process.wait(10)
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:]
         server.stop()
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-15:] if log_path.exists() else []
         raise ServerStartError(f"{exc}\n--- {log_path} (last lines) ---\n" + "\n".join(tail)) from None
     except BaseException:
         server.stop()

@@ -48,20 +48,10 @@ def submit(paths: SpoolPaths, tasks: list[dict[str, Any]]) -> None:
 
 
 def launch(paths: SpoolPaths, workers: int, run_pool: int) -> subprocess.Popen[bytes]:
-    """`hpc-rollout launch --local --wait`: returns when every job is finished.
-
-    EVAL runs in a worker of its own (location-free, as on a CPU partition). This also keeps
-    clear of a worker-engine issue seen at the time of writing: a worker that queued a job
-    for RUN and later claims it for EVAL reused its stale cached ticket without RUN's output.
-    """
-    subprocess.run(
-        CLI + ["launch", str(paths.root), "--local", "--workers", "1", "--stages", "eval",
-               "--runtime", "local"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=60,
-    )
+    """`hpc-rollout launch --local --wait`: returns when every job is finished."""
     return subprocess.Popen(
         CLI + ["launch", str(paths.root), "--local", "--workers", str(workers), "--wait",
-               "--stages", "init,run", "--run-pool", str(run_pool), "--runtime", "local"],
+               "--run-pool", str(run_pool), "--runtime", "local"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
 
@@ -108,8 +98,4 @@ def wait(paths: SpoolPaths, process: subprocess.Popen[bytes], timeout_s: float =
         request_stop(paths)  # the workers drain and exit; then the launcher returns
         process.communicate(timeout=60)
         raise
-    finally:
-        # The eval-only worker runs on until told to stop.
-        subprocess.run(CLI + ["stop", str(paths.root)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120)
     assert process.returncode == 0, err.decode()[-2000:]

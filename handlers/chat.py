@@ -79,10 +79,6 @@ class ChatHandler(AgentHandler):
         return {
             **conversation.to_json(),
             "turns": turns,
-            # Per-turn fields the shard's turn struct does not carry (kept in the result column).
-            "turn_details": [
-                {k: t[k] for k in ("sent_at", "switched_from", "logprob_mode")} for t in turns
-            ],
             "replies": replies,
             "policy_version_min": min(versions),
             "policy_version_max": max(versions),

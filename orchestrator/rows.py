@@ -20,6 +20,9 @@ TURN_TYPE = pa.struct([
     ("backend", pa.string()),
     ("policy_version", pa.int64()),
     ("finish_reason", pa.string()),
+    ("switched_from", pa.string()),          # the backend this turn moved away from (it failed)
+    ("logprob_mode", pa.string()),           # e.g. vLLM raw (before temperature) vs SGLang processed
+    ("sent_at", pa.float64()),               # epoch seconds the request was sent
 ])
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -90,6 +93,9 @@ def _turns(value: Any) -> list[dict[str, Any]] | None:
             "backend": turn.get("backend"),
             "policy_version": turn.get("policy_version"),
             "finish_reason": turn.get("finish_reason"),
+            "switched_from": turn.get("switched_from"),
+            "logprob_mode": turn.get("logprob_mode"),
+            "sent_at": turn.get("sent_at"),
         })
     return turns
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import subprocess
 import sys
@@ -57,12 +56,7 @@ def launch(paths: SpoolPaths, workers: int, run_pool: int) -> subprocess.Popen[b
 
 
 def rows(paths: SpoolPaths) -> list[dict[str, Any]]:
-    found = [row for _, batch in iter_rows(paths) for row in batch]
-    for row in found:
-        result = json.loads(row["result"]) if isinstance(row.get("result"), str) else row.get("result") or {}
-        for turn, details in zip(row["turns"] or [], result.get("turn_details", [])):
-            turn.update(details)
-    return found
+    return [row for _, batch in iter_rows(paths) for row in batch]
 
 
 @dataclass

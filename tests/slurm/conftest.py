@@ -25,8 +25,9 @@ def _cluster_problem() -> str | None:
         return "the Slurm controller does not answer"
     if ping.returncode != 0 or "UP" not in ping.stdout:
         return "the Slurm controller is down: `sudo SLURM_NODES=4 scripts/slurm-up.sh`"
+    # Busy is fine (a previous test's tasks may still be completing); down or drained is not.
     usable = {line.split()[0] for line in nodes.stdout.splitlines()
-              if line.split()[1].rstrip("*") in ("idle", "mix", "alloc")}
+              if line.split()[1].rstrip("*~#$@+") in ("idle", "mix", "alloc", "comp", "mixed", "allocated")}
     if len(usable) < NODES_NEEDED:
         return f"the Slurm tests need {NODES_NEEDED} usable nodes, found {sorted(usable)}: SLURM_NODES=4 scripts/slurm-up.sh"
     return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -161,5 +163,24 @@ def test_a_task_reaching_its_time_limit_requeues_itself(run_root: Path, janitor:
     wait_until(lambda: any(int(b.get("slurm_restart_count", 0)) >= 1 and b.get("state") == "running"
                            for b in heartbeats(paths)), 150, "the task to come back after its time limit")
     assert logs_containing(paths, "this job is timed-out")
+    cli("stop", str(paths.root), "--cancel")
+    assert queued(array) == []
+
+
+def test_claims_of_a_task_killed_without_warning_come_back_through_the_lease(
+        run_root: Path, janitor: JobJanitor) -> None:
+    jobs = 120
+    paths = sleep_run(run_root, jobs=jobs, run_s=1.0)
+    array, _ = launch(paths, "--nodes", "4", "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2")
+    janitor.add(array)
+    wait_until(lambda: len(events(paths, "finished")) >= 20, 180, "20 finished jobs")
+    # SIGKILL to the worker process (by its heartbeat's pid; emulated nodes share this host):
+    # no checkpoint, no SIGTERM handler, the task just vanishes with its claims. (`scancel -s KILL`
+    # would not do: Slurm turns it into a cancel, SIGTERM first.)
+    victim = next(b for b in heartbeats(paths) if b.get("slurm_array_task_id") == "1")
+    os.kill(int(victim["pid"]), signal.SIGKILL)
+    table = wait_rows(paths, jobs)
+    exactly_once(table, jobs)
+    assert max(table["attempt"]) >= 2, "expired claims went back to their queue with attempt + 1"
     cli("stop", str(paths.root), "--cancel")
     assert queued(array) == []

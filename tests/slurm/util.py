@@ -35,7 +35,8 @@ def launch(paths: SpoolPaths, *args: str) -> tuple[str, str]:
 
 
 def rows(paths: SpoolPaths) -> dict[str, list[Any]]:
-    if not any(paths.shards.glob("*.parquet")):
+    # Shards being written are hidden (_tmp-*): pyarrow skips them, so must this check.
+    if not [p for p in paths.shards.glob("*.parquet") if not p.name.startswith(("_", "."))]:
         return {"job_id": [], "status": [], "node": [], "worker": [], "attempt": []}
     return ds.dataset(paths.shards).to_table(columns=["job_id", "status", "node", "worker", "attempt"]).to_pydict()
 

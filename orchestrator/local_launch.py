@@ -14,13 +14,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
 from orchestrator import fsops
 from orchestrator.paths import SpoolPaths
-from orchestrator.status import pending_count
 from orchestrator.worker.options import WorkerOptions
 
 
@@ -97,20 +95,6 @@ def _with_launch(options: WorkerOptions, launch_id: str) -> WorkerOptions:
     from dataclasses import replace
 
     return replace(options, launch_id=launch_id)
-
-
-def wait_for_drain(
-    paths: SpoolPaths, launch: LocalLaunch, on_progress: Callable[[int], None], poll_s: float = 0.5
-) -> bool:
-    """Block until no job is pending; False when every worker died first."""
-    while True:
-        pending = pending_count(paths)
-        on_progress(pending)
-        if pending == 0:
-            return True
-        if not launch.alive():
-            return False
-        time.sleep(poll_s)
 
 
 def request_stop(paths: SpoolPaths) -> None:

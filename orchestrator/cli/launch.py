@@ -7,13 +7,13 @@ import time
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from orchestrator.config import ConfigError
 from orchestrator.liveness import read_workers
-from orchestrator.local_launch import request_stop, start_local_workers, wait_for_drain
+from orchestrator.cli.progress import drain_with_progress
+from orchestrator.local_launch import LocalLaunch, request_stop, start_local_workers
+from orchestrator.paths import SpoolPaths
 from orchestrator.spool import open_run
-from orchestrator.status import pending_count
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, slurm_launch_options, wait_and_stop_slurm
 
@@ -100,24 +100,10 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     _wait_and_stop(paths, launch, config.shutdown.grace_s)
 
 
-def _wait_and_stop(paths, launch, grace_s: float) -> None:  # type: ignore[no-untyped-def]
-    total = max(pending_count(paths), 1)
+def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float) -> None:
     drained = False
     try:
-        with Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False) as progress:
-            bar = progress.add_task("jobs", total=total, rate="")
-            started = time.monotonic()
-
-            def update(pending: int) -> None:
-                nonlocal total
-                if pending > total:  # more was submitted while we wait
-                    total = pending
-                    progress.update(bar, total=total)
-                done = total - pending
-                progress.update(bar, completed=done, rate=f"{done / max(time.monotonic() - started, 1e-9):.1f} jobs/s")
-
-            drained = wait_for_drain(paths, launch, update)
+        drained = drain_with_progress(paths, launch, err)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
     codes = launch.terminate(timeout_s=grace_s + 10)

@@ -7,8 +7,8 @@ import time
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.cli.progress import progress_until_drained
 from orchestrator.liveness import read_workers
 from orchestrator.local_launch import request_stop
 from orchestrator.paths import SpoolPaths
@@ -17,7 +17,6 @@ from orchestrator.slurm.errors import SlurmError
 from orchestrator.slurm.launcher import LaunchResult, launch, launched_arrays
 from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
 from orchestrator.slurm.queries import cancel, still_queued
-from orchestrator.status import pending_count
 from orchestrator.worker.options import WorkerOptions
 
 CANCEL_WAIT_S = 30.0   # KillWait + epilog of the tasks still running
@@ -74,22 +73,9 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, e
 
     Liveness comes from the spool; squeue only tells whether the arrays still exist at all.
     """
-    total = max(pending_count(paths), 1)
     drained = False
     try:
-        with Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err, transient=False) as progress:
-            bar = progress.add_task("jobs", total=total)
-            while True:
-                pending = pending_count(paths)
-                total = max(total, pending)
-                progress.update(bar, total=total, completed=total - pending)
-                if pending == 0:
-                    drained = True
-                    break
-                if not still_queued(result.array_ids):
-                    break
-                time.sleep(poll_s)
+        drained = progress_until_drained(paths, err, lambda: still_queued(result.array_ids), poll_s)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
     request_stop(paths)

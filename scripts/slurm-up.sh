@@ -287,7 +287,8 @@ nodes_up() {
 # this cluster is ours, so return such nodes to service once they have registered.
 resume_stale() {
   local n
-  for n in $(sinfo -h -N -t drain,inval -o '%N' | sort -u); do
+  # (22.05's `sinfo -t` knows no "inval" state: filter the short state names ourselves)
+  for n in $(sinfo -h -N -o '%N %t' | awk '$2 ~ /^(drain|drng|inval)/ {print $1}' | sort -u); do
     scontrol update nodename="$n" state=resume 2>/dev/null || true
   done
 }

@@ -30,7 +30,7 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     it stops.
     """
     run_dir = run_dir or default_run_dir(Path("spool"))
-    err.print(f"run directory: {run_dir}   (first run builds the tiny model: ~30 s)")
+    err.print(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
 
     def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
         err.print(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")

@@ -23,10 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from filelock import SoftFileLock, Timeout
 
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
-from orchestrator.llm.files import read_json, write_json_atomic
+from orchestrator.llm.files import write_json_atomic
+from orchestrator.softlock import LockTimeout, acquire_soft_lock
 from orchestrator.paths import SpoolPaths, current_node
 
 log = logging.getLogger(__name__)
@@ -185,12 +185,9 @@ class BackendRegistry:
     @contextmanager
     def _locked(self) -> Iterator[Snapshot]:
         lock_path = self.paths.backends_lock
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        self._break_stale_lock(lock_path)
-        lock = SoftFileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)
         try:
-            lock.acquire()
-        except Timeout:
+            lock = acquire_soft_lock(lock_path, LOCK_TIMEOUT_S, STALE_LOCK_S)
+        except LockTimeout:
             raise RegistryError(
                 f"registry lock {lock_path} is held for over {LOCK_TIMEOUT_S:.0f} s: if no "
                 f"`hpc-rollout backend` command is running, remove that file and retry"
@@ -200,16 +197,6 @@ class BackendRegistry:
             yield self.read()
         finally:
             lock.release()
-
-    @staticmethod
-    def _break_stale_lock(lock_path: Path) -> None:
-        try:
-            age = time.time() - lock_path.stat().st_mtime
-        except FileNotFoundError:
-            return
-        if age > STALE_LOCK_S:
-            log.warning("removing stale registry lock %s (%.0f s old)", lock_path, age)
-            lock_path.unlink(missing_ok=True)
 
     def _write(self, snapshot: Snapshot) -> Snapshot:
         snapshot = replace(snapshot, updated_at=time.time())

@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from filelock import SoftFileLock, Timeout
+from filelock import SoftFileLock
 
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxError
 from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import Rendered, render
+from orchestrator.softlock import LockTimeout, acquire_soft_lock
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +88,12 @@ def _definition_for(plan: BuildPlan, template: Path, variables: dict[str, Any],
 
 def _acquire(lock_path: Path, timeout: float) -> SoftFileLock:
     try:
-        if time.time() - lock_path.stat().st_mtime > STALE_LOCK_S:
-            log.warning("removing stale image build lock %s", lock_path)
-            lock_path.unlink()
-    except FileNotFoundError:
-        pass
-    lock = SoftFileLock(str(lock_path), timeout=timeout)
-    try:
-        lock.acquire()
-    except Timeout:
+        return acquire_soft_lock(lock_path, timeout, STALE_LOCK_S)
+    except LockTimeout:
         raise ImageBuildError(
             f"another build holds {lock_path} for over {timeout:.0f} s; wait, or remove the "
             "file if no build is running"
         ) from None
-    return lock
 
 
 def build_image(

@@ -3,6 +3,7 @@
 # package (and a CPU torch if none is installed), then runs `hpc-rollout demo`: real chat jobs
 # against `serve-llm --tiny`. Extra arguments go to `hpc-rollout demo`.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
 # torch pinned to a CPU build: an unpinned install could pull gigabytes of CUDA packages.
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0

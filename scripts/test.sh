@@ -5,6 +5,7 @@
 #
 # As root (CI) every test runs; as a normal user the Slurm tests skip with the reason.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
 
 log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }

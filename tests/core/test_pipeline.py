@@ -121,3 +121,21 @@ def test_backpressure_stops_init_when_run_queue_is_full(tmp_path: Path) -> None:
     # prepared jobs nobody ran go back to INIT when their worker leaves (their sandboxes die with it)
     assert len(list(paths.init_queue.iterdir())) == 20
     assert not any(any(q.iterdir()) for q in paths.run_queues())
+
+
+def test_a_corrupt_ticket_is_quarantined_and_the_rest_runs(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}] * 5))
+    (paths.init_queue / "00000000T000000000-dead-0000000-0000").write_bytes(b'{"job": truncated')
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths)
+    finally:
+        stop_worker(worker)
+    assert len(rows(paths)) == 5
+    kept = [p for p in paths.quarantine.iterdir() if not p.name.endswith(".reason")]
+    assert len(kept) == 1 and kept[0].read_bytes() == b'{"job": truncated'
+    reason = next(paths.quarantine.glob("*.reason")).read_text()
+    assert "cannot decode ticket" in reason
+    status = json.loads(cli("status", str(paths.root), "--json").stdout)
+    assert any("quarantined" in w for w in status["warnings"])

@@ -139,3 +139,25 @@ def test_a_corrupt_ticket_is_quarantined_and_the_rest_runs(tmp_path: Path) -> No
     assert "cannot decode ticket" in reason
     status = json.loads(cli("status", str(paths.root), "--json").stdout)
     assert any("quarantined" in w for w in status["warnings"])
+
+
+def test_tail_follow_prints_rows_as_shards_land(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    paths = make_run(tmp_path / "run")
+    follower = subprocess.Popen([sys.executable, "-c", "from orchestrator.cli import main; main()", "tail",
+                                 str(paths.root), "--follow", "--fields", "job_id", "--poll", "0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}] * 3))
+        worker = start_worker(paths)
+        try:
+            wait_drained(paths)
+        finally:
+            stop_worker(worker)
+        seen = [json.loads(follower.stdout.readline())["job_id"] for _ in range(report.jobs)]
+    finally:
+        follower.terminate()
+        follower.wait(timeout=10)
+    assert sorted(seen) == sorted(r["job_id"] for r in rows(paths))

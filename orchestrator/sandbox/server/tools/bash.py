@@ -19,11 +19,11 @@ import os
 import re
 import select
 import signal
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from .output import HeadTail, describe_exit
+from .session import InterpreterSession
 
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Optional
@@ -59,22 +59,17 @@ def ansi_c_quote(text: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
-class BashSession:
+class BashSession(InterpreterSession):
     def __init__(
         self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None,
         on_start: "Optional[Callable[[], None]]" = None,
     ) -> None:
-        self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
-        self.on_start = on_start
-        self.cwd = cwd
-        self.env = dict(env)
-        self.lock = threading.Lock()
+        super().__init__(cwd, env, default_timeout, DEFAULT_TIMEOUT, on_start)
         self.proc: Any = None
         self.seq = 0
         self.nonce = ""
         self.pattern: "Optional[re.Pattern[str]]" = None
         self.pending = ""
-        self.interrupt_requested = threading.Event()
         self.after_interrupt = False   # extra prompts may follow a ^C: not parse errors
 
     # -- lifecycle ---------------------------------------------------------------

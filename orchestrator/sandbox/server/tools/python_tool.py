@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
 from .output import HeadTail
+from .session import InterpreterSession
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_OUTPUT = 32_000
@@ -21,22 +21,17 @@ INTERRUPT_GRACE = 2.0
 REPL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_repl.py")
 
 
-class PythonSession:
+class PythonSession(InterpreterSession):
     def __init__(
         self, cwd: str, env: Dict[str, str], default_timeout: "Optional[float]" = None,
         on_start: "Optional[Callable[[], None]]" = None,
     ) -> None:
-        self.default_timeout = float(default_timeout or DEFAULT_TIMEOUT)
-        self.on_start = on_start
-        self.cwd = cwd
-        self.env = dict(env)
-        self.lock = threading.Lock()
+        super().__init__(cwd, env, default_timeout, DEFAULT_TIMEOUT, on_start)
         self.proc: "Optional[subprocess.Popen[bytes]]" = None
         self.req_w = -1
         self.res_r = -1
         self.buffer = b""
         self.capture = ""
-        self.interrupt_requested = threading.Event()
 
     def start(self) -> None:
         req_r, self.req_w = os.pipe()

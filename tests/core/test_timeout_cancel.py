@@ -37,7 +37,7 @@ def test_cancel_running_queued_group_and_all(tmp_path: Path) -> None:
     long_run = {"handler": "sleep", "instance": {"run": 60}}
     submit_file(paths, write_jsonl(tmp_path / "a.jsonl", [long_run]))
     grouped = submit_file(paths, write_jsonl(tmp_path / "b.jsonl", [long_run]), samples=3)
-    rest = submit_file(paths, write_jsonl(tmp_path / "c.jsonl", [long_run] * 4))
+    submit_file(paths, write_jsonl(tmp_path / "c.jsonl", [long_run] * 4))
     worker = start_worker(paths, "--run-pool", "2", "--init-pool", "1", "--max-prepared", "1")
     try:
         def claimed() -> list[str]:
@@ -60,7 +60,6 @@ def test_cancel_running_queued_group_and_all(tmp_path: Path) -> None:
         assert stop_worker(worker) == 0
     got = rows(paths)
     assert len(got) == 1 + 3 + 4 and {r["status"] for r in got} == {"cancelled"}
-    assert rest.jobs == 4
     # a job submitted after `cancel --all` is not affected by it
     late = submit_file(paths, write_jsonl(tmp_path / "d.jsonl", [{"handler": "echo", "instance": {}}]))
     worker = start_worker(paths)

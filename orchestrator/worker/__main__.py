@@ -27,7 +27,13 @@ from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stage
 def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
          max_prepared: int | None, max_sandboxes: int | None, runtime: str | None, launch_id: str,
          worker_id: str | None, verbose: int) -> None:
-    """Run one stage worker on RUN_DIR until SIGTERM/SIGINT/SIGUSR2 or `hpc-rollout stop`."""
+    """Run one stage worker on RUN_DIR until a signal or `hpc-rollout stop`.
+
+    SIGTERM, SIGINT or SIGUSR2: stop claiming, let running stages finish within the grace period
+    (run.toml [shutdown] grace_s), return the rest, exit 0; a second one stops at once.
+    SIGUSR1: stop at once, every claim back to its queue (what the sbatch template sends when
+    the task is preempted).
+    """
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         options = WorkerOptions(

@@ -14,6 +14,9 @@ from orchestrator.worker.options import WorkerOptions
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+# Preempted: every claim back at once. One signal, because two TERMs sent back to back can reach
+# the process as one (standard signals do not queue) and leave it draining.
+STOP_NOW_SIGNAL = signal.SIGUSR1
 
 
 class WorkerController:
@@ -54,7 +57,7 @@ def run_worker(
         worker = Worker(paths, config, options)
         loop = asyncio.get_running_loop()
         if install_signal_handlers:
-            for signum in STOP_SIGNALS:
+            for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
                 loop.add_signal_handler(signum, _on_signal, worker, signum)
         if controller is not None:
             controller.attach(loop, worker)
@@ -65,7 +68,7 @@ def run_worker(
 
 def _on_signal(worker: Worker, signum: int) -> None:
     name = signal.Signals(signum).name
-    again = worker.stopping.is_set()
-    log.warning("%s received: %s", name, "stopping now" if again else f"draining (grace {worker.grace_s:g}s)")
+    now = worker.stopping.is_set() or signum == STOP_NOW_SIGNAL
+    log.warning("%s received: %s", name, "stopping now" if now else f"draining (grace {worker.grace_s:g}s)")
     worker.events.emit("-", "signal", {"signal": name})
-    worker.request_stop(0.0 if again else None)
+    worker.request_stop(0.0 if now else None)

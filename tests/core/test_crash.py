@@ -76,6 +76,19 @@ def test_stop_signals_return_unfinished_work_and_exit_zero(tmp_path: Path, signu
     assert sorted(r["attempt"] for r in rows(paths)) == [1] * 6
 
 
+def test_sigusr1_returns_running_jobs_at_once_despite_a_long_grace(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 600})
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 30}}] * 2))
+    worker = start_worker(paths)
+    wait_until(lambda: started_runs(paths) == 2, 30, "two jobs in RUN")
+    sent = time.monotonic()
+    os.killpg(worker.pid, signal.SIGUSR1)
+    assert worker.wait(timeout=30) == 0
+    assert time.monotonic() - sent < 25, "the RUN stages were interrupted, not waited for"
+    assert len(list(paths.init_queue.iterdir())) == 2 and not rows(paths)
+    assert not any(any(d.iterdir()) for d in paths.active.iterdir() if d.is_dir())
+
+
 def test_grace_period_lets_running_stages_finish(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 20})
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 1.0}}] * 2))

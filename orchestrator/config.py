@@ -68,6 +68,12 @@ class Sandbox:
         return options
 
 
+@dataclass(frozen=True)
+class Llm:
+    health_check_s: float = 30.0  # GET /health before giving a task to a backend silent this long (0: never)
+    probe_after_s: float = 15.0   # a `down` backend is probed again after this long
+
+
 # (min, max) per knob: values outside are refused with the range in the message.
 BOUNDS: dict[str, tuple[float, float]] = {
     "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
@@ -77,6 +83,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "shutdown.grace_s": (0, 86400),
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
+    "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
 }
 RUNTIMES = ("auto", "apptainer", "bwrap", "local")
 
@@ -89,6 +96,7 @@ class RunConfig:
     shutdown: Shutdown = field(default_factory=Shutdown)
     shards: Shards = field(default_factory=Shards)
     sandbox: Sandbox = field(default_factory=Sandbox)
+    llm: Llm = field(default_factory=Llm)
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":

@@ -4,7 +4,9 @@ One backend per task: the pick is the `up` backend with the fewest tasks in flig
 every live worker of the run, then the one on this worker's node, then the one with the
 fewest lifetime assignments, then random (so racing workers on other nodes spread out).
 A failed backend is marked `down` in the registry for everyone and probed again after
-`probe_after_s`; the registry is the single place that says which backends exist.
+`probe_after_s`; the registry is the single place that says which backends exist. A backend
+this process has not heard from for `health_check_s` answers `GET /health` before it gets a
+task, so a server that hangs or reports itself unhealthy is found before a task waits on it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import random
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -23,9 +26,14 @@ from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Sn
 from orchestrator.llm.urls import health_url
 from orchestrator.paths import SpoolPaths, current_node
 
+if TYPE_CHECKING:
+    from orchestrator.config import RunConfig
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PROBE_AFTER_S = 15.0
+DEFAULT_HEALTH_CHECK_S = 30.0
+HEALTH_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -35,11 +43,15 @@ class Router:
     node: str = field(default_factory=current_node)
     lease_s: float = DEFAULT_LEASE_S
     probe_after_s: float = DEFAULT_PROBE_AFTER_S
+    # 0 = never check before a pick (a bare Router, as in simulations); router_for() turns it on.
+    health_check_s: float = 0.0
     registry: BackendRegistry = field(init=False)
     board: InflightBoard = field(init=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
     # Backends this process saw fail, skipped until the registry write catches up everywhere.
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
+    # When this process last saw each backend answer (a turn or /health).
+    _healthy_at: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
@@ -71,9 +83,31 @@ class Router:
         snapshot = self.registry.read()
         if any(b.state is BackendState.DOWN for b in snapshot.backends):
             snapshot = await self.probe_down(snapshot)
-        backend = self.choose(snapshot, exclude)
+        unhealthy: list[str] = []
+        while True:
+            backend = self.choose(snapshot, [*exclude, *unhealthy])
+            if await self._answers(backend):
+                break
+            unhealthy.append(backend.url)
+            snapshot = self.registry.read()
         self.board.change(backend.url, +1)
         return backend
+
+    def note_healthy(self, url: str) -> None:
+        """`url` just answered a request: no /health check needed for a while."""
+        self._healthy_at[url] = time.time()
+
+    async def _answers(self, backend: Backend) -> bool:
+        """True unless a due /health check of `backend` fails (then it is marked down)."""
+        if not self.health_check_s or time.time() - self._healthy_at.get(backend.url, -1e18) < self.health_check_s:
+            return True
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+            healthy = await probe(http, backend)
+        if healthy:
+            self.note_healthy(backend.url)
+        else:
+            self.mark_down(backend.url, f"GET {health_url(backend.url)} failed before a task was assigned")
+        return healthy
 
     def release(self, url: str) -> None:
         """The task on `url` finished or moved away."""
@@ -108,6 +142,7 @@ class Router:
                 reason = "" if healthy else backend.reason
                 if healthy:
                     self._failed_at.pop(backend.url, None)
+                    self.note_healthy(backend.url)
                 # Rewriting DOWN refreshes state_changed_at: the next probe waits again.
                 self.registry.set_state(backend.url, state, reason or "probe failed")
                 log.info("probed %s: %s", backend.url, state.value)
@@ -142,22 +177,33 @@ def router_for(
 ) -> Router:
     """The one router of this process for (run dir, worker id): its counts live in memory.
 
-    The lease defaults to the run's (run.toml [leases] lease_s), as the worker heartbeats by it.
+    Settings come from the run's run.toml: the lease ([leases] lease_s, as the worker heartbeats
+    by it) and the health timings ([llm] health_check_s, probe_after_s).
     """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
     if router is None:
-        lease = run_lease_s(paths) if lease_s is None else lease_s
-        router = Router(paths, worker_id, node or current_node(), lease)
+        config = _run_config(paths)
+        router = Router(
+            paths, worker_id, node or current_node(),
+            lease_s=(config.leases.lease_s if config else DEFAULT_LEASE_S) if lease_s is None else lease_s,
+            probe_after_s=config.llm.probe_after_s if config else DEFAULT_PROBE_AFTER_S,
+            health_check_s=config.llm.health_check_s if config else DEFAULT_HEALTH_CHECK_S,
+        )
         _routers[key] = router
     return router
 
 
+def _run_config(paths: SpoolPaths) -> "RunConfig | None":
+    from orchestrator.config import ConfigError, RunConfig
+
+    try:
+        return RunConfig.load(paths.run_config)
+    except ConfigError:  # no run.toml (bare directories): the defaults
+        return None
+
+
 def run_lease_s(paths: SpoolPaths) -> float:
     """The run's worker lease (run.toml [leases] lease_s): in-flight counts expire with it."""
-    try:
-        from orchestrator.config import RunConfig
-
-        return float(RunConfig.load(paths.run_config).leases.lease_s)
-    except Exception:  # no run.toml (tests, bare directories): the default lease
-        return DEFAULT_LEASE_S
+    config = _run_config(paths)
+    return config.leases.lease_s if config else DEFAULT_LEASE_S

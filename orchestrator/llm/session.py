@@ -134,6 +134,7 @@ class LLMSession:
             except BackendFailed as exc:
                 self._switch(backend, str(exc))
                 continue
+            self.router.note_healthy(backend.url)
             switched_from, self._switched_from = self._switched_from, None
             return Turn(
                 input_ids=list(prompt_ids), output_ids=completion.output_ids,

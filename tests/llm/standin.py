@@ -21,6 +21,7 @@ class StandIn:
     max_model_len: int = 64
     fail_next: int = 0
     healthy: bool = True
+    health_checks: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
     _loop: asyncio.AbstractEventLoop | None = None
@@ -53,6 +54,7 @@ class StandIn:
         return web.json_response(self.answer(inputs, params, logprob))
 
     async def health(self, _: web.Request) -> web.Response:
+        self.health_checks += 1
         return web.Response(status=200 if self.healthy else 503)
 
     async def models(self, _: web.Request) -> web.Response:

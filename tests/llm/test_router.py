@@ -10,8 +10,10 @@ import pytest
 from orchestrator.llm.errors import NoBackendAvailable
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState
-from orchestrator.llm.router import Router
+from orchestrator.llm.router import DEFAULT_HEALTH_CHECK_S, Router, router_for
+from orchestrator.paths import SpoolPaths
 from tests.llm.helpers import heartbeat, run_dir
+from tests.core.util import make_run
 from tests.llm.standin import StandIn
 
 A, B, C = "http://a:1/v1", "http://b:1/v1", "http://c:1/v1"
@@ -88,3 +90,27 @@ def test_down_backend_is_probed_and_revived(tmp_path: Path) -> None:
         server.healthy = True
         assert asyncio.run(router.acquire()).url == server.url
         assert registry.read().find(server.url).state is BackendState.UP
+
+
+def test_a_backend_failing_its_health_check_gets_no_task(tmp_path: Path) -> None:
+    with StandIn() as sick, StandIn() as well:
+        sick.healthy = False
+        paths, registry = setup(tmp_path, [sick.url, well.url])
+        router = Router(paths, "w1", node="x", health_check_s=30.0)
+        assert [asyncio.run(router.acquire()).url for _ in range(3)] == [well.url] * 3
+        entry = registry.read().find(sick.url)
+        assert entry.state is BackendState.DOWN and "/health" in entry.reason
+        # A backend that answered recently is not asked again before every task.
+        assert well.health_checks == 1 and sick.health_checks == 1
+
+
+def test_health_checks_follow_run_toml(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"llm.health_check_s": 0, "llm.probe_after_s": 5})
+    router = router_for(paths, "w-health")
+    assert (router.health_check_s, router.probe_after_s) == (0, 5)
+    with StandIn() as sick:
+        sick.healthy = False
+        BackendRegistry.of(paths).add(sick.url)
+        asyncio.run(router.acquire())  # checks off: the pick trusts the registry
+        assert sick.health_checks == 0
+    assert router_for(SpoolPaths.of(tmp_path / "bare"), "w-bare").health_check_s == DEFAULT_HEALTH_CHECK_S

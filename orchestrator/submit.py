@@ -117,10 +117,20 @@ def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
     return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source)
 
 
+_last_submission_ms = 0
+
+
 def new_submission_id() -> str:
-    """Sortable by submission time (to the millisecond), unique by its random suffix."""
-    now = time.time()
-    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+    """Sortable by submission time (to the millisecond), unique by its random suffix.
+
+    Within one process the millisecond never repeats: two submissions in the same
+    millisecond would otherwise sort by their random suffixes, not in the order made.
+    """
+    global _last_submission_ms
+    ms = max(int(time.time() * 1000), _last_submission_ms + 1)
+    _last_submission_ms = ms
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ms / 1000))
+    return f"{stamp}{ms % 1000:03d}-{secrets.token_hex(2)}"
 
 
 def submit_file(

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import fsops
-from orchestrator.submit import SubmitError, parse_sampling, submit_file
+from orchestrator.submit import SubmitError, new_submission_id, parse_sampling, submit_file
 from orchestrator.tickets import Ticket
 from tests.core.util import cli, make_run, write_jsonl
 
@@ -111,3 +111,8 @@ def test_submit_needs_a_run_directory(tmp_path: Path) -> None:
     tasks = write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}])
     result = cli("submit", str(tmp_path), str(tasks), check=False)
     assert result.returncode != 0 and "hpc-rollout init" in result.stderr
+
+
+def test_submission_ids_sort_in_the_order_made_even_within_a_millisecond() -> None:
+    ids = [new_submission_id() for _ in range(200)]   # far faster than 200 ms
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)

@@ -59,6 +59,13 @@ class InflightBoard:
             self.assigned[url] += delta
         self.publish()
 
+    def undo(self, url: str) -> None:
+        """Take back a +1 whose task never started on `url` (it failed its health check)."""
+        self.assigned[url] -= 1
+        if self.assigned[url] <= 0:
+            del self.assigned[url]
+        self.change(url, -1)
+
     def publish(self) -> None:
         write_json_atomic(
             self.own_file,

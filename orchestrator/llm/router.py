@@ -86,12 +86,14 @@ class Router:
         unhealthy: list[str] = []
         while True:
             backend = self.choose(snapshot, [*exclude, *unhealthy])
+            # Count the task before any await: tasks of this worker picking at the same time
+            # must see it, or they all land on the same least-loaded backend.
+            self.board.change(backend.url, +1)
             if await self._answers(backend):
-                break
+                return backend
+            self.board.undo(backend.url)
             unhealthy.append(backend.url)
             snapshot = self.registry.read()
-        self.board.change(backend.url, +1)
-        return backend
 
     def note_healthy(self, url: str) -> None:
         """`url` just answered a request: no /health check needed for a while."""

@@ -97,7 +97,8 @@ def test_backend_added_mid_run_gets_a_fair_share(tmp_path: Path, servers: list[L
 
 def test_killed_backend_tasks_finish_on_the_others(tmp_path: Path, servers: list[LocalServer]) -> None:
     paths = new_run(tmp_path)
-    victim = start_server(threads=1)
+    victim_record = tmp_path / "victim.jsonl"
+    victim = start_server(threads=1, record=victim_record)
     try:
         registry = BackendRegistry.of(paths)
         for url in (victim.url, servers[0].url, servers[1].url):
@@ -107,7 +108,10 @@ def test_killed_backend_tasks_finish_on_the_others(tmp_path: Path, servers: list
             task["sampling"]["max_tokens"] = max(task["sampling"]["max_tokens"], 24)
         submit(paths, tasks)
         process = launch(paths, 2, RUN_POOL)
-        wait_started(paths, 3)
+        deadline = time.monotonic() + 120   # kill it once tasks have had turns there
+        while not victim_record.exists() or len(victim_record.read_bytes().splitlines()) < 2:
+            assert time.monotonic() < deadline, "no turn was served by the victim"
+            time.sleep(0.02)
         victim.kill()
         killed_at = time.time()
         wait(paths, process)

@@ -102,6 +102,20 @@ def test_a_backend_failing_its_health_check_gets_no_task(tmp_path: Path) -> None
         assert entry.state is BackendState.DOWN and "/health" in entry.reason
         # A backend that answered recently is not asked again before every task.
         assert well.health_checks == 1 and sick.health_checks == 1
+        load = read_load(paths)
+        assert sick.url not in load.assigned and sick.url not in load.inflight  # the pick was taken back
+
+
+def test_tasks_picking_together_while_health_checks_run_spread_out(tmp_path: Path) -> None:
+    with StandIn() as a, StandIn() as b, StandIn() as c, StandIn() as d:
+        urls = [a.url, b.url, c.url, d.url]
+        paths, _ = setup(tmp_path, urls)
+        router = Router(paths, "w1", node="x", health_check_s=30.0)
+
+        async def four_at_once() -> list[str]:
+            return [backend.url for backend in await asyncio.gather(*(router.acquire() for _ in range(4)))]
+
+        assert sorted(asyncio.run(four_at_once())) == sorted(urls)
 
 
 def test_health_checks_follow_run_toml(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@
 #   SLURM_CLUSTER      ClusterName                   (default ci)
 #   SLURM_NODE_PREFIX  node names PREFIX1..PREFIXn   (default node)
 #   SLURM_KILLWAIT     seconds SIGTERM->SIGKILL      (default 5; Slurm default 30)
+#   SLURM_MAX_ARRAY_SIZE  MaxArraySize               (default 8, so that launch's
+#                      split of larger arrays runs for real; Slurm default 1001)
 #   SLURM_CRED_EXPIRE  also = delay before a requeued job may restart
 #                      (default 10; Slurm default 120)
 #   SLURM_WAIT         seconds to wait for each daemon (default 60)
@@ -31,6 +33,7 @@ set -euo pipefail
 : "${SLURM_CLUSTER:=ci}"
 : "${SLURM_NODE_PREFIX:=node}"
 : "${SLURM_KILLWAIT:=5}"
+: "${SLURM_MAX_ARRAY_SIZE:=8}"
 : "${SLURM_CRED_EXPIRE:=10}"
 : "${SLURM_WAIT:=60}"
 : "${SLURM_EDIT_HOSTS:=1}"
@@ -160,6 +163,7 @@ MpiDefault=none
 $gres_types
 MailProg=/bin/true
 KillWait=$SLURM_KILLWAIT
+MaxArraySize=$SLURM_MAX_ARRAY_SIZE
 InactiveLimit=0
 # preemption: jobs in "high" requeue jobs in "debug"; --signal is sent at preemption
 PreemptType=preempt/partition_prio

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import click
 
+from orchestrator.slurm.cluster import max_array_size
 from orchestrator.slurm.errors import TemplateError
 from orchestrator.slurm.templates import parse_assignments, render, settings_of, template_names
 
@@ -15,6 +18,21 @@ def _describe(name: str) -> str:
         choices = f" {{{'|'.join(s.choices)}}}" if s.choices else ""
         lines.append(f"  {s.name:<18} {s.kind.value:<8} {s.help}{choices} {default}".rstrip())
     return "\n".join(lines)
+
+
+def array_too_large(text: str) -> str | None:
+    """A warning when the script's array indices reach the site's MaxArraySize (sbatch refuses it)."""
+    match = re.search(r"^#SBATCH --array=0-(\d+)", text, re.MULTILINE)
+    if match is None:
+        return None
+    last, limit = int(match.group(1)), max_array_size()
+    if last < limit:
+        return None
+    return (
+        f"warning: this array has indices 0-{last}, but this cluster's MaxArraySize is {limit} "
+        f"(indices must stay below it), so sbatch will refuse it; `hpc-rollout launch --nodes "
+        f"{last + 1}` splits large arrays by itself, or render several scripts with fewer nodes"
+    )
 
 
 def register(cli: click.Group) -> None:
@@ -41,6 +59,9 @@ def register(cli: click.Group) -> None:
             text = render(name, parse_assignments(assignments))
         except TemplateError as exc:
             raise click.UsageError(str(exc)) from exc
+        warning = array_too_large(text)
+        if warning:
+            click.echo(warning, err=True)
         if output:
             with open(output, "w", encoding="utf-8") as fh:
                 fh.write(text)

@@ -140,9 +140,19 @@ def _executor(log_dir: Path, options: LaunchOptions, size: int, offline: bool) -
 
 
 def chunks(total: int, limit: int) -> list[tuple[int, int]]:
-    """(first global index, size) of each array: indices 0..MaxArraySize-1 are valid."""
-    size = max(1, limit)
-    return [(start, min(size, total - start)) for start in range(0, total, size)]
+    """(first global index, size) of each array: indices 0..MaxArraySize-1 are valid.
+
+    The arrays are as even as possible (9 under a limit of 8: 5 + 4, not 8 + 1): submitit
+    submits a lone task as a plain job, and equal arrays behave alike in the queue.
+    """
+    count = -(-total // max(1, limit))
+    base, extra = divmod(total, count) if count else (0, 0)
+    result, start = [], 0
+    for index in range(count):
+        size = base + (1 if index < extra else 0)
+        result.append((start, size))
+        start += size
+    return result
 
 
 def render_script(log_dir: Path, options: LaunchOptions, size: int) -> str:

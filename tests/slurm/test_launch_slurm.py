@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections import Counter
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import RunConfig
+from orchestrator.slurm.cluster import max_array_size
 from orchestrator.slurm.queries import slurm_warnings
 from orchestrator.status import snapshot
 from tests.core.util import cli, wait_until, write_jsonl
@@ -101,6 +103,28 @@ def test_stop_cancel_removes_pending_and_running_tasks(run_root: Path, janitor: 
     assert len(queued(array)) == 6
     cli("stop", str(paths.root), "--cancel")
     assert queued(array) == []
+
+
+def test_an_array_above_max_array_size_is_split_and_every_part_serves(run_root: Path, janitor: JobJanitor) -> None:
+    limit = max_array_size()
+    assert limit == 8, "scripts/slurm-up.sh sets MaxArraySize=8 so that launch has to split"
+    paths = sleep_run(run_root, jobs=0, run_s=0)
+    out = cli("launch", str(paths.root), "--time", "00:30:00", "--nodes", str(limit + 1),
+              "--shared", "--cpus-per-node", "1", "--init-pool", "1", "--run-pool", "1", "--eval-pool", "1").stdout
+    arrays = re.findall(r"(\d+) \((\d+) tasks?\)", out)
+    for job_id, _ in arrays:
+        janitor.add(job_id)
+    assert [int(size) for _, size in arrays] == [5, 4], out     # as even as possible
+    (first, _), (second, _) = arrays
+    wait_until(lambda: len([b for b in heartbeats(paths) if b.get("state") == "running"]) == limit + 1, 180,
+               f"{limit + 1} workers")
+    served = {(b["slurm_array_job_id"], b["slurm_array_task_id"]) for b in heartbeats(paths)}
+    assert served == {(first, str(i)) for i in range(5)} | {(second, str(i)) for i in range(4)}
+    tasks = write_jsonl(run_root.parent / "tasks70.jsonl", [{"handler": "sleep", "instance": {"run": 0.1}}] * 70)
+    cli("submit", str(paths.root), str(tasks))
+    exactly_once(wait_rows(paths, 70), 70)
+    cli("stop", str(paths.root), "--cancel")      # finds both arrays through the heartbeats
+    assert queued(first) == [] and queued(second) == []
 
 
 def test_status_flags_a_worker_whose_task_left_slurm(janitor: JobJanitor) -> None:

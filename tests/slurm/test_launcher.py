@@ -31,8 +31,11 @@ def test_bad_time_names_the_formats() -> None:
 
 
 def test_arrays_are_split_below_max_array_size() -> None:
-    assert launcher.chunks(2500, 1001) == [(0, 1001), (1001, 1001), (2002, 498)]
+    assert launcher.chunks(2500, 1001) == [(0, 834), (834, 833), (1667, 833)]
+    assert launcher.chunks(9, 8) == [(0, 5), (5, 4)]          # even: no lone task
+    assert launcher.chunks(16, 8) == [(0, 8), (8, 8)]
     assert launcher.chunks(4, 1001) == [(0, 4)]
+    assert launcher.chunks(0, 8) == []
 
 
 def test_sbatch_pairs_and_reserved_keys() -> None:
@@ -75,7 +78,7 @@ def test_dry_run_splits_large_arrays(tmp_path: Path, monkeypatch: pytest.MonkeyP
     paths = make_run(tmp_path / "run")
     monkeypatch.setattr(launcher, "max_array_size", lambda: 3)
     result = launcher.launch(paths.root, LaunchOptions(nodes=7), WorkerOptions(), dry_run=True)
-    assert [(a.first_index, a.size) for a in result.arrays] == [(0, 3), (3, 3), (6, 1)]
+    assert [(a.first_index, a.size) for a in result.arrays] == [(0, 3), (3, 2), (5, 2)]
     assert "#SBATCH --array=0-2%3" in result.arrays[0].script.read_text()
 
 

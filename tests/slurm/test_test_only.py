@@ -6,7 +6,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from orchestrator.cli import cli
 from orchestrator.slurm.launcher import render_script
 from orchestrator.slurm.options import LaunchOptions
 from orchestrator.slurm.templates import render
@@ -45,3 +47,16 @@ def test_test_only_rejects_what_the_cluster_cannot_run(slurm_cluster: None, tmp_
     script = tmp_path / "bad.sbatch"
     script.write_text(render("worker", {"partition": "nosuchpartition", "log_dir": str(tmp_path)}))
     assert _test_only(script).returncode != 0
+
+
+@pytest.mark.slurm
+def test_render_warns_when_the_array_exceeds_max_array_size(slurm_cluster: None, tmp_path: Path) -> None:
+    # scripts/slurm-up.sh sets MaxArraySize=8: indices 0-7 pass, 0-8 are refused, and render says so.
+    runner = CliRunner()
+    fits = runner.invoke(cli, ["sbatch", "render", "worker", "--set", "nodes=8", "--set", f"log_dir={tmp_path}"])
+    assert fits.exit_code == 0 and "MaxArraySize" not in fits.stderr
+    too_big = runner.invoke(cli, ["sbatch", "render", "worker", "--set", "nodes=9", "--set", f"log_dir={tmp_path}",
+                                  "-o", str(tmp_path / "nine.sbatch")])
+    assert too_big.exit_code == 0
+    assert "MaxArraySize is 8" in too_big.stderr and "launch --nodes 9" in too_big.stderr
+    assert _test_only(tmp_path / "nine.sbatch").returncode != 0, "sbatch refuses it, as warned"

@@ -11,26 +11,8 @@ D=$SLURM_CI_DIR
 
 log() { printf '[slurm-down %s] %s\n' "$(date +%T)" "$*"; }
 
-alive() {
-  local pid st comm
-  [[ -s $1 ]] || return 1
-  pid=$(<"$1"); [[ $pid =~ ^[0-9]+$ ]] || return 1
-  read -r st comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
-  [[ $st != Z* && $comm == "$2" ]]
-}
-
-stop_pid() {
-  alive "$1" "$2" || { rm -f "$1"; return 0; }
-  local pid; pid=$(<"$1")
-  log "stopping $2 (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$1" "$2" || break; sleep 0.2; done
-  if alive "$1" "$2"; then
-    log "$2 (pid $pid) ignored SIGTERM for 20s: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$1"
-}
+# alive, stop_pid
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-pids.sh"
 
 if alive "$D/run/slurmctld.pid" slurmctld; then
   mapfile -t jobs < <(timeout 15 squeue -h -o %i 2>/dev/null)

@@ -48,15 +48,8 @@ die() {
   exit 1
 }
 
-# alive PIDFILE COMM: the pid in PIDFILE exists, is not a zombie, and is COMM.
-# (PID 1 here does not always reap orphans at once, so "kill -0" is not enough.)
-alive() {
-  local pid st comm
-  [[ -s $1 ]] || return 1
-  pid=$(<"$1"); [[ $pid =~ ^[0-9]+$ ]] || return 1
-  read -r st comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
-  [[ $st != Z* && $comm == "$2" ]]
-}
+# alive, stop_pid
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-pids.sh"
 
 # wait_for SECONDS CMD...: retry CMD every 0.2s until it succeeds
 wait_for() {
@@ -65,16 +58,6 @@ wait_for() {
     ((SECONDS < end)) || return 1
     sleep 0.2
   done
-}
-
-# stop_pid PIDFILE COMM: TERM, wait up to 20s, then KILL. Only that pid.
-stop_pid() {
-  alive "$1" "$2" || { rm -f "$1"; return 0; }
-  local pid; pid=$(<"$1")
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$1" "$2" || break; sleep 0.2; done
-  alive "$1" "$2" && kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$1"
 }
 
 [[ $(id -u) == 0 ]] || die "must run as root (it installs packages and starts daemons); stop with scripts/slurm-down.sh"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Awaitable, Iterator, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 import pytest
 
@@ -48,3 +47,15 @@ async def started(spool: SpoolPaths, job_id: str = "t-000001-000", **options: An
     from orchestrator.sandbox.api import start_sandbox
 
     return await start_sandbox("bwrap", job_id=job_id, paths=spool, **options)
+
+
+def with_sandbox(spool: SpoolPaths, body: Any, **options: Any) -> Any:
+    """Run `await body(sandbox)` in a fresh bwrap sandbox that is closed afterwards."""
+    async def scenario() -> Any:
+        sb = await started(spool, **options)
+        try:
+            return await body(sb)
+        finally:
+            await sb.close()
+
+    return run(scenario())

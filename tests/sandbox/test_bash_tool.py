@@ -6,20 +6,9 @@ import asyncio
 from typing import Any
 
 from orchestrator.paths import SpoolPaths
-from tests.sandbox.helpers import needs_bwrap, run, started
+from tests.sandbox.helpers import needs_bwrap, with_sandbox
 
 pytestmark = needs_bwrap
-
-
-def with_sandbox(spool: SpoolPaths, body: Any, **options: Any) -> Any:
-    async def scenario() -> Any:
-        sb = await started(spool, **options)
-        try:
-            return await body(sb)
-        finally:
-            await sb.close()
-
-    return run(scenario())
 
 
 def test_exit_codes_and_state_persist(spool: SpoolPaths) -> None:

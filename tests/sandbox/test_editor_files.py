@@ -6,20 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.paths import SpoolPaths
-from tests.sandbox.helpers import needs_bwrap, run, started
+from tests.sandbox.helpers import needs_bwrap, with_sandbox
 
 pytestmark = needs_bwrap
-
-
-def with_sandbox(spool: SpoolPaths, body: Any) -> Any:
-    async def scenario() -> Any:
-        sb = await started(spool)
-        try:
-            return await body(sb)
-        finally:
-            await sb.close()
-
-    return run(scenario())
 
 
 def test_view_create_replace_insert_undo(spool: SpoolPaths) -> None:

@@ -12,7 +12,7 @@ import pytest
 from spython.main.parse.parsers import SingularityParser
 
 from orchestrator.sandbox.errors import SandboxConfigError
-from orchestrator.sandbox.images.builder import BuildOutcome, build_image
+from orchestrator.sandbox.images.builder import build_image
 from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import (
     Rendered, available, find_template, header_fields, render, sections,

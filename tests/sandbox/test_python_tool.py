@@ -5,20 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.paths import SpoolPaths
-from tests.sandbox.helpers import needs_bwrap, run, started
+from tests.sandbox.helpers import needs_bwrap, with_sandbox
 
 pytestmark = needs_bwrap
-
-
-def with_sandbox(spool: SpoolPaths, body: Any) -> Any:
-    async def scenario() -> Any:
-        sb = await started(spool)
-        try:
-            return await body(sb)
-        finally:
-            await sb.close()
-
-    return run(scenario())
 
 
 def test_state_survives_between_calls(spool: SpoolPaths) -> None:

@@ -21,7 +21,6 @@ JSON object; its launch_to_first_claim_s is the 4-node launch's (the largest siz
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import tempfile
@@ -37,6 +36,7 @@ from orchestrator.slurm.launcher import launch
 from orchestrator.slurm.options import LaunchOptions
 from orchestrator.slurm.queries import cancel, still_queued
 from orchestrator.spool import init_run
+from orchestrator.events import events_named
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
@@ -45,14 +45,7 @@ RUN_SETTINGS = {"leases.heartbeat_s": 1.0, "leases.lease_s": 30.0, "shards.idle_
 
 
 def event_times(paths: SpoolPaths, kind: str) -> list[float]:
-    times = []
-    for path in paths.events.glob("*.jsonl"):
-        for line in path.read_bytes().splitlines():
-            if f'"{kind}"'.encode() in line:
-                record = json.loads(line)
-                if record.get("event") == kind:
-                    times.append(float(record["t"]))
-    return sorted(times)
+    return sorted(float(record["t"]) for record in events_named(paths, kind))
 
 
 def wait_gone(array_id: str, timeout_s: float) -> None:

@@ -48,6 +48,12 @@ def events_of(paths: SpoolPaths, job_id: str) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: r.get("t", 0.0))
 
 
+def events_named(paths: SpoolPaths, name: str) -> list[dict[str, Any]]:
+    """Every recorded event called `name` (e.g. "finished"), across all workers, in file order."""
+    needle = f'"{name}"'.encode()
+    return [record for record in _records(paths.events, needle) if record.get("event") == name]
+
+
 def recent_events(paths: SpoolPaths, since: float, names: set[str]) -> Iterator[dict[str, Any]]:
     """Events named in `names` newer than `since` (for throughput figures in `status`)."""
     for path in sorted(paths.events.glob("*.jsonl")):

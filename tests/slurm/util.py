@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pyarrow.dataset as ds
 
+from orchestrator.events import events_named as events  # noqa: F401  (re-exported for the tests)
 from orchestrator.paths import SpoolPaths
 from tests.core.util import cli, make_run, wait_until, write_jsonl
 
@@ -44,17 +45,6 @@ def rows(paths: SpoolPaths) -> dict[str, list[Any]]:
 def wait_rows(paths: SpoolPaths, count: int, timeout: float = 300) -> dict[str, list[Any]]:
     wait_until(lambda: len(rows(paths)["job_id"]) >= count, timeout, f"{count} shard rows")
     return rows(paths)
-
-
-def events(paths: SpoolPaths, kind: str) -> list[dict[str, Any]]:
-    found = []
-    for path in paths.events.glob("*.jsonl"):
-        for line in path.read_bytes().splitlines():
-            if f'"{kind}"'.encode() in line:
-                record = orjson.loads(line)
-                if record.get("event") == kind:
-                    found.append(record)
-    return found
 
 
 def heartbeats(paths: SpoolPaths) -> list[dict[str, Any]]:

@@ -46,6 +46,14 @@ def wait_started(paths, at_least: int, timeout_s: float = 120) -> None:
         time.sleep(0.02)
 
 
+def wait_recorded(record: Path, turns: int, timeout_s: float = 120) -> None:
+    """Until a server's --record file holds `turns` served requests."""
+    deadline = time.monotonic() + timeout_s
+    while not record.exists() or len(record.read_bytes().splitlines()) < turns:
+        assert time.monotonic() < deadline, f"fewer than {turns} turns recorded in {record} after {timeout_s} s"
+        time.sleep(0.02)
+
+
 def assert_all_ok_and_sticky(found: list[dict], expected: int) -> None:
     assert len(found) == expected
     assert [r["error"] for r in found if r["status"] != "ok"] == []
@@ -108,10 +116,7 @@ def test_killed_backend_tasks_finish_on_the_others(tmp_path: Path, servers: list
             task["sampling"]["max_tokens"] = max(task["sampling"]["max_tokens"], 24)
         submit(paths, tasks)
         process = launch(paths, 2, RUN_POOL)
-        deadline = time.monotonic() + 120   # kill it once tasks have had turns there
-        while not victim_record.exists() or len(victim_record.read_bytes().splitlines()) < 2:
-            assert time.monotonic() < deadline, "no turn was served by the victim"
-            time.sleep(0.02)
+        wait_recorded(victim_record, 2)   # kill it once tasks have had turns there
         victim.kill()
         killed_at = time.time()
         wait(paths, process)
@@ -143,10 +148,7 @@ def test_swap_mid_run_later_turns_carry_the_new_version(tmp_path: Path, servers:
             task["sampling"]["max_tokens"] = 16
         submit(paths, tasks)
         process = launch(paths, 2, RUN_POOL)
-        deadline = time.monotonic() + 120
-        while not record.exists() or len(record.read_bytes().splitlines()) < 6:
-            assert time.monotonic() < deadline, "no turns recorded"
-            time.sleep(0.02)
+        wait_recorded(record, 6)
         before = time.time()
         registry.swap(urls, version=4)
         after = time.time()

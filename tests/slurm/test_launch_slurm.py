@@ -18,7 +18,7 @@ from orchestrator.status import snapshot
 from tests.core.util import cli, wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor
 from tests.slurm.util import (
-    NODES, events, exactly_once, heartbeats, launch, logs_containing, queued, rows, sleep_run, wait_rows,
+    NODES, events, exactly_once, heartbeats, launch, logs_containing, queued, sleep_run, wait_rows,
 )
 
 pytestmark = pytest.mark.slurm

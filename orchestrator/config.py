@@ -29,6 +29,11 @@ class Pools:
 
 
 @dataclass(frozen=True)
+class Workers:
+    idle_exit_s: float = 0.0    # a worker with nothing to claim and nothing in flight this long exits (0: never)
+
+
+@dataclass(frozen=True)
 class Jobs:
     timeout_s: float = 3600.0   # budget per job, counting only time inside stages
     max_attempts: int = 3       # a claim lost with its worker counts as an attempt
@@ -80,7 +85,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "pools.max_prepared": (0, 4096), "pools.max_sandboxes": (0, 65536),
     "jobs.timeout_s": (0.001, 7 * 86400), "jobs.max_attempts": (1, 100),
     "leases.heartbeat_s": (0.05, 600), "leases.lease_s": (0.2, 86400),
-    "shutdown.grace_s": (0, 86400),
+    "shutdown.grace_s": (0, 86400), "workers.idle_exit_s": (0, 30 * 86400),
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
@@ -91,6 +96,7 @@ RUNTIMES = ("auto", "apptainer", "bwrap", "local")
 @dataclass(frozen=True)
 class RunConfig:
     pools: Pools = field(default_factory=Pools)
+    workers: Workers = field(default_factory=Workers)
     jobs: Jobs = field(default_factory=Jobs)
     leases: Leases = field(default_factory=Leases)
     shutdown: Shutdown = field(default_factory=Shutdown)

@@ -22,10 +22,11 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
-                   max_prepared: int | None, runtime: str | None) -> WorkerOptions:
+                   max_prepared: int | None, runtime: str | None, idle_exit_s: float | None = None) -> WorkerOptions:
     try:
         return WorkerOptions(stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool,
-                             eval_pool=eval_pool, max_prepared=max_prepared, runtime=runtime)
+                             eval_pool=eval_pool, max_prepared=max_prepared, runtime=runtime,
+                             idle_exit_s=idle_exit_s)
     except OptionsError as exc:
         raise click.BadParameter(str(exc), param_hint="--stages") from None
 
@@ -41,6 +42,8 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
 @click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker.")
 @click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
 @click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml).")
+@click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
+              help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers]).")
 @click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
 @click.option("--partition", help="Slurm partition (default: the site's).")
 @click.option("--time", "time_limit", default="01:00:00", show_default=True, help="Slurm time limit per task; at the limit a task requeues itself.")
@@ -59,7 +62,7 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
 @click.option("--dry-run", is_flag=True, help="Write the batch script(s) under RUN_DIR/logs/ without submitting.")
 def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str, init_pool: int | None,
                run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None,
-               nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
+               idle_exit_s: float | None, nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
                cpus_per_node: int | None, mem: str | None, gpus_per_node: int | None, array_parallelism: int | None,
                exclusive: bool, setup: tuple[str, ...], sbatch_pairs: tuple[str, ...], python_cmd: str | None,
                warn_signal: str, signal_delay: int, dry_run: bool) -> None:
@@ -69,11 +72,12 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     hpc-rollout launch spool/run1 --nodes 8 --partition batch --time 04:00:00 --account myproj
     hpc-rollout launch spool/run1 --nodes 4 --stages eval --partition cpu     # eval-only workers
     hpc-rollout launch spool/demo --local --workers 2 --wait
+    hpc-rollout launch spool/run1 --nodes 8 --idle-exit 300   # each worker leaves after 5 idle minutes
     Without Slurm on this machine, --nodes N runs N local workers instead (and says so).
     `hpc-rollout status RUN_DIR` shows the workers, `hpc-rollout stop RUN_DIR [--cancel]` drains them.
     """
     paths, config = _open(run_dir)
-    options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime)
+    options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
     if runtime == "local":
         err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
     if nodes is not None and local:

@@ -21,11 +21,12 @@ from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stage
 @click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
 @click.option("--max-sandboxes", type=click.IntRange(0), help="Cap on INIT + prepared + RUN jobs (0: none).")
 @click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime.")
+@click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), help="Exit after this many seconds with nothing to claim and nothing in flight (0: never; default: run.toml).")
 @click.option("--launch-id", default="", help="Launch this worker belongs to (set by `hpc-rollout launch`).")
 @click.option("--worker-id", default=None, help="Worker id (default: NODE-PID-RANDOM).")
 @click.option("-v", "--verbose", count=True)
 def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
-         max_prepared: int | None, max_sandboxes: int | None, runtime: str | None, launch_id: str,
+         max_prepared: int | None, max_sandboxes: int | None, runtime: str | None, idle_exit_s: float | None, launch_id: str,
          worker_id: str | None, verbose: int) -> None:
     """Run one stage worker on RUN_DIR until a signal or `hpc-rollout stop`.
 
@@ -38,7 +39,7 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
     try:
         options = WorkerOptions(
             stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool, eval_pool=eval_pool,
-            max_prepared=max_prepared, max_sandboxes=max_sandboxes, runtime=runtime,
+            max_prepared=max_prepared, max_sandboxes=max_sandboxes, runtime=runtime, idle_exit_s=idle_exit_s,
             launch_id=launch_id, worker_id=worker_id,
         )
     except OptionsError as exc:

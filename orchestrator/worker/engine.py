@@ -29,6 +29,7 @@ from orchestrator.recovery import reap_expired
 from orchestrator.rows import build_row
 from orchestrator.shards import ShardWriter
 from orchestrator.tickets import Ticket
+from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.stages import execute_stage, final_fields
 
@@ -63,6 +64,8 @@ class Worker:
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
         )
         self.info = base_info(self.node, self.options.launch_id)
+        self.info["idle_exit_s"] = self.options.idle_exit_s
+        self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
         self.claimers = {s: Claimer(self._queue_of(s), self.box.dir) for s in Stage}
         self.busy = {s: 0 for s in Stage}
@@ -96,6 +99,9 @@ class Worker:
             asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
             asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_in_background), name="sandbox-sweep"),
         ]
+        if self.idle.enabled:
+            period = poll_period(self.idle.idle_exit_s, self.config.leases.heartbeat_s)
+            background.append(asyncio.create_task(self._every(period, self._exit_if_idle), name="idle-exit"))
         dispatchers = [
             asyncio.create_task(self._dispatch(stage), name=f"dispatch-{stage.value}")
             for stage in Stage if self.options.pool_size(stage) > 0
@@ -244,6 +250,14 @@ class Worker:
         requested = fsops.mtime(self.paths.stop_request)
         if requested is not None and requested >= self.started_at:
             log.info("stop requested through %s", self.paths.stop_request)
+            self.request_stop()
+
+    def _exit_if_idle(self) -> None:
+        # Jobs prepared on this node wait in its run queue, which the idle clock lists at the deadline.
+        holding = bool(self.running) or self.shards.pending > 0
+        if self.idle.expired(holding, [self._queue_of(s) for s in self.options.stages], self.counters["claimed"]):
+            log.info("worker %s: idle for %.1fs, giving its node back", self.worker_id, self.idle.idle_for())
+            self.events.emit("-", "idle_exit", {"idle_s": round(self.idle.idle_for(), 3)})
             self.request_stop()
 
     def _sweep_in_background(self) -> None:

@@ -38,6 +38,7 @@ class WorkerOptions:
     max_prepared: int | None = None
     max_sandboxes: int | None = None
     runtime: str | None = None         # None: run.toml's [sandbox] runtime
+    idle_exit_s: float | None = None   # None: run.toml's [workers] idle_exit_s (0: never)
     launch_id: str = ""
     worker_id: str | None = None       # None: <node>-<pid>-<random>
 
@@ -52,6 +53,7 @@ class WorkerOptions:
             max_prepared=pools.max_prepared if self.max_prepared is None else self.max_prepared,
             max_sandboxes=pools.max_sandboxes if self.max_sandboxes is None else self.max_sandboxes,
             runtime=config.sandbox.runtime if self.runtime is None else self.runtime,
+            idle_exit_s=config.workers.idle_exit_s if self.idle_exit_s is None else self.idle_exit_s,
         )
 
     def pool_size(self, stage: Stage) -> int:
@@ -66,7 +68,7 @@ class WorkerOptions:
         for flag, value in (
             ("--init-pool", self.init_pool), ("--run-pool", self.run_pool), ("--eval-pool", self.eval_pool),
             ("--max-prepared", self.max_prepared), ("--max-sandboxes", self.max_sandboxes),
-            ("--runtime", self.runtime),
+            ("--runtime", self.runtime), ("--idle-exit", self.idle_exit_s),
         ):
             if value is not None:
                 args += [flag, str(value)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any, Callable
 
 import click
 from rich.console import Console
@@ -15,7 +16,7 @@ from orchestrator.local_launch import LocalLaunch, request_stop, start_local_wor
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
-from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, slurm_launch_options, wait_and_stop_slurm
+from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, sbatch_flags, slurm_launch_options, wait_and_stop_slurm
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -31,34 +32,30 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
         raise click.BadParameter(str(exc), param_hint="--stages") from None
 
 
+def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The worker options of `launch`, shared with `adapt`."""
+    for option in reversed([
+        click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset."),
+        click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools])."),
+        click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker."),
+        click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker."),
+        click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many."),
+        click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml)."),
+        click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
+                     help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers])."),
+    ]):
+        command = option(command)
+    return command
+
+
 @click.command("launch")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
 @click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers (and end the arrays).")
-@click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset.")
-@click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools]).")
-@click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker.")
-@click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker.")
-@click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
-@click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml).")
-@click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
-              help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers]).")
+@worker_flags
 @click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
-@click.option("--partition", help="Slurm partition (default: the site's).")
-@click.option("--time", "time_limit", default="01:00:00", show_default=True, help="Slurm time limit per task; at the limit a task requeues itself.")
-@click.option("--account", help="Slurm account to charge.")
-@click.option("--qos", help="Slurm quality of service.")
-@click.option("--cpus-per-node", type=click.IntRange(1), help="CPUs per task (default: the whole node with --exclusive).")
-@click.option("--mem", help="Memory per node, e.g. 64G.")
-@click.option("--gpus-per-node", type=click.IntRange(0), help="GPUs per task.")
-@click.option("--array-parallelism", type=click.IntRange(1), help="At most this many tasks run at once (%K).")
-@click.option("--exclusive/--shared", default=True, show_default=True, help="Whole nodes (one worker per node) or shared ones.")
-@click.option("--setup", multiple=True, metavar="CMD", help="Shell line run before the worker (repeatable): module load, source venv...")
-@click.option("--sbatch", "sbatch_pairs", multiple=True, metavar="KEY=VALUE", help="Any other sbatch option (repeatable), e.g. constraint=a100.")
-@click.option("--python", "python_cmd", help="Command that runs Python in the job, e.g. 'apptainer exec img.sif python'.")
-@click.option("--signal", "warn_signal", default="USR2", show_default=True, help="Warning signal before preemption/time limit (sites differ).")
-@click.option("--signal-delay", type=click.IntRange(1), default=90, show_default=True, help="Seconds between the warning signal and the kill.")
+@sbatch_flags
 @click.option("--dry-run", is_flag=True, help="Write the batch script(s) under RUN_DIR/logs/ without submitting.")
 def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str, init_pool: int | None,
                run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None,

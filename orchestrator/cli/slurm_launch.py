@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any, Callable
 
 import click
 from rich.console import Console
@@ -21,6 +22,28 @@ from orchestrator.worker.options import WorkerOptions
 
 CANCEL_WAIT_S = 30.0   # KillWait + epilog of the tasks still running
 EXIT_WAIT_S = 15.0     # drained workers' tasks leave squeue by themselves (COMPLETED) this fast
+
+
+def sbatch_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """What `launch --nodes` asks Slurm for, shared with `adapt`."""
+    for option in reversed([
+        click.option("--partition", help="Slurm partition (default: the site's)."),
+        click.option("--time", "time_limit", default="01:00:00", show_default=True, help="Slurm time limit per task; at the limit a task requeues itself."),
+        click.option("--account", help="Slurm account to charge."),
+        click.option("--qos", help="Slurm quality of service."),
+        click.option("--cpus-per-node", type=click.IntRange(1), help="CPUs per task (default: the whole node with --exclusive)."),
+        click.option("--mem", help="Memory per node, e.g. 64G."),
+        click.option("--gpus-per-node", type=click.IntRange(0), help="GPUs per task."),
+        click.option("--array-parallelism", type=click.IntRange(1), help="At most this many tasks run at once (%K)."),
+        click.option("--exclusive/--shared", default=True, show_default=True, help="Whole nodes (one worker per node) or shared ones."),
+        click.option("--setup", multiple=True, metavar="CMD", help="Shell line run before the worker (repeatable): module load, source venv..."),
+        click.option("--sbatch", "sbatch_pairs", multiple=True, metavar="KEY=VALUE", help="Any other sbatch option (repeatable), e.g. constraint=a100."),
+        click.option("--python", "python_cmd", help="Command that runs Python in the job, e.g. 'apptainer exec img.sif python'."),
+        click.option("--signal", "warn_signal", default="USR2", show_default=True, help="Warning signal before preemption/time limit (sites differ)."),
+        click.option("--signal-delay", type=click.IntRange(1), default=90, show_default=True, help="Seconds between the warning signal and the kill."),
+    ]):
+        command = option(command)
+    return command
 
 
 def slurm_launch_options(nodes: int, partition: str | None, time_limit: str, account: str | None,

@@ -21,6 +21,7 @@ ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", 
 class TaskState:
     task: str            # "123_4" for an array task, "125" for a plain job
     state: str           # squeue/sacct state name, e.g. RUNNING, PENDING, PREEMPTED
+    reason: str = ""     # squeue's %r: why a task waits (Resources, Priority, JobArrayTaskLimit...)
 
 
 def _array_of(task: str) -> str:
@@ -34,16 +35,17 @@ def queued_tasks(job_ids: Iterable[str]) -> dict[str, TaskState]:
         return {}
     # squeue exits non-zero when every id has left the queue: treat that as "none queued".
     try:
-        text = run_slurm(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(ids)])
+        text = run_slurm(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(ids)])
     except SlurmUnavailable as exc:
         if "Invalid job id" in str(exc):
             return {}
         raise
     tasks = {}
     for line in text.splitlines():
-        task, _, state = line.strip().partition("|")
+        task, _, rest = line.strip().partition("|")
+        state, _, reason = rest.partition("|")
         if task:
-            tasks[task] = TaskState(task, state)
+            tasks[task] = TaskState(task, state, "" if reason == "None" else reason)
     return tasks
 
 

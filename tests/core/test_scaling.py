@@ -1,0 +1,74 @@
+"""The decision behind `adapt` (pure counts) and the lease that keeps two controllers from fighting."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.leasefile import Lease
+from orchestrator.scaling import Action, Bounds, Observation, decide
+
+BOUNDS = Bounds(minimum=0, maximum=4, slots_per_worker=8, cooldown_s=30.0)
+
+
+def seen(backlog: int = 0, running: int = 0, pending: int = 0, kept: int = 0) -> Observation:
+    return Observation(backlog=backlog, running=running, pending=pending, kept=kept)
+
+
+def test_a_backlog_grows_workers_up_to_the_maximum_counting_pending_ones() -> None:
+    assert decide(BOUNDS, seen(backlog=20), None).action is Action.GROW
+    assert decide(BOUNDS, seen(backlog=20), None).count == 3            # ceil(20 / 8)
+    assert decide(BOUNDS, seen(backlog=100), None).count == 4           # capped by --max
+    assert decide(BOUNDS, seen(backlog=100, running=2, pending=2), None).action is Action.HOLD
+    assert decide(BOUNDS, seen(backlog=20, pending=3), None).action is Action.HOLD   # already asked for
+    grow = decide(BOUNDS, seen(backlog=100, running=1, pending=1), 60.0)
+    assert (grow.action, grow.count, grow.target) == (Action.GROW, 2, 4)
+
+
+def test_no_backlog_withdraws_pending_tasks_and_never_stops_running_workers() -> None:
+    withdraw = decide(BOUNDS, seen(backlog=0, running=2, pending=2), 60.0)
+    assert (withdraw.action, withdraw.count, withdraw.target) == (Action.WITHDRAW, 2, 2)
+    steady = decide(BOUNDS, seen(backlog=0, running=3), 60.0)
+    assert steady.action is Action.HOLD and steady.target == 3
+    lowered = decide(Bounds(0, 2, 8, 30.0), seen(backlog=0, running=3), 60.0)   # a controller restarted with a lower --max
+    assert lowered.action is Action.HOLD and lowered.target == 2 and "leave when idle" in lowered.reason
+
+
+def test_cool_down_holds_changes_but_not_the_minimum() -> None:
+    assert decide(BOUNDS, seen(backlog=20), 5.0).action is Action.HOLD
+    assert decide(BOUNDS, seen(running=1, pending=2), 5.0).action is Action.HOLD
+    keep = Bounds(minimum=2, maximum=4, slots_per_worker=8, cooldown_s=30.0)
+    first = decide(keep, seen(), 5.0)
+    assert (first.action, first.count, first.keep) == (Action.GROW, 2, True)
+    assert decide(keep, seen(running=2, kept=2), 60.0).action is Action.HOLD
+
+
+def test_impossible_bounds_are_refused_with_the_rule() -> None:
+    with pytest.raises(ValueError, match="--min"):
+        Bounds(minimum=5, maximum=2, slots_per_worker=8, cooldown_s=0)
+
+
+def test_one_holder_at_a_time_and_a_stale_lease_is_taken_over(tmp_path: Path) -> None:
+    path = tmp_path / "adapt-all.lease"
+    first, second = Lease(path, "a", stale_s=5.0), Lease(path, "b", stale_s=5.0)
+    assert first.acquire()
+    assert not second.acquire()
+    assert first.renew() and first.acquire()
+    old = time.time() - 10
+    os.utime(path, (old, old))                 # the first holder went silent
+    assert second.acquire() and second.held()
+    assert not first.renew() and not first.acquire()   # it notices it lost the lease
+    second.release()
+    assert not path.exists() and first.acquire()
+    assert not list(tmp_path.glob(".*taken*"))
+
+
+def test_a_contender_that_moved_a_fresh_lease_puts_it_back(tmp_path: Path) -> None:
+    path = tmp_path / "adapt-all.lease"
+    late = Lease(path, "late", stale_s=5.0)
+    assert Lease(path, "fresh", stale_s=5.0).acquire()
+    assert not late._take_over()               # as if it saw the lease stale a moment ago
+    assert path.read_text() == "fresh"

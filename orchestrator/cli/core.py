@@ -17,6 +17,7 @@ from orchestrator.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.inspect_job import JobNotFound, inspect_job
 from orchestrator.shards import iter_rows
+from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
 from orchestrator.spool import init_run, open_run
 from orchestrator.status import snapshot
 from orchestrator.submit import SubmitError, parse_sampling, submit_file
@@ -119,8 +120,9 @@ def status_cmd(run_dir: str, as_json: bool) -> None:
     """Jobs per queue and state, workers alive, throughput over the last minute, failure reasons."""
     paths, config = _open(run_dir)
     snap = snapshot(paths, config)
+    slurm_part = slurm_section(paths)
     if as_json:
-        click.echo(_dumps(snap.to_json(), indent=True))
+        click.echo(_dumps({**snap.to_json(), **({"slurm": slurm_part} if slurm_part else {})}, indent=True))
         return
     out.print(f"run {paths.root}")
     jobs = Table()
@@ -155,6 +157,8 @@ def status_cmd(run_dir: str, as_json: bool) -> None:
         out.print("failure reasons:")
         for reason, count in snap.failure_reasons.items():
             out.print(f"  {count:6d}  {reason}")
+    for line in slurm_section_lines(slurm_part):
+        out.print(line)
     for warning in snap.warnings:
         out.print(f"[yellow]warning:[/yellow] {warning}")
 

@@ -121,3 +121,6 @@ def test_adapt_follows_the_queue_within_bounds_and_a_killed_controller_loses_not
     assert [d["action"] for d in decisions].count("grow") >= 2
     assert any(d["holder"] == state(paths)["holder"] for d in decisions), "the new holder records its decisions"
 
+    # status shows the controller, its target and decisions.
+    shown = cli("status", str(paths.root)).stdout
+    assert "adapt all workers" in shown and f"target {MIN}" in shown and "grow" in shown

@@ -9,6 +9,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 
 from orchestrator.config import RunConfig
@@ -101,6 +102,10 @@ def test_stop_cancel_removes_pending_and_running_tasks(run_root: Path, janitor: 
     janitor.add(array)
     wait_until(lambda: len([b for b in heartbeats(paths) if b.get("state") == "running"]) == 4, 120, "4 workers")
     assert len(queued(array)) == 6
+    shown = cli("status", str(paths.root)).stdout   # the waiting tasks, with Slurm's reason
+    assert re.search(r"Slurm tasks pending: 2 \((Priority|Resources)", shown), shown
+    pending = orjson.loads(cli("status", str(paths.root), "--json").stdout)["slurm"]["pending"]
+    assert sorted(t for tasks in pending.values() for t in tasks) == [f"{array}_4", f"{array}_5"]
     cli("stop", str(paths.root), "--cancel")
     assert queued(array) == []
 

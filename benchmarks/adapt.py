@@ -1,6 +1,6 @@
 """Node-seconds held idle with `adapt` vs a fixed `launch --nodes N`, on the same bursty workload.
 
-    python -m benchmarks.adapt [--nodes 4] [--bursts 3] [--period-s 45] [--run-s 1.5] [--waves 3]
+    python -m benchmarks.adapt [--nodes 4] [--bursts 3] [--period-s 60] [--run-s 1.5] [--waves 3]
 
 Needs the real cluster (`sudo SLURM_NODES=4 scripts/slurm-up.sh`). Workload: --bursts bursts
 of `sleep` jobs (RUN --run-s seconds; nodes x pool x waves jobs each), one every --period-s
@@ -16,6 +16,12 @@ The window opens at the first burst's submission. It closes when the last job fi
 the fixed launch (as if the user stopped it at that very moment: the most favourable case
 for fixed nodes), and when the last adapt task has left Slurm for adapt (its idle tails
 count). makespan = last job finished - first burst submitted.
+
+Each adapt task pays a start (allocation to first stage: Python and the worker starting) and
+a tail (last stage to the end of the allocation: idle exit, shard commit, exit); both are
+shown. The idle ratio is about tasks x (start + tail) / (nodes x quiet time between bursts),
+so it falls with longer gaps and a shorter idle exit: the defaults (gaps of ~55 s, idle exit
+2 s) compress a cluster's minutes into seconds.
 
 Targets: idle_node_seconds_ratio (adapt / fixed) <= 0.2, makespan_ratio (adapt / fixed) <= 1.1.
 The last line is one JSON object.
@@ -45,7 +51,7 @@ from orchestrator.slurm.adapt import AdaptSettings, Controller
 from orchestrator.slurm.cluster import run_slurm, slurm_available
 from orchestrator.slurm.launcher import launch
 from orchestrator.slurm.options import LaunchOptions
-from orchestrator.slurm.queries import cancel, still_queued
+from orchestrator.slurm.queries import cancel, still_queued, task_of
 from orchestrator.spool import init_run
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_rows
@@ -60,15 +66,15 @@ def launched_arrays(paths: SpoolPaths) -> list[str]:
             for a in orjson.loads(record.read_bytes())["arrays"] if a.get("job_id")]
 
 
-def held_spans(arrays: list[str]) -> list[tuple[float, float]]:
-    """(start, end) of every task's allocation, from sacct; a task still running ends now."""
+def held_spans(arrays: list[str]) -> dict[str, tuple[float, float]]:
+    """Task -> (start, end) of its allocation, from sacct; a task still running ends now."""
     text = run_slurm(["sacct", "-n", "-P", "-X", "-o", "JobID,Start,End", "-j", ",".join(arrays)])
-    spans = []
+    spans = {}
     for line in text.splitlines():
-        _, start, end = line.split("|")
+        task, start, end = line.split("|")
         if start in ("", "Unknown", "None"):
             continue   # never started (withdrawn while pending): held no node
-        spans.append((_local_epoch(start), _local_epoch(end) if end not in ("", "Unknown") else time.time()))
+        spans[task] = (_local_epoch(start), _local_epoch(end) if end not in ("", "Unknown") else time.time())
     return spans
 
 
@@ -76,8 +82,8 @@ def _local_epoch(stamp: str) -> float:
     return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))   # sacct prints local time
 
 
-def busy_seconds(paths: SpoolPaths, start: float, end: float) -> float:
-    """Per worker, the union of its stage intervals (any stage running = its node is busy)."""
+def busy_intervals(paths: SpoolPaths) -> dict[str, list[tuple[float, float]]]:
+    """Worker -> its stage intervals, sorted (any stage running = its node is busy)."""
     opened: dict[tuple[str, str, str], float] = {}
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for stage in STAGES:
@@ -87,15 +93,28 @@ def busy_seconds(paths: SpoolPaths, start: float, end: float) -> float:
             began = opened.pop((record["worker"], record["job"], stage), None)
             if began is not None:
                 intervals[record["worker"]].append((began, float(record["t"])))
-    total = 0.0
-    for spans in intervals.values():
-        cursor = start
-        for lo, hi in sorted(spans):
-            lo, hi = max(lo, cursor), min(hi, end)
-            if hi > lo:
-                total += hi - lo
-                cursor = hi
+    return {worker: sorted(spans) for worker, spans in intervals.items()}
+
+
+def union_seconds(spans: list[tuple[float, float]], start: float, end: float) -> float:
+    total, cursor = 0.0, start
+    for lo, hi in spans:
+        lo, hi = max(lo, cursor), min(hi, end)
+        if hi > lo:
+            total += hi - lo
+            cursor = hi
     return total
+
+
+def task_of_worker(paths: SpoolPaths) -> dict[str, str]:
+    """Worker -> the Slurm task it ran in, from the heartbeats (live and retired)."""
+    found = {}
+    for path in [*paths.workers.glob("*.json"), *paths.workers.glob("gone/*.json")]:
+        info = orjson.loads(path.read_bytes())
+        task = task_of(info)
+        if task:
+            found[str(info["worker_id"])] = task
+    return found
 
 
 def submit_bursts(paths: SpoolPaths, args: argparse.Namespace, jobs_per_burst: int) -> float:
@@ -124,11 +143,21 @@ def wait_gone(arrays: list[str], timeout_s: float) -> None:
 
 def figures(paths: SpoolPaths, first: float, end: float, jobs: int) -> dict[str, Any]:
     last_finish = max(float(r["t"]) for r in events_named(paths, "finished"))
-    arrays = launched_arrays(paths)
-    held = sum(max(0.0, min(hi, end) - max(lo, first)) for lo, hi in held_spans(arrays))
-    busy = busy_seconds(paths, first, end)
+    spans = held_spans(launched_arrays(paths))
+    busy = busy_intervals(paths)
+    held_s = sum(max(0.0, min(hi, end) - max(lo, first)) for lo, hi in spans.values())
+    busy_s = sum(union_seconds(intervals, first, end) for intervals in busy.values())
+    # Where a task's idle time goes: before its first stage, and after its last one.
+    tasks = task_of_worker(paths)
+    starts, tails = [], []
+    for worker, intervals in busy.items():
+        span = spans.get(tasks.get(worker, ""))
+        if span:
+            starts.append(intervals[0][0] - span[0])
+            tails.append(span[1] - max(hi for _, hi in intervals))
     return {"jobs": len(events_named(paths, "finished")), "expected": jobs, "makespan_s": last_finish - first,
-            "held_node_s": held, "busy_node_s": busy, "idle_node_s": max(0.0, held - busy), "tasks": len(held_spans(arrays))}
+            "held_node_s": held_s, "busy_node_s": busy_s, "idle_node_s": max(0.0, held_s - busy_s),
+            "tasks": len(spans), "start_s": sum(starts) / max(1, len(starts)), "tail_s": sum(tails) / max(1, len(tails))}
 
 
 def run_fixed(root: Path, args: argparse.Namespace, worker: WorkerOptions, jobs_per_burst: int) -> dict[str, Any]:
@@ -173,7 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4, help="fixed launch size, and adapt's --max")
     parser.add_argument("--bursts", type=int, default=3)
-    parser.add_argument("--period-s", type=float, default=45.0, help="seconds between the starts of two bursts")
+    parser.add_argument("--period-s", type=float, default=60.0, help="seconds between the starts of two bursts")
     parser.add_argument("--run-s", type=float, default=1.5, help="RUN seconds of each sleep job")
     parser.add_argument("--waves", type=int, default=3, help="jobs per RUN slot and node in each burst")
     parser.add_argument("--pool", type=int, default=4, help="INIT/RUN/EVAL slots per node worker")
@@ -181,6 +210,7 @@ def main() -> None:
     parser.add_argument("--interval-s", type=float, default=1.0)
     parser.add_argument("--cooldown-s", type=float, default=2.0)
     parser.add_argument("--timeout-s", type=float, default=300)
+    parser.add_argument("--keep", action="store_true", help="keep the run directories (printed) for a closer look")
     args = parser.parse_args()
     if not slurm_available() or subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
         print("no Slurm cluster here: start one with `sudo SLURM_NODES=4 scripts/slurm-up.sh`")
@@ -195,15 +225,20 @@ def main() -> None:
         adaptive = run_adapt(root, args, worker, jobs_per_burst)
         print(f"  adapt: makespan {adaptive['makespan_s']:.1f}s, idle {adaptive['idle_node_s']:.0f} node-s", flush=True)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"  run directories kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     for side in (fixed, adaptive):
         if side["jobs"] != side["expected"]:
             raise SystemExit(f"lost or repeated jobs: {side['jobs']} finished of {side['expected']}")
     print_table(
         f"{args.bursts} bursts of {jobs_per_burst} sleep jobs (RUN {args.run_s:g}s) every {args.period_s:g}s, "
         f"{args.nodes} nodes x {args.pool} slots; adapt: min 0, max {args.nodes}, idle exit {args.idle_exit_s:g}s",
-        ["launch", "jobs", "tasks", "makespan s", "held node-s", "busy node-s", "idle node-s"],
-        [[name, r["jobs"], r["tasks"], r["makespan_s"], r["held_node_s"], r["busy_node_s"], r["idle_node_s"]]
+        ["launch", "jobs", "tasks", "makespan s", "held node-s", "busy node-s", "idle node-s",
+         "task start->1st stage s", "last stage->task end s"],
+        [[name, r["jobs"], r["tasks"], r["makespan_s"], r["held_node_s"], r["busy_node_s"], r["idle_node_s"],
+          *((r["start_s"], r["tail_s"]) if r is adaptive else ("-", "-"))]
          for name, r in (("fixed --nodes", fixed), ("adapt", adaptive))],
     )
     idle_ratio = adaptive["idle_node_s"] / max(fixed["idle_node_s"], 1e-9)
@@ -215,6 +250,7 @@ def main() -> None:
         "makespan_s": {"fixed": round(fixed["makespan_s"], 2), "adapt": round(adaptive["makespan_s"], 2)},
         "held_node_s": {"fixed": round(fixed["held_node_s"], 1), "adapt": round(adaptive["held_node_s"], 1)},
         "adapt_tasks": adaptive["tasks"],
+        "adapt_task_start_s": round(adaptive["start_s"], 2), "adapt_task_tail_s": round(adaptive["tail_s"], 2),
     })
 
 

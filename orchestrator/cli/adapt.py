@@ -57,9 +57,6 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
         paths, config = open_run(run_dir)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if not slurm_available():
-        raise click.ClickException("adapt submits Slurm jobs, and there is no Slurm here (sbatch/srun/squeue not on PATH); "
-                                   "use `launch --local --workers N` on this machine")
     worker = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s).resolve(config)
     launch_options = slurm_launch_options(1, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                           array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
@@ -73,6 +70,9 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
         raise click.UsageError(str(exc)) from None
     if idle <= 0:
         raise click.UsageError("--idle-exit 0 would keep every worker forever: adapt needs workers that leave when idle")
+    if not slurm_available():
+        raise click.ClickException("adapt submits Slurm jobs, and there is no Slurm here (sbatch/srun/squeue not on PATH); "
+                                   "use `launch --local --workers N` on this machine")
     settings = AdaptSettings(bounds, idle_exit_s=idle, interval_s=interval, lease_stale_s=max(lease_timeout, 2 * interval))
     controller = Controller(paths.root, settings, launch_options, worker)
     logging.getLogger("orchestrator.slurm.adapt").setLevel(logging.INFO)

@@ -6,10 +6,17 @@ import os
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from orchestrator.leasefile import Lease
+from orchestrator.paths import SpoolPaths
 from orchestrator.scaling import Action, Bounds, Observation, decide
+from orchestrator.slurm.adapt import AdaptError, AdaptSettings, Controller, kind_of, state_path
+from orchestrator.slurm.options import LaunchOptions
+from orchestrator.submit import submit_file
+from orchestrator.worker.options import WorkerOptions, parse_stages
+from tests.core.util import make_run, write_jsonl
 
 BOUNDS = Bounds(minimum=0, maximum=4, slots_per_worker=8, cooldown_s=30.0)
 
@@ -72,3 +79,33 @@ def test_a_contender_that_moved_a_fresh_lease_puts_it_back(tmp_path: Path) -> No
     assert Lease(path, "fresh", stale_s=5.0).acquire()
     assert not late._take_over()               # as if it saw the lease stale a moment ago
     assert path.read_text() == "fresh"
+
+
+def controller(paths: SpoolPaths, stages: str) -> Controller:
+    settings = AdaptSettings(Bounds(0, 4, 8, 30.0), idle_exit_s=60, interval_s=1, lease_stale_s=5)
+    return Controller(paths.root, settings, LaunchOptions(nodes=1), WorkerOptions(stages=parse_stages(stages)))
+
+
+def test_each_kind_of_worker_counts_its_own_queues_and_one_controller_acts(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}] * 10))
+    for index in range(3):
+        (paths.eval_queue / f"evaluate-me-{index}").write_text("{}")
+    full, evaluators = controller(paths, "all"), controller(paths, "eval")
+    assert full.observe()[0].backlog == 13 and evaluators.observe()[0].backlog == 3
+    with pytest.raises(AdaptError, match="all or eval"):
+        kind_of(parse_stages("init,run"))
+
+    # One controller of a kind acts, another stands by (its tick does nothing); the eval
+    # controller has a lease of its own.
+    other = controller(paths, "all")
+    assert full.lease.acquire() and not other.lease.acquire()
+    assert other.tick() is None
+    assert evaluators.lease.acquire()
+    state_path(paths, "all").write_bytes(orjson.dumps({"holder": "gone-1", "decisions": [{"action": "grow"}]}))
+    old = time.time() - 10
+    os.utime(full.lease.path, (old, old))      # the acting controller went silent
+    assert other.lease.acquire()
+    other._resume_history()
+    assert [d["action"] for d in other.decisions] == ["grow", "lead"]
+    assert "took over from gone-1" in other.decisions[-1]["reason"]

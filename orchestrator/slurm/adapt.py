@@ -126,7 +126,11 @@ class Controller:
         if not self.holding:
             self.holding = True
             self._resume_history()
-        seen, tasks = self.observe()
+        try:
+            seen, tasks = self.observe()
+        except SlurmUnavailable as exc:   # a controller that does not answer: wait, never guess
+            self._record_failure(f"squeue did not answer: {exc}")
+            return None
         since = None if self.last_change_at is None else self.clock() - self.last_change_at
         decision = decide(self.settings.bounds, seen, since)
         error = ""
@@ -225,6 +229,19 @@ class Controller:
             "pending": seen.pending, "kept": seen.kept, "pending_reasons": reasons,
             "decisions": list(self.decisions),
         }
+        fsops.write_atomic(state_path(self.paths, self.kind), orjson.dumps(state, option=orjson.OPT_INDENT_2), self.paths.tmp)
+
+
+    def _record_failure(self, error: str) -> None:
+        log.error("adapt: %s", error)
+        self.decisions.append({"t": round(time.time(), 3), "action": "hold", "count": 0, "target": None,
+                               "reason": "no look at Slurm", "holder": self.holder, "error": error})
+        try:
+            state = orjson.loads(fsops.read_bytes(state_path(self.paths, self.kind)))
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            state = {"kind": self.kind, "min": self.settings.bounds.minimum, "max": self.settings.bounds.maximum}
+        state.update({"holder": self.holder, "pid": os.getpid(), "updated_at": round(time.time(), 3),
+                      "interval_s": self.settings.interval_s, "decisions": list(self.decisions)})
         fsops.write_atomic(state_path(self.paths, self.kind), orjson.dumps(state, option=orjson.OPT_INDENT_2), self.paths.tmp)
 
 

@@ -109,3 +109,16 @@ def test_each_kind_of_worker_counts_its_own_queues_and_one_controller_acts(tmp_p
     other._resume_history()
     assert [d["action"] for d in other.decisions] == ["grow", "lead"]
     assert "took over from gone-1" in other.decisions[-1]["reason"]
+
+
+def test_a_controller_whose_squeue_fails_holds_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = make_run(tmp_path / "run")
+    record = paths.logs / "adapt-all-idle-20261122T000000-1-1" / "slurm.json"
+    record.parent.mkdir(parents=True)
+    record.write_bytes(orjson.dumps({"arrays": [{"job_id": "4242", "first_index": 0, "size": 2}]}))
+    monkeypatch.setenv("PATH", str(tmp_path))          # no squeue, no sbatch: nothing can be launched either
+    acting = controller(paths, "all")
+    assert acting.tick() is None
+    state = orjson.loads(state_path(paths, "all").read_bytes())
+    assert "squeue did not answer" in state["decisions"][-1]["error"]
+    assert acting.lease.held()

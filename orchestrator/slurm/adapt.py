@@ -149,7 +149,7 @@ class Controller:
         backlog = 0
         if Stage.INIT in self.worker.stages:
             backlog += len(fsops.list_names(self.paths.init_queue))
-        if Stage.EVAL in self.worker.stages:
+        if Stage.EVAL in self.worker.stages and (self.kind == "eval" or not self._eval_controller_alive()):
             backlog += len(fsops.list_names(self.paths.eval_queue))
         arrays = self._launched()
         keep_of = {a.job_id: a.keep for a in arrays}
@@ -159,6 +159,11 @@ class Controller:
         pending = sum(1 for s, _ in tasks.values() if s.state == "PENDING")
         kept = sum(1 for s, keep in tasks.values() if keep and (s.state in ACTIVE_STATES or s.state == "PENDING"))
         return Observation(backlog=backlog, running=running, pending=pending, kept=kept), tasks
+
+    def _eval_controller_alive(self) -> bool:
+        """An eval controller on the run scales for the eval queue: full workers leave it to it."""
+        renewed = fsops.mtime(lease_path(self.paths, "eval"))
+        return renewed is not None and time.time() - renewed < self.settings.lease_stale_s
 
     def _launched(self) -> list[LaunchedArray]:
         """Arrays launched by any controller of this kind (their records under logs/adapt-KIND-*)."""

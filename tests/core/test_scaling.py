@@ -102,6 +102,7 @@ def test_each_kind_of_worker_counts_its_own_queues_and_one_controller_acts(tmp_p
     assert full.lease.acquire() and not other.lease.acquire()
     assert other.tick() is None
     assert evaluators.lease.acquire()
+    assert full.observe()[0].backlog == 10, "with an eval controller alive, the eval queue is its business"
     state_path(paths, "all").write_bytes(orjson.dumps({"holder": "gone-1", "decisions": [{"action": "grow"}]}))
     old = time.time() - 10
     os.utime(full.lease.path, (old, old))      # the acting controller went silent

@@ -7,7 +7,7 @@ from pathlib import Path
 from orchestrator.events import events_named
 from orchestrator.submit import submit_file
 from orchestrator.worker.idle import IdleClock
-from tests.core.util import make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
+from tests.core.util import make_run, rows, start_worker, stop_worker, write_jsonl
 
 
 class FakeClock:

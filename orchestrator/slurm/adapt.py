@@ -134,7 +134,10 @@ class Controller:
         since = None if self.last_change_at is None else self.clock() - self.last_change_at
         decision = decide(self.settings.bounds, seen, since)
         error = ""
-        if decision.action is not Action.HOLD and self.lease.renew():
+        if decision.action is not Action.HOLD:
+            if not self.lease.renew():   # taken over while we looked: the new holder decides
+                self.holding = False
+                return None
             try:
                 self._act(decision, tasks)
                 self.last_change_at = self.clock()
@@ -207,6 +210,9 @@ class Controller:
         except (FileNotFoundError, orjson.JSONDecodeError):
             previous = {}
         self.decisions.extend(previous.get("decisions", [])[-DECISIONS_KEPT:])
+        changes = [float(d.get("t", 0)) for d in self.decisions if d.get("action") in ("grow", "withdraw")]
+        if changes:   # the cool-down runs on across a take-over
+            self.last_change_at = self.clock() - max(0.0, time.time() - max(changes))
         before = previous.get("holder")
         self.decisions.append({
             "t": round(time.time(), 3), "action": "lead", "count": 0, "target": previous.get("target"),

@@ -103,13 +103,15 @@ def test_each_kind_of_worker_counts_its_own_queues_and_one_controller_acts(tmp_p
     assert other.tick() is None
     assert evaluators.lease.acquire()
     assert full.observe()[0].backlog == 10, "with an eval controller alive, the eval queue is its business"
-    state_path(paths, "all").write_bytes(orjson.dumps({"holder": "gone-1", "decisions": [{"action": "grow"}]}))
+    grown_at = time.time() - 3
+    state_path(paths, "all").write_bytes(orjson.dumps({"holder": "gone-1", "decisions": [{"action": "grow", "t": grown_at}]}))
     old = time.time() - 10
     os.utime(full.lease.path, (old, old))      # the acting controller went silent
     assert other.lease.acquire()
     other._resume_history()
     assert [d["action"] for d in other.decisions] == ["grow", "lead"]
     assert "took over from gone-1" in other.decisions[-1]["reason"]
+    assert other.last_change_at is not None and 2.5 < other.clock() - other.last_change_at < 60, "the cool-down carries over"
 
 
 def test_a_controller_whose_squeue_fails_holds_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

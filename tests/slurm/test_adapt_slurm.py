@@ -17,7 +17,7 @@ from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.adapt import state_path
 from tests.core.util import cli, wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor
-from tests.slurm.util import exactly_once, sleep_run, wait_rows
+from tests.slurm.util import exactly_once, launch, sleep_run, wait_rows
 
 pytestmark = pytest.mark.slurm
 
@@ -25,10 +25,10 @@ MIN, MAX = 1, 3
 JOBS = 48
 
 
-def adapt_tasks(paths: SpoolPaths) -> dict[str, tuple[str, bool]]:
+def adapt_tasks(paths: SpoolPaths, kind: str = "all") -> dict[str, tuple[str, bool]]:
     """Tasks of every array adapt launched on this run, as squeue sees them: task -> (state, kept)."""
     keep_of = {}
-    for record in paths.logs.glob("adapt-*/slurm.json"):
+    for record in paths.logs.glob(f"adapt-{kind}-*/slurm.json"):
         for array in orjson.loads(record.read_bytes())["arrays"]:
             keep_of[str(array["job_id"])] = "-keep-" in record.parent.name
     if not keep_of:
@@ -38,22 +38,22 @@ def adapt_tasks(paths: SpoolPaths) -> dict[str, tuple[str, bool]]:
     return {task: (state, keep_of[task.split("_")[0]]) for task, state in (line.split() for line in out.splitlines())}
 
 
-def state(paths: SpoolPaths) -> dict:
-    path = state_path(paths, "all")
+def state(paths: SpoolPaths, kind: str = "all") -> dict:
+    path = state_path(paths, kind)
     return orjson.loads(path.read_bytes()) if path.exists() else {}
 
 
 class CountWatch:
     """Samples the number of adapt tasks in squeue (running + pending) while the test runs."""
 
-    def __init__(self, paths: SpoolPaths) -> None:
-        self.paths, self.most, self.done = paths, 0, threading.Event()
+    def __init__(self, paths: SpoolPaths, kind: str = "all") -> None:
+        self.paths, self.kind, self.most, self.done = paths, kind, 0, threading.Event()
         self.thread = threading.Thread(target=self._watch, daemon=True)
         self.thread.start()
 
     def _watch(self) -> None:
         while not self.done.wait(0.5):
-            self.most = max(self.most, len(adapt_tasks(self.paths)))
+            self.most = max(self.most, len(adapt_tasks(self.paths, self.kind)))
 
     def stop(self) -> int:
         self.done.set()
@@ -76,13 +76,16 @@ def controllers(run_root: Path, janitor: JobJanitor) -> Iterator[list[subprocess
     cli("stop", str(paths.root), "--cancel", check=False, timeout=180)
 
 
-def start_controller(paths: SpoolPaths, index: int) -> subprocess.Popen[bytes]:
+FULL_WORKERS = ("--min", str(MIN), "--max", str(MAX), "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2",
+                "--max-prepared", "2")
+
+
+def start_controller(paths: SpoolPaths, index: int, *options: str) -> subprocess.Popen[bytes]:
     log = open(paths.root / f"adapt-{index}.log", "wb")
     return subprocess.Popen(
         [sys.executable, "-c", "from orchestrator.cli import main; main()", "adapt", str(paths.root),
-         "--min", str(MIN), "--max", str(MAX), "--interval", "1", "--cooldown", "2", "--lease-timeout", "5",
-         "--idle-exit", "4", "--time", "00:30:00", "--init-pool", "2", "--run-pool", "2", "--eval-pool", "2",
-         "--max-prepared", "2"],
+         "--interval", "1", "--cooldown", "2", "--lease-timeout", "5", "--idle-exit", "4", "--time", "00:30:00",
+         *(options or FULL_WORKERS)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
 
@@ -124,3 +127,24 @@ def test_adapt_follows_the_queue_within_bounds_and_a_killed_controller_loses_not
     # status shows the controller, its target and decisions.
     shown = cli("status", str(paths.root)).stdout
     assert "adapt all workers" in shown and f"target {MIN}" in shown and "grow" in shown
+
+
+def test_an_eval_controller_scales_eval_only_workers_with_the_eval_queue(
+        run_root: Path, controllers: list[subprocess.Popen[bytes]], janitor: JobJanitor) -> None:
+    paths = sleep_run(run_root, jobs=0, run_s=0)
+    array, _ = launch(paths, "--nodes", "1", "--stages", "init,run", "--init-pool", "4", "--run-pool", "4")
+    janitor.add(array)
+    controllers.append(start_controller(paths, 0, "--stages", "eval", "--max", "2", "--eval-pool", "1",
+                                        "--shared", "--cpus-per-node", "1"))
+    jobs = 12   # EVAL takes 1 s, one slot per eval worker: the eval queue grows
+    tasks = write_jsonl(run_root.parent / "tasks.jsonl", [{"handler": "sleep", "instance": {"run": 0.1, "eval": 1.0}}] * jobs)
+    cli("submit", str(paths.root), str(tasks))
+    watch = CountWatch(paths, "eval")
+    table = wait_rows(paths, jobs, timeout=180)
+    exactly_once(table, jobs)
+    evaluators = {orjson.loads(p.read_bytes())["worker_id"] for p in [*paths.workers.glob("*.json"), *paths.workers.glob("gone/*.json")]
+                  if orjson.loads(p.read_bytes()).get("launch_id", "").startswith("adapt-eval-")}
+    assert evaluators and set(table["worker"]) <= evaluators, "every row is written by an eval worker adapt launched"
+    assert [d["action"] for d in state(paths, "eval")["decisions"]].count("grow") >= 1
+    wait_until(lambda: not adapt_tasks(paths, "eval"), 120, "the idle eval workers to leave")
+    assert 1 <= watch.stop() <= 2

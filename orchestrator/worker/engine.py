@@ -64,7 +64,6 @@ class Worker:
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
         )
         self.info = base_info(self.node, self.options.launch_id)
-        self.info["idle_exit_s"] = self.options.idle_exit_s
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
         self.claimers = {s: Claimer(self._queue_of(s), self.box.dir) for s in Stage}

@@ -46,7 +46,11 @@ def _worker_logs(paths: SpoolPaths, worker_ids: set[str]) -> list[str]:
     return logs
 
 
-def inspect_job(paths: SpoolPaths, job_id: str) -> dict[str, Any]:
+_LOOK_UP = object()
+
+
+def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: Any = _LOOK_UP) -> dict[str, Any]:
+    """Everything known about `job_id`; a caller that already read its row or events passes them."""
     safe_name(job_id, "job id")
     report: dict[str, Any] = {"job_id": job_id}
     location = locate_ticket(paths, job_id)
@@ -57,8 +61,10 @@ def inspect_job(paths: SpoolPaths, job_id: str) -> dict[str, Any]:
             ticket = Ticket.decode(location.read_bytes())
         except (CorruptTicket, OSError) as exc:
             report["ticket_error"] = str(exc)
-    row = find_row(paths, job_id)
-    events = events_of(paths, job_id)
+    if row is _LOOK_UP:
+        row = find_row(paths, job_id)
+    if events is _LOOK_UP:
+        events = events_of(paths, job_id)
     if ticket is None and row is None and not events:
         raise JobNotFound(f"no job {job_id!r} in {paths.root}: check the id with `hpc-rollout status {paths.root}` or the submission's first_job/last_job")
     if ticket is not None:

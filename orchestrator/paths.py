@@ -5,6 +5,7 @@ The layout is the interface researchers see with `ls`; keep it obvious:
     run.toml                    pools, timeouts, retries, shard rolling
     backends.json               LLM backend registry (+ backends.json.lock)
     backends/inflight/W.json    tasks in flight per backend, one file per worker
+    backends/history.jsonl      every registry change (added, removed, down/up, new version)
     queue/init/TICKET           pending jobs, names sort in submission order
     queue/run@NODE/TICKET       jobs prepared by INIT on NODE, waiting for RUN there
     queue/eval/TICKET           jobs whose RUN is over, any node may evaluate them
@@ -73,6 +74,10 @@ class SpoolPaths:
     @property
     def backends_inflight(self) -> Path:
         return self.root / "backends" / "inflight"
+
+    @property
+    def backends_history(self) -> Path:
+        return self.root / "backends" / "history.jsonl"
 
     # -- queues ----------------------------------------------------------------------
     @property

@@ -23,6 +23,9 @@ TURN_TYPE = pa.struct([
     ("switched_from", pa.string()),          # the backend this turn moved away from (it failed)
     ("logprob_mode", pa.string()),           # e.g. vLLM raw (before temperature) vs SGLang processed
     ("sent_at", pa.float64()),               # epoch seconds the request was sent
+    ("latency_s", pa.float64()),             # request sent to answer parsed
+    ("model", pa.string()),                  # model id the backend served
+    ("tokenizer_hash", pa.string()),         # sha256:<16 hex> of the tokenizer files, when local
 ])
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -40,9 +43,12 @@ SCHEMA = pa.schema([
     ("response_ids", pa.list_(pa.int32())),
     ("response_mask", pa.list_(pa.int8())),  # 1 = sampled by the model, 0 = observation/tool
     ("logprobs", pa.list_(pa.float32())),    # aligned with response_ids; 0.0 where the mask is 0
+    ("sampled_tokens", pa.int32()),          # tokens sampled by the model (1s in response_mask)
     ("turns", pa.list_(TURN_TYPE)),
     ("policy_version_min", pa.int64()),
     ("policy_version_max", pa.int64()),
+    ("model", pa.string()),                  # model id(s) that sampled the turns, in order of use
+    ("tokenizer_hash", pa.string()),         # tokenizer identity(ies) of those turns
     ("init_s", pa.float64()),
     ("run_s", pa.float64()),
     ("eval_s", pa.float64()),
@@ -96,8 +102,25 @@ def _turns(value: Any) -> list[dict[str, Any]] | None:
             "switched_from": turn.get("switched_from"),
             "logprob_mode": turn.get("logprob_mode"),
             "sent_at": turn.get("sent_at"),
+            "latency_s": turn.get("latency_s"),
+            "model": turn.get("model"),
+            "tokenizer_hash": turn.get("tokenizer_hash"),
         })
     return turns
+
+
+def _distinct(values: list[Any]) -> str | None:
+    """Distinct non-empty values in order of first use, comma-separated (usually just one)."""
+    seen = [str(v) for v in dict.fromkeys(values) if v]
+    return ",".join(seen) if seen else None
+
+
+def _sampled_tokens(mask: list[int] | None, turns: list[dict[str, Any]] | None) -> int | None:
+    if mask is not None:
+        return sum(1 for m in mask if m == 1)
+    if turns:
+        return sum(len(t["output_ids"] or ()) for t in turns)
+    return None
 
 
 def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker: str) -> dict[str, Any]:
@@ -109,6 +132,7 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
     extra = {k: v for k, v in merged.items() if k not in TRAJECTORY_KEYS}
     error = ticket.error or {}
     reward = merged.get("reward")
+    mask = _int_list(merged.get("response_mask"))
     return {
         "job_id": job.job_id,
         "group_id": job.group_id,
@@ -121,11 +145,15 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
         "reward": float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
         "prompt_ids": _int_list(merged.get("prompt_ids")),
         "response_ids": _int_list(merged.get("response_ids")),
-        "response_mask": _int_list(merged.get("response_mask")),
+        "response_mask": mask,
         "logprobs": _float_list(merged.get("logprobs")),
+        "sampled_tokens": _sampled_tokens(mask, turns),
         "turns": turns,
         "policy_version_min": extra.pop("policy_version_min", min(versions) if versions else None),
         "policy_version_max": extra.pop("policy_version_max", max(versions) if versions else None),
+        # A handler without an LLM session may name its model and tokenizer itself.
+        "model": extra.pop("model", None) or _distinct([t["model"] for t in turns or []]),
+        "tokenizer_hash": extra.pop("tokenizer_hash", None) or _distinct([t["tokenizer_hash"] for t in turns or []]),
         "init_s": timings.get("init_s"),
         "run_s": timings.get("run_s"),
         "eval_s": timings.get("eval_s"),

@@ -26,6 +26,7 @@ import orjson
 
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
+from orchestrator.llm.history import append_changes
 from orchestrator.softlock import LockTimeout, acquire_soft_lock
 from orchestrator.paths import SpoolPaths, current_node
 
@@ -198,10 +199,14 @@ class BackendRegistry:
         finally:
             lock.release()
 
-    def _write(self, snapshot: Snapshot) -> Snapshot:
+    def _write(self, before: Snapshot, snapshot: Snapshot) -> Snapshot:
         snapshot = replace(snapshot, updated_at=time.time())
         write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True)
         self._cache_key = None
+        try:
+            append_changes(self.paths, before, snapshot)
+        except OSError as exc:  # the history serves reports; routing must not depend on it
+            log.warning("could not append to %s: %s", self.paths.backends_history, exc)
         return snapshot
 
     def add(
@@ -227,7 +232,7 @@ class BackendRegistry:
             )
             others = tuple(b for b in snap.backends if b.url != url)
             top = max(snap.policy_version, backend.policy_version)
-            self._write(Snapshot(top, others + (backend,)))
+            self._write(snap, Snapshot(top, others + (backend,)))
         return backend
 
     def remove(self, url: str) -> Backend:
@@ -237,13 +242,13 @@ class BackendRegistry:
             if found is None:
                 known = ", ".join(b.url for b in snap.backends) or "none"
                 raise RegistryError(f"no backend {url} in the registry; registered: {known}")
-            self._write(replace(snap, backends=tuple(b for b in snap.backends if b.url != url)))
+            self._write(snap, replace(snap, backends=tuple(b for b in snap.backends if b.url != url)))
         return found
 
     def clear(self) -> int:
         """Remove every backend (the policy version is kept). Also repairs a corrupt file."""
         with self._locked_tolerant() as snap:
-            self._write(Snapshot(snap.policy_version, ()))
+            self._write(snap, Snapshot(snap.policy_version, ()))
         return len(snap.backends)
 
     @contextmanager
@@ -290,7 +295,7 @@ class BackendRegistry:
                 )
                 for u in dict.fromkeys(clean)
             )
-            return self._write(Snapshot(new_version, backends))
+            return self._write(snap, Snapshot(new_version, backends))
 
     def set_state(self, url: str, state: BackendState, reason: str = "") -> Backend | None:
         """Mark a backend up/down/draining; None when it is no longer registered."""
@@ -302,7 +307,7 @@ class BackendRegistry:
                 return found
             updated = replace(found, state=state, reason=reason, state_changed_at=time.time())
             backends = tuple(updated if b.url == url else b for b in snap.backends)
-            self._write(replace(snap, backends=backends))
+            self._write(snap, replace(snap, backends=backends))
             return updated
 
 

@@ -26,6 +26,7 @@ import httpx
 
 from orchestrator.llm.client import BackendClient, RetryPolicy, client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
+from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.router import Router, router_for
 from orchestrator.llm.tiny_model import load_tokenizer
@@ -49,6 +50,10 @@ class Turn:
     logprob_mode: str
     switched_from: str | None = None   # the backend that failed during this turn, if any
     sent_at: float = 0.0               # unix time the registry was read for this turn
+    latency_s: float = 0.0             # request sent to answer parsed, on the backend that answered
+    model: str | None = None           # the model id the backend serves
+    tokenizer_hash: str | None = None  # orchestrator.llm.identity of the tokenizer directory, when local
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -129,11 +134,15 @@ class LLMSession:
         while True:
             sent_at = time.time()
             backend = await self.ensure_backend()
+            client = self.client(backend)
+            requested = time.monotonic()
             try:
-                completion = await self.client(backend).generate(prompt_ids, dict(sampling or {}))
+                completion = await client.generate(prompt_ids, dict(sampling or {}))
+                model = (await client.model_info()).model_id  # cached by generate()
             except BackendFailed as exc:
                 self._switch(backend, str(exc))
                 continue
+            latency_s = time.monotonic() - requested
             self.router.note_healthy(backend.url)
             switched_from, self._switched_from = self._switched_from, None
             return Turn(
@@ -141,6 +150,8 @@ class LLMSession:
                 logprobs=completion.logprobs, backend=backend.url,
                 policy_version=backend.policy_version, finish_reason=completion.finish_reason,
                 logprob_mode=completion.logprob_mode, switched_from=switched_from, sent_at=sent_at,
+                latency_s=round(latency_s, 6), model=model,
+                tokenizer_hash=tokenizer_hash(backend.tokenizer or backend.model or model),
             )
 
     def _switch(self, backend: Backend, reason: str) -> None:

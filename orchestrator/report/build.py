@@ -1,0 +1,96 @@
+"""`hpc-rollout report`: read the spool, draw the figures, write report.html, numbers.json and
+inspect files of example jobs into RUN/report/ (each written to a temporary name, then renamed)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from orchestrator.inspect_job import inspect_job
+from orchestrator.paths import SpoolPaths
+from orchestrator.report.event_read import events_of_jobs
+from orchestrator.report.figures import draw_all
+from orchestrator.report.model import RunReport, load_report
+from orchestrator.report.page import render_page
+from orchestrator.report.shard_read import shard_files
+from orchestrator.report.summary import numbers, summary_text
+
+PAGE = "report.html"
+JOBS_DIR = "jobs"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    page: Path
+    figures: tuple[Path, ...]
+    numbers: Path
+    text: str
+    report: RunReport
+
+
+def make_report(paths: SpoolPaths, out_dir: Path | None = None, since_s: float | None = None,
+                pass_reward: float = 1.0) -> ReportFiles:
+    out = out_dir or paths.root / "report"
+    (out / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    report = load_report(paths, since_s, pass_reward)
+    report = replace(report, examples=_write_examples(paths, out, report))
+    figures = draw_all(report, out)
+    page = out / PAGE
+    _write(page, render_page(report, figures).encode())
+    numbers_path = out / "numbers.json"
+    _write(numbers_path, orjson.dumps(numbers(report), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return ReportFiles(page, tuple(out / f.name for f in figures), numbers_path, summary_text(report, str(page)), report)
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _write_examples(paths: SpoolPaths, out: Path, report: RunReport) -> dict[str, str]:
+    """`inspect --json` of the example jobs of each failure kind, linked from the page."""
+    jobs = sorted({job for group in report.finished.failures[:10] for job in group.examples})
+    if not jobs:
+        return {}
+    rows = _rows_of(paths, jobs)
+    events = events_of_jobs(paths, jobs)
+    written = {}
+    for job in jobs:
+        try:
+            found = inspect_job(paths, job, row=rows.get(job), events=events.get(job, []))
+        except (LookupError, ValueError):
+            continue
+        name = f"{JOBS_DIR}/{job}.json"
+        _write(out / name, orjson.dumps(found, default=_plain, option=orjson.OPT_INDENT_2))
+        written[job] = name
+    return written
+
+
+def _rows_of(paths: SpoolPaths, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    wanted = pa.array(jobs, pa.string())
+    found: dict[str, dict[str, Any]] = {}
+    for path in shard_files(paths):
+        try:
+            ids = pq.read_table(path, columns=["job_id"]).column(0)
+            mask = pc.is_in(ids, value_set=wanted)
+            if not pc.any(mask).as_py():
+                continue
+            for row in pq.read_table(path).filter(mask).to_pylist():
+                found[row["job_id"]] = row
+        except (pa.ArrowException, OSError):
+            continue  # already named in the report's skipped list
+    return found
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError

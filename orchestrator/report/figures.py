@@ -1,0 +1,313 @@
+"""The report's pictures, drawn with matplotlib's Agg backend (no display needed) as PNG files.
+
+Every figure is always written: with no data it says so, so a page never has a broken image.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: headless nodes have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from orchestrator.report.activity import LANES_LAID_OUT, PLACES, STAGES  # noqa: E402
+from orchestrator.report.model import RunReport  # noqa: E402
+
+STAGE_COLORS = {"init": "#4C72B0", "run": "#DD8452", "eval": "#55A868", "queue": "#8172B3", "llm turn": "#C44E52"}
+DPI = 100
+WIDTH_IN = 11.0
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    name: str        # file name inside report/
+    title: str
+    caption: str
+
+
+def draw_all(report: RunReport, directory: Path) -> list[FigureFile]:
+    drawers: list[tuple[str, str, Callable[[RunReport], tuple[Figure, str]]]] = [
+        ("timeline.png", "Worker slots over wall time", _timeline),
+        ("queues.png", "Queue depths and busy slots", _queues),
+        ("throughput.png", "Throughput", _throughput),
+        ("latency.png", "Latency per stage, LLM turn and tool", _latency),
+        ("reward.png", "Reward by policy version and data source", _reward),
+        ("pass_at_k.png", "pass@k per data source", _pass_at_k),
+        ("failures.png", "Failures by stage and kind", _failures),
+        ("backends.png", "LLM backends", _backends),
+    ]
+    made = []
+    for name, title, draw in drawers:
+        figure, caption = draw(report)
+        figure.savefig(directory / name, dpi=DPI)
+        plt.close(figure)
+        made.append(FigureFile(name, title, caption))
+    return made
+
+
+def _margins(figure: Figure, left: float = 0.07, bottom: float = 0.1, top: float = 0.95, **space: float) -> None:
+    # Fixed margins: constrained layout would lay every figure out twice (seconds at 1e5 jobs).
+    figure.subplots_adjust(left=left, right=0.97, bottom=bottom, top=top, **space)
+
+
+def _empty(message: str, height: float = 2.0) -> tuple[Figure, str]:
+    figure = plt.figure(figsize=(WIDTH_IN, height))
+    figure.text(0.5, 0.5, message, ha="center", va="center", fontsize=12, color="#666666")
+    return figure, message
+
+
+def _relative(report: RunReport, t: np.ndarray) -> np.ndarray:
+    return t - report.window[0]
+
+
+def _time_label(report: RunReport) -> str:
+    import datetime as dt
+
+    origin = dt.datetime.fromtimestamp(report.window[0], tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"seconds since {origin}"
+
+
+def _timeline(report: RunReport) -> tuple[Figure, str]:
+    intervals = report.intervals
+    if not len(intervals):
+        return _empty("no stage events: nothing ran yet, or events/ is missing")
+    lanes = report.intervals.lanes
+    shown = lanes[:LANES_LAID_OUT]
+    height = min(2.0 + 0.12 * len(shown), 22.0)
+    figure, axes = plt.subplots(figsize=(WIDTH_IN, height))
+    _margins(figure, left=0.17, bottom=0.6 / height, top=1 - 0.2 / height)
+    pixel = max((report.window[1] - report.window[0]) / 1500, 1e-9)
+    lane, start, end = _merged_runs(intervals.lane_index(), _relative(report, intervals.start),
+                                    _relative(report, intervals.end), pixel, len(shown))
+    stage_of_lane = np.array([stage for _, stage, _ in shown], int)
+    width = max(1.0, min(8.0, 180 / max(len(shown), 1)))
+    for stage_index, stage in enumerate(STAGES):
+        mine = stage_of_lane[lane] == stage_index if len(lane) else np.zeros(0, bool)
+        if mine.any():
+            # A visible minimum width: sub-pixel stages (echo jobs) still show up.
+            segments = np.stack([np.column_stack([start[mine], lane[mine]]),
+                                 np.column_stack([np.maximum(end[mine], start[mine] + pixel), lane[mine]])], axis=1)
+            axes.add_collection(LineCollection(segments, colors=STAGE_COLORS[stage], linewidths=width,
+                                               label=stage.upper(), capstyle="butt"))
+    axes.set_ylim(len(shown) - 0.5, -0.5)
+    axes.set_xlim(0, report.window[1] - report.window[0])
+    step = max(1, len(shown) // 40)
+    axes.set_yticks(range(0, len(shown), step))
+    axes.set_yticklabels([f"{w} {STAGES[s]}#{k}" for w, s, k in shown][::step], fontsize=7)
+    axes.set_xlabel(_time_label(report))
+    axes.legend(loc="upper right", fontsize=8)
+    opened = int(intervals.open.sum())
+    caption = (f"{len(intervals)} stage executions on {len(lanes)} slots of {len(set(w for w, _, _ in lanes))} worker(s)"
+               + (f"; showing the first {LANES_LAID_OUT} slots" if len(lanes) > LANES_LAID_OUT else "")
+               + (f"; {opened} without an end event (running, or their worker died)" if opened else ""))
+    return figure, caption
+
+
+def _merged_runs(lane: np.ndarray, start: np.ndarray, end: np.ndarray, pixel: float,
+                 lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals of the first `lanes` lanes, neighbours closer than a pixel merged (1e5 jobs draw fast)."""
+    keep = lane < lanes
+    lane, start, end = lane[keep], start[keep], end[keep]
+    if not len(lane):
+        return lane, start, end
+    order = np.lexsort((start, lane))
+    lane, start, end = lane[order], start[order], end[order]
+    new_run = np.ones(len(lane), bool)  # intervals of one slot never overlap: compare with the previous end
+    new_run[1:] = (lane[1:] != lane[:-1]) | (start[1:] - end[:-1] > pixel)
+    firsts = np.flatnonzero(new_run)
+    return lane[firsts], start[firsts], np.maximum.reduceat(end, firsts)
+
+
+def _queues(report: RunReport) -> tuple[Figure, str]:
+    occupancy = report.occupancy
+    if occupancy.empty:
+        return _empty("no job events or submissions: no queue history")
+    grid = np.linspace(report.window[0], report.window[1], 600)
+    counts = occupancy.at(grid)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(WIDTH_IN, 5.5), sharex=True)
+    _margins(figure, hspace=0.08)
+    x = _relative(report, grid)
+    for index, color in zip(range(3), ("#4C72B0", "#DD8452", "#55A868")):
+        top.step(x, counts[index], where="post", label=PLACES[index], color=color)
+    top.set_ylabel("jobs waiting")
+    top.legend(fontsize=8, loc="upper right")
+    for index, stage in zip(range(3, 6), STAGES):
+        bottom.step(x, counts[index], where="post", label=f"{PLACES[index]} busy", color=STAGE_COLORS[stage])
+        times, slots = report.capacity.get(stage, (np.zeros(0), np.zeros(0)))
+        if len(times):
+            bottom.step(_relative(report, np.append(times, report.window[1])), np.append(slots, slots[-1]),
+                        where="post", linestyle="--", color=STAGE_COLORS[stage], alpha=0.5, label=f"{stage.upper()} slots")
+    bottom.set_ylabel("busy slots")
+    bottom.set_xlim(0, report.window[1] - report.window[0])
+    bottom.set_xlabel(_time_label(report))
+    bottom.legend(fontsize=8, loc="upper right", ncol=2)
+    caption = "dashed: slots of the workers' pools from their heartbeats"
+    if occupancy.unknown_start:
+        caption += "; no submission records, so the INIT queue depth counts only what events show"
+    return figure, caption
+
+
+def _throughput(report: RunReport) -> tuple[Figure, str]:
+    if not report.jobs_per_s.any() and not report.tokens_per_s.any():
+        return _empty("no finished jobs in the window")
+    centers = _relative(report, (report.rate_edges[:-1] + report.rate_edges[1:]) / 2)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(WIDTH_IN, 5.0), sharex=True)
+    _margins(figure, hspace=0.08)
+    top.plot(centers, report.jobs_per_s, color="#4C72B0")
+    top.set_ylabel("jobs/s")
+    bottom.plot(centers, report.tokens_per_s, color="#C44E52")
+    bottom.set_ylabel("sampled tokens/s")
+    bottom.set_xlabel(_time_label(report))
+    width = report.rate_edges[1] - report.rate_edges[0]
+    return figure, f"finished jobs and sampled tokens per second, in bins of {width:.3g} s"
+
+
+def _latency(report: RunReport) -> tuple[Figure, str]:
+    panels = [(stage, report.stage_seconds[stage]) for stage in report.stage_seconds if len(report.stage_seconds[stage])]
+    if len(report.turn_seconds):
+        panels.append(("llm turn", report.turn_seconds))
+    panels += [(f"tool {t.name}", t.seconds) for t in report.tools if len(t.seconds)][:8]
+    if not panels:
+        return _empty("no stage, turn or tool timings")
+    columns = 3
+    rows = (len(panels) + columns - 1) // columns
+    figure, grid = plt.subplots(rows, columns, figsize=(WIDTH_IN, 2.6 * rows), squeeze=False)
+    _margins(figure, left=0.05, bottom=0.45 / (2.6 * rows), top=1 - 0.3 / (2.6 * rows), hspace=0.55, wspace=0.2)
+    for axes, (name, values) in zip(grid.flat, panels):
+        positive = values[values > 0]
+        if len(positive) and positive.max() / max(positive.min(), 1e-9) > 50:
+            bins = np.geomspace(max(positive.min(), 1e-6), positive.max() * 1.0001, 40)
+            axes.set_xscale("log")
+        else:
+            bins = 40
+        axes.hist(values, bins=bins, color=STAGE_COLORS.get(name, "#937860"), alpha=0.85)
+        for q, style in zip((50, 90, 99), ("-", "--", ":")):
+            axes.axvline(np.percentile(values, q), color="black", linestyle=style, linewidth=1, label=f"p{q}")
+        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        axes.set_title(f"{name}: p50 {p50:.3g}s p90 {p90:.3g}s p99 {p99:.3g}s (n={len(values)})", fontsize=8)
+        axes.set_xlabel("seconds", fontsize=8)
+        axes.tick_params(labelsize=7)
+    for axes in list(grid.flat)[len(panels):]:
+        axes.set_visible(False)
+    grid.flat[0].legend(fontsize=7)
+    return figure, "seconds per stage (rows), per LLM turn (turns) and per tool call (result.tool_calls); lines at p50, p90, p99"
+
+
+def _reward(report: RunReport) -> tuple[Figure, str]:
+    groups = [("policy version", report.reward_by_version), ("data source", report.reward_by_source)]
+    if not any(g for _, g in groups):
+        return _empty("no rewards yet")
+    figure, panels = plt.subplots(1, 2, figsize=(WIDTH_IN, 3.8))
+    _margins(figure, bottom=0.2, wspace=0.2)
+    for axes, (label, found) in zip(panels, groups):
+        if not found:
+            axes.text(0.5, 0.5, "no data", ha="center", transform=axes.transAxes)
+            continue
+        axes.boxplot([g.values for g in found], showmeans=True)
+        axes.set_xticks(range(1, len(found) + 1), [f"{g.key}\n(n={g.count})" for g in found], fontsize=7)
+        axes.set_xlabel(label)
+        axes.set_ylabel("reward")
+    return figure, "box: quartiles of the reward; triangle: mean"
+
+
+def _pass_at_k(report: RunReport) -> tuple[Figure, str]:
+    found = [p for p in report.pass_at_k if p.samples_per_group > 1]
+    if not found:
+        return _empty("pass@k needs groups of 2 or more samples (submit --samples N)")
+    figure, axes = plt.subplots(figsize=(WIDTH_IN, 3.5))
+    _margins(figure, bottom=0.15)
+    for entry in found:
+        ks = sorted(entry.at_k)
+        axes.plot(ks, [entry.at_k[k] for k in ks], marker="o", label=f"{entry.data_source} ({entry.groups} groups)")
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("k")
+    axes.set_ylabel("pass@k")
+    axes.set_ylim(-0.02, 1.02)
+    axes.legend(fontsize=8)
+    return figure, f"a sample passes when its reward >= {report.finished.pass_reward:g}; unbiased estimator over groups"
+
+
+def _failures(report: RunReport) -> tuple[Figure, str]:
+    failures = report.finished.failures[:20]
+    if not failures:
+        return _empty("no failed, timed out or cancelled jobs")
+    height = 1.2 + 0.35 * len(failures)
+    figure, axes = plt.subplots(figsize=(WIDTH_IN, height))
+    _margins(figure, left=0.3, bottom=0.55 / height, top=1 - 0.2 / height)
+    colors = {"failed": "#C44E52", "timeout": "#DD8452", "cancelled": "#8C8C8C"}
+    labels = [f"{f.stage} / {f.kind} ({f.status})" for f in failures]
+    axes.barh(range(len(failures)), [f.count for f in failures], color=[colors.get(f.status, "#937860") for f in failures])
+    axes.set_yticks(range(len(failures)), labels, fontsize=8)
+    axes.invert_yaxis()
+    axes.set_xlabel("jobs")
+    return figure, "rows that did not end ok, by the stage that failed and the error's kind"
+
+
+def _backends(report: RunReport) -> tuple[Figure, str]:
+    backends = [b for b in report.backends if b.turns or b.failures or b.state != "removed"]
+    if not backends:
+        return _empty("no LLM backends used or registered")
+    urls = [b.url for b in backends]
+    height = 3.0 + 0.5 * len(urls) + 2.5
+    figure, (bars, lanes) = plt.subplots(2, 1, figsize=(WIDTH_IN, height), height_ratios=[1, max(1, len(urls) * 0.4)])
+    _margins(figure, left=0.17, bottom=0.6 / height, hspace=0.35)
+    x = np.arange(len(urls))
+    bars.bar(x - 0.2, [b.tasks for b in backends], width=0.4, label="tasks", color="#4C72B0")
+    tokens_axes = bars.twinx()
+    tokens_axes.bar(x + 0.2, [b.tokens for b in backends], width=0.4, label="tokens", color="#C44E52")
+    bars.set_xticks(x, [_short(u) for u in urls], fontsize=7)
+    bars.set_ylabel("tasks")
+    tokens_axes.set_ylabel("tokens")
+    bars.legend(loc="upper left", fontsize=8)
+    tokens_axes.legend(loc="upper right", fontsize=8)
+    _turn_bands(lanes, report, urls)
+    lane = {u: i for i, u in enumerate(urls)}
+    for period in report.down:
+        if period.url in lane:
+            end = period.end if period.end is not None else report.window[1]
+            lanes.barh(lane[period.url], end - period.start, left=period.start - report.window[0], height=0.6,
+                       color="#C44E52", alpha=0.35)
+    for change in report.version_changes:
+        if change.change == "version" and change.url in lane:
+            lanes.axvline(change.t - report.window[0], color="black", linestyle=":", linewidth=1)
+    lanes.set_yticks(range(len(urls)), [_short(u) for u in urls], fontsize=7)
+    lanes.set_ylim(len(urls) - 0.5, -0.5)
+    lanes.set_xlim(0, report.window[1] - report.window[0])
+    lanes.set_xlabel(_time_label(report))
+    return figure, "top: tasks and sampled tokens per backend; bottom: when it served turns (colour: policy version), down periods (red), version changes (dotted)"
+
+
+def _turn_bands(axes: plt.Axes, report: RunReport, urls: list[str]) -> None:
+    """Per backend lane, the time bins in which it served turns, coloured by policy version."""
+    points = report.turn_points
+    if not points.num_rows:
+        return
+    backend = np.asarray(points.column("backend").to_numpy(zero_copy_only=False), dtype=object)
+    sent = np.asarray(points.column("sent_at").to_numpy(zero_copy_only=False), dtype=float)
+    version = points.column("policy_version").to_numpy(zero_copy_only=False)
+    version = np.nan_to_num(np.asarray(version, dtype=float), nan=-1)
+    edges = np.linspace(report.window[0], report.window[1], 401)
+    versions = sorted(set(version[~np.isnan(sent)].tolist()))
+    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, max(len(versions), 1)))
+    for lane, url in enumerate(urls):
+        mine = backend == url
+        for color, value in zip(colors, versions):
+            counts, _ = np.histogram(sent[mine & (version == value)], bins=edges)
+            bins = np.flatnonzero(counts)
+            if len(bins):
+                axes.broken_barh([(edges[b] - report.window[0], edges[b + 1] - edges[b]) for b in bins],
+                                 (lane - 0.3, 0.6), color=color)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors[:len(versions)]]
+    axes.legend(handles, [f"version {int(v)}" if v >= 0 else "no version" for v in versions], fontsize=7, loc="upper right")
+
+
+def _short(url: str) -> str:
+    return url.replace("http://", "").replace("https://", "").removesuffix("/v1")

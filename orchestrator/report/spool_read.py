@@ -1,0 +1,112 @@
+"""The small files of a run a report needs besides shards and events: heartbeats, submissions, backends."""
+
+from __future__ import annotations
+
+import calendar
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from orchestrator.llm.errors import RegistryCorrupt
+from orchestrator.llm.history import read_history
+from orchestrator.llm.registry import Backend, parse_snapshot
+from orchestrator.paths import SpoolPaths
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    node: str
+    host: str
+    state: str
+    gone: bool                      # its heartbeat is under workers/gone/ (stopped or declared lost)
+    started_at: float
+    heartbeat_at: float
+    pool_sizes: dict[str, int]      # stage -> slots
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Submission:
+    submission_id: str
+    at: float                       # epoch seconds, from the submission id
+    jobs: int
+
+
+@dataclass(frozen=True)
+class SpoolFiles:
+    workers: tuple[WorkerInfo, ...]
+    submissions: tuple[Submission, ...]
+    backends: tuple[Backend, ...]
+    policy_version: int
+    backend_history: tuple[dict[str, Any], ...]
+    problems: tuple[str, ...] = field(default=())
+
+
+def read_spool_files(paths: SpoolPaths) -> SpoolFiles:
+    problems: list[str] = []
+    workers = _read_workers(paths, problems)
+    submissions = _read_submissions(paths, problems)
+    backends: tuple[Backend, ...] = ()
+    policy_version = 0
+    if paths.backends.is_file():
+        try:
+            snapshot = parse_snapshot(paths.backends.read_bytes(), paths.backends)
+            backends, policy_version = snapshot.backends, snapshot.policy_version
+        except RegistryCorrupt as exc:
+            problems.append(str(exc).split(";")[0])
+    history, bad = read_history(paths.backends_history)
+    if bad:
+        problems.append(f"{paths.backends_history.relative_to(paths.root)}: {bad} unreadable line(s) skipped")
+    return SpoolFiles(tuple(workers), tuple(submissions), backends, policy_version, tuple(history), tuple(problems))
+
+
+def _json_files(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory / e.name for e in os.scandir(directory) if e.name.endswith(".json") and e.is_file())
+    except FileNotFoundError:
+        return []
+
+
+def _read_workers(paths: SpoolPaths, problems: list[str]) -> list[WorkerInfo]:
+    found = []
+    for gone, directory in ((False, paths.workers), (True, paths.workers / "gone")):
+        for path in _json_files(directory):
+            try:
+                info = orjson.loads(path.read_bytes())
+                pools = {stage: int(p.get("size", 0)) for stage, p in (info.get("pools") or {}).items()}
+                found.append(WorkerInfo(
+                    worker_id=path.stem, node=str(info.get("node", "")), host=str(info.get("host", "")),
+                    state=str(info.get("state", "")), gone=gone, started_at=float(info.get("started_at") or 0),
+                    heartbeat_at=float(info.get("heartbeat_at") or 0), pool_sizes=pools,
+                    counters={k: int(v) for k, v in (info.get("counters") or {}).items()},
+                ))
+            except (OSError, orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+                problems.append(f"{path.relative_to(paths.root)}: unreadable heartbeat ({exc})")
+    return found
+
+
+def submission_time(submission_id: str) -> float | None:
+    """Epoch seconds encoded in a submission id (`20250101T120000123-ab12`), None if it has none."""
+    stamp = submission_id.split("-", 1)[0]
+    try:
+        parsed = time.strptime(stamp[:15], "%Y%m%dT%H%M%S")
+        return calendar.timegm(parsed) + int(stamp[15:18]) / 1000
+    except ValueError:
+        return None
+
+
+def _read_submissions(paths: SpoolPaths, problems: list[str]) -> list[Submission]:
+    found = []
+    for path in _json_files(paths.submissions):
+        try:
+            info = orjson.loads(path.read_bytes())
+            at = submission_time(str(info["submission_id"])) or path.stat().st_mtime
+            found.append(Submission(str(info["submission_id"]), at, int(info.get("jobs", 0))))
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            problems.append(f"{path.relative_to(paths.root)}: unreadable submission record ({exc})")
+    return found

@@ -79,6 +79,11 @@ class Llm:
     probe_after_s: float = 15.0   # a `down` backend is probed again after this long
 
 
+@dataclass(frozen=True)
+class Metrics:
+    prometheus_dir: str = ""      # node-exporter textfile directory ("" = off; relative: inside the run)
+
+
 # (min, max) per knob: values outside are refused with the range in the message.
 BOUNDS: dict[str, tuple[float, float]] = {
     "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
@@ -103,6 +108,7 @@ class RunConfig:
     shards: Shards = field(default_factory=Shards)
     sandbox: Sandbox = field(default_factory=Sandbox)
     llm: Llm = field(default_factory=Llm)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":

@@ -1,4 +1,8 @@
-"""What is where, who is alive, how fast: the data behind `hpc-rollout status`."""
+"""What is where, who is alive, how fast: the numbers behind `hpc-rollout status`.
+
+Only numbers here; orchestrator/cli/status.py draws them (once, or live with --watch).
+Numbers about finished jobs come from orchestrator.report.finished, shared with `report`.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.parquet as pq
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from orchestrator import fsops
 from orchestrator.config import RunConfig
 from orchestrator.events import recent_events
 from orchestrator.liveness import read_workers
 from orchestrator.paths import SpoolPaths
-from orchestrator.shards import shard_names
+from orchestrator.report.finished import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats, finished_stats, seconds
+from orchestrator.report.shard_read import read_shards, shard_files
 
 THROUGHPUT_WINDOW_S = 60.0
 
@@ -30,6 +37,8 @@ class Snapshot:
     finished_last_minute: int = 0
     quarantined: int = 0
     warnings: list[str] = field(default_factory=list)
+    results: FinishedStats | None = None   # reward, pass rate, tokens, latency, failures by kind
+    tokens_last_minute: int = 0            # sampled tokens of rows finished in the last minute
 
     @property
     def pending(self) -> int:
@@ -40,12 +49,18 @@ class Snapshot:
     def jobs_per_s(self) -> float:
         return self.finished_last_minute / THROUGHPUT_WINDOW_S
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_last_minute / THROUGHPUT_WINDOW_S
+
     def to_json(self) -> dict[str, Any]:
         return {
             "queued": self.queued, "claimed": self.claimed, "pending": self.pending,
             "finished": self.finished, "failure_reasons": self.failure_reasons,
             "workers": self.workers, "shards": self.shards, "jobs_per_s_last_minute": round(self.jobs_per_s, 3),
+            "tokens_per_s_last_minute": round(self.tokens_per_s, 3),
             "quarantined": self.quarantined, "warnings": self.warnings,
+            "results": self.results.to_json() if self.results is not None else None,
         }
 
 
@@ -64,7 +79,8 @@ def _claim_dirs(paths: SpoolPaths) -> list[Any]:
     return [p for p in paths.active.iterdir() if p.is_dir()]
 
 
-def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Snapshot:
+def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
+             pass_reward: float = DEFAULT_PASS_REWARD) -> Snapshot:
     snap = Snapshot()
     snap.queued["init"] = len(fsops.list_names(paths.init_queue))
     for queue in paths.run_queues():
@@ -83,19 +99,19 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Sn
             "buffered_rows": info.get("buffered_rows", 0),
             **{k: v for k, v in info.items() if k.startswith("slurm_")},
         })
-    names = shard_names(paths)
-    snap.shards = len(names)
-    if with_rows and names:
-        statuses: Counter[str] = Counter()
-        reasons: Counter[str] = Counter()
-        for name in names:
-            table = pq.read_table(paths.shards / name, columns=["status", "error"])
-            for status, error in zip(table.column("status").to_pylist(), table.column("error").to_pylist()):
-                statuses[status] += 1
-                if error:
-                    reasons[error.split(":", 1)[0] if status != "failed" else _reason(error)] += 1
-        snap.finished = dict(statuses)
-        snap.failure_reasons = dict(reasons.most_common(10))
+    if with_rows:
+        shards = read_shards(paths, FINISHED_COLUMNS)
+        snap.shards = shards.shards_read + len(shards.skipped)
+        snap.warnings += [f"could not read {item}" for item in shards.skipped]
+        rows = shards.rows
+        snap.results = finished_stats(rows, pass_reward)
+        snap.finished = dict(snap.results.by_status)
+        snap.failure_reasons = _failure_reasons(rows)
+        recent = seconds(rows.column("finished_at")) >= time.time() - THROUGHPUT_WINDOW_S
+        tokens = rows.column("sampled_tokens").to_numpy(zero_copy_only=False)
+        snap.tokens_last_minute = int(np.nansum(np.asarray(tokens, dtype=float)[recent])) if recent.any() else 0
+    else:
+        snap.shards = len(shard_files(paths))
     since = time.time() - THROUGHPUT_WINDOW_S
     snap.finished_last_minute = sum(1 for _ in recent_events(paths, since, {"finished"}))
     snap.quarantined = len([n for n in fsops.list_names(paths.quarantine) if not n.endswith(".reason")])
@@ -103,6 +119,15 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Sn
         snap.warnings.append(f"{snap.quarantined} corrupt file(s) quarantined in {paths.quarantine}")
     snap.warnings += _slurm_warnings(snap.workers)
     return snap
+
+
+def _failure_reasons(rows: pa.Table) -> dict[str, int]:
+    """The ten most frequent error texts: the first line of failures, the kind of timeouts and cancels."""
+    reasons: Counter[str] = Counter()
+    failed = rows.filter(pc.is_valid(rows.column("error")))
+    for status, error in zip(failed.column("status").to_pylist(), failed.column("error").to_pylist()):
+        reasons[error.split(":", 1)[0] if status != "failed" else _reason(error)] += 1
+    return dict(reasons.most_common(10))
 
 
 def _reason(error: str) -> str:

@@ -11,15 +11,12 @@ from typing import Any
 import click
 import orjson
 from rich.console import Console
-from rich.table import Table
 
 from orchestrator.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.inspect_job import JobNotFound, inspect_job
 from orchestrator.shards import iter_rows
-from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
 from orchestrator.spool import init_run, open_run
-from orchestrator.status import snapshot
 from orchestrator.submit import SubmitError, parse_sampling, submit_file
 
 # Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
@@ -113,56 +110,6 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         sys.exit(1)
 
 
-@click.command("status")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status_cmd(run_dir: str, as_json: bool) -> None:
-    """Jobs per queue and state, workers alive, throughput over the last minute, failure reasons."""
-    paths, config = _open(run_dir)
-    snap = snapshot(paths, config)
-    slurm_part = slurm_section(paths)
-    if as_json:
-        click.echo(_dumps({**snap.to_json(), **({"slurm": slurm_part} if slurm_part else {})}, indent=True))
-        return
-    out.print(f"run {paths.root}")
-    jobs = Table()
-    jobs.add_column("where")
-    jobs.add_column("jobs", justify="right")
-    for queue, count in snap.queued.items():
-        jobs.add_row(f"queued: {queue}", str(count))
-    for worker, count in snap.claimed.items():
-        jobs.add_row(f"claimed: {worker}", str(count))
-    for status, count in sorted(snap.finished.items()):
-        jobs.add_row(f"finished: {status}", str(count))
-    out.print(jobs)
-    buffered = sum(int(w.get("buffered_rows", 0) or 0) for w in snap.workers if w["alive"])
-    out.print(f"pending {snap.pending} (of which {buffered} finished, waiting for their shard) | shards {snap.shards} | "
-              f"{snap.jobs_per_s:.2f} jobs/s over the last minute")
-    if snap.workers:
-        workers = Table(title="workers", title_justify="left")
-        for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
-            workers.add_column(column)
-        for w in snap.workers:
-            pools = w.get("pools", {})
-            cell = lambda s: f"{pools.get(s, {}).get('busy', 0)}/{pools.get(s, {}).get('size', 0)}"  # noqa: E731
-            slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
-            workers.add_row(
-                w["worker_id"], str(w.get("host")), str(w.get("node")), str(w.get("pid")), str(w.get("state")),
-                "yes" if w["alive"] else "[red]no[/red]", f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
-            )
-        out.print(workers)
-    else:
-        out.print(f"no workers: start some with `hpc-rollout launch {run_dir} --local --workers 2`")
-    if snap.failure_reasons:
-        out.print("failure reasons:")
-        for reason, count in snap.failure_reasons.items():
-            out.print(f"  {count:6d}  {reason}")
-    for line in slurm_section_lines(slurm_part):
-        out.print(line)
-    for warning in snap.warnings:
-        out.print(f"[yellow]warning:[/yellow] {warning}")
-
-
 @click.command("inspect")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.argument("job_id")
@@ -193,6 +140,8 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
         row = report["row"]
         seconds = "  ".join(f"{k}={row[k + '_s']:.3f}s" for k in ("init", "run", "eval", "queue") if row.get(k + "_s") is not None)
         out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
+        if row.get("model") or row.get("tokenizer_hash"):
+            out.print(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
     if report.get("artifacts"):
@@ -251,5 +200,5 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, fields: str | None,
 
 
 def register(cli: click.Group) -> None:
-    for command in (init_cmd, submit_cmd, status_cmd, inspect_cmd, cancel_cmd, tail_cmd):
+    for command in (init_cmd, submit_cmd, inspect_cmd, cancel_cmd, tail_cmd):
         cli.add_command(command)

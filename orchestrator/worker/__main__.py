@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from orchestrator.metrics.prometheus import MetricsUnavailable
 from orchestrator.paths import SpoolPaths
 from orchestrator.worker.main import run_worker
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
@@ -44,7 +45,11 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
         )
     except OptionsError as exc:
         raise click.UsageError(str(exc)) from None
-    sys.exit(run_worker(SpoolPaths.of(run_dir), options))
+    try:
+        code = run_worker(SpoolPaths.of(run_dir), options)
+    except MetricsUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
 
 
 if __name__ == "__main__":

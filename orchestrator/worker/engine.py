@@ -24,6 +24,7 @@ from orchestrator.events import EventLog
 from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
+from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired
 from orchestrator.rows import build_row
@@ -65,6 +66,7 @@ class Worker:
         )
         self.info = base_info(self.node, self.options.launch_id)
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
+        self.metrics = prometheus_exporter(paths, config, self.worker_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
         self.claimers = {s: Claimer(self._queue_of(s), self.box.dir) for s in Stage}
         self.busy = {s: 0 for s in Stage}
@@ -121,6 +123,8 @@ class Worker:
         self.state = "stopped" if self.fatal is None else "failed"
         self._heartbeat()
         retire(self.paths, self.worker_id)
+        if self.metrics is not None:
+            self.metrics.remove()
         self.events.emit("-", "worker_stopped", {"state": self.state, **self.counters})
         self.events.close()
         if self.fatal is not None:
@@ -196,10 +200,13 @@ class Worker:
 
     def _heartbeat(self) -> None:
         pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
-        write_heartbeat(self.paths, self.worker_id, {
+        info = {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
             "buffered_rows": self.shards.pending, "fs_ops": dict(fsops.OPS),
-        })
+        }
+        write_heartbeat(self.paths, self.worker_id, info)
+        if self.metrics is not None:
+            self.metrics.write({**info, "heartbeat_at": time.time()})
 
     def _heartbeat_checked(self) -> None:
         self._expire_cache()

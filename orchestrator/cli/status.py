@@ -1,0 +1,124 @@
+"""`hpc-rollout status`: draws the numbers of orchestrator.status, once or live (--watch)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.cli.core import _dumps, _open, out
+from orchestrator.paths import SpoolPaths
+from orchestrator.report.finished import DEFAULT_PASS_REWARD
+from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
+from orchestrator.status import Snapshot, snapshot
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: dict[str, Any] | None = None) -> Group:
+    parts: list[Any] = [Text(f"run {paths.root}   ({time.strftime('%H:%M:%S')})")]
+    jobs = Table()
+    jobs.add_column("where")
+    jobs.add_column("jobs", justify="right")
+    for queue, count in snap.queued.items():
+        jobs.add_row(f"queued: {queue}", str(count))
+    for worker, count in snap.claimed.items():
+        jobs.add_row(f"claimed: {worker}", str(count))
+    for status, count in sorted(snap.finished.items()):
+        jobs.add_row(f"finished: {status}", str(count))
+    parts.append(jobs)
+    buffered = sum(int(w.get("buffered_rows", 0) or 0) for w in snap.workers if w["alive"])
+    parts.append(Text(
+        f"pending {snap.pending} (of which {buffered} finished, waiting for their shard) | shards {snap.shards} | "
+        f"{snap.jobs_per_s:.2f} jobs/s, {snap.tokens_per_s:.1f} tokens/s over the last minute"))
+    results = snap.results
+    if results is not None and results.jobs:
+        parts.append(Text(
+            f"finished {results.jobs}: reward mean {_number(results.reward_mean)} | pass rate {_number(results.pass_rate)} "
+            f"(reward >= {results.pass_reward:g}) | {results.tokens} sampled tokens, {_number(results.tokens_per_s)} tokens/s over the run"))
+        if results.latency:
+            latency = Table(title="seconds per stage (finished jobs)", title_justify="left")
+            for column in ("stage", "n", "p50", "p90", "p99", "max"):
+                latency.add_column(column, justify="left" if column == "stage" else "right")
+            for stage, p in results.latency.items():
+                latency.add_row(stage, str(p.count), f"{p.p50:.4g}", f"{p.p90:.4g}", f"{p.p99:.4g}", f"{p.max:.4g}")
+            parts.append(latency)
+        if results.failure_counts:
+            parts.append(Text("not ok, by kind: " + ", ".join(f"{kind} {count}" for kind, count in results.failure_counts.items())))
+    if snap.workers:
+        workers = Table(title="workers", title_justify="left")
+        for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
+            workers.add_column(column)
+        for w in snap.workers:
+            pools = w.get("pools", {})
+            cell = lambda s: f"{pools.get(s, {}).get('busy', 0)}/{pools.get(s, {}).get('size', 0)}"  # noqa: E731
+            slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
+            workers.add_row(
+                w["worker_id"], str(w.get("host")), str(w.get("node")), str(w.get("pid")), str(w.get("state")),
+                "yes" if w["alive"] else "[red]no[/red]", f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
+            )
+        parts.append(workers)
+    else:
+        parts.append(Text(f"no workers: start some with `hpc-rollout launch {run_dir} --local --workers 2`"))
+    if snap.failure_reasons:
+        parts.append(Text("failure reasons:"))
+        parts += [Text(f"  {count:6d}  {reason}") for reason, count in snap.failure_reasons.items()]
+    parts += [Text(line) for line in slurm_section_lines(slurm_part or {})]
+    parts += [Text.from_markup("[yellow]warning:[/yellow] ") + Text(warning) for warning in snap.warnings]
+    return Group(*parts)
+
+
+@click.command("status")
+@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --watch: one JSON object per line).")
+@click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="Seconds between refreshes with --watch.")
+@click.option("--pass-reward", default=DEFAULT_PASS_REWARD, show_default=True, type=float,
+              help="A finished job passes when its reward is at least this.")
+def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_reward: float) -> None:
+    """Jobs per queue and state, workers, throughput, reward, pass rate, stage latency, failures.
+
+    \b
+    Examples:
+      hpc-rollout status spool/run1
+      hpc-rollout status spool/run1 --watch          # live, refreshed in place
+      hpc-rollout status spool/run1 --json | jq .results.reward_mean
+    """
+    paths, config = _open(run_dir)
+
+    def take() -> tuple[Snapshot, dict[str, Any]]:
+        return snapshot(paths, config, pass_reward=pass_reward), slurm_section(paths)
+
+    def draw() -> Group:
+        snap, slurm_part = take()
+        return render_status(snap, paths, run_dir, slurm_part)
+
+    try:
+        if as_json:
+            while True:
+                snap, slurm_part = take()
+                click.echo(_dumps({**snap.to_json(), **({"slurm": slurm_part} if slurm_part else {})}, indent=not watch))
+                if not watch:
+                    return
+                time.sleep(interval)
+        if not watch:
+            out.print(draw())
+            return
+        with Live(draw(), console=out, auto_refresh=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(draw(), refresh=True)
+    except KeyboardInterrupt:
+        pass
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(status_cmd)

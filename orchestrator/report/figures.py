@@ -256,18 +256,19 @@ def _backends(report: RunReport) -> tuple[Figure, str]:
     if not backends:
         return _empty("no LLM backends used or registered")
     urls = [b.url for b in backends]
-    height = 3.0 + 0.5 * len(urls) + 2.5
-    figure, (bars, lanes) = plt.subplots(2, 1, figsize=(WIDTH_IN, height), height_ratios=[1, max(1, len(urls) * 0.4)])
-    _margins(figure, left=0.17, bottom=0.6 / height, hspace=0.35)
-    x = np.arange(len(urls))
-    bars.bar(x - 0.2, [b.tasks for b in backends], width=0.4, label="tasks", color="#4C72B0")
-    tokens_axes = bars.twinx()
-    tokens_axes.bar(x + 0.2, [b.tokens for b in backends], width=0.4, label="tokens", color="#C44E52")
-    bars.set_xticks(x, [_short(u) for u in urls], fontsize=7)
-    bars.set_ylabel("tasks")
-    tokens_axes.set_ylabel("tokens")
-    bars.legend(loc="upper left", fontsize=8)
-    tokens_axes.legend(loc="upper right", fontsize=8)
+    height = 2.6 + 0.35 * len(urls) + 1.2 + 0.5 * len(urls)
+    figure = plt.figure(figsize=(WIDTH_IN, height))
+    grid = figure.add_gridspec(2, 2, height_ratios=[1 + 0.35 * len(urls), 1 + 0.5 * len(urls)])
+    tasks_axes, tokens_axes, lanes = figure.add_subplot(grid[0, 0]), figure.add_subplot(grid[0, 1]), figure.add_subplot(grid[1, :])
+    _margins(figure, left=0.17, bottom=0.6 / height, hspace=0.45, wspace=0.35)
+    y = np.arange(len(urls))
+    tasks_axes.barh(y, [b.tasks for b in backends], color="#4C72B0")
+    tasks_axes.set_xlabel("tasks (rows with a turn on it)")
+    tokens_axes.barh(y, [b.tokens for b in backends], color="#C44E52")
+    tokens_axes.set_xlabel("sampled tokens")
+    for axes in (tasks_axes, tokens_axes):
+        axes.set_yticks(y, [_short(u) for u in urls], fontsize=7)
+        axes.invert_yaxis()
     _turn_bands(lanes, report, urls)
     lane = {u: i for i, u in enumerate(urls)}
     for period in report.down:

@@ -92,20 +92,25 @@ def backend_usage(turns: pa.Table, failure_events: pa.Table, registry: tuple[Bac
 
 
 def down_periods(history: tuple[dict[str, Any], ...], failure_events: pa.Table, turns: pa.Table) -> list[DownPeriod]:
-    """From the registry history when there is one, else from failure events up to the backend's next turn."""
-    if history:
-        return _down_from_history(history)
-    found = []
+    """Down periods from the registry history; for backends the history never shows down (removed
+    by a swap before they failed, or a run older than the history), from failure events up to
+    the backend's next served turn."""
+    found = _down_from_history(history)
+    known = {p.url for p in found}
     times = failure_events.column("t").to_pylist()
     urls = failure_events.column("backend").to_pylist()
     reasons = failure_events.column("reason").to_pylist()
+    from_events: list[DownPeriod] = []
     for t, url, reason in sorted(zip(times, urls, reasons), key=lambda e: e[0]):
-        if found and found[-1].url == url and (found[-1].end is None or found[-1].end >= t):
+        if url in known:
+            continue
+        last = next((p for p in reversed(from_events) if p.url == url), None)
+        if last is not None and (last.end is None or last.end >= t):
             continue
         later = turns.filter(pc.and_(pc.equal(turns.column("backend"), url), pc.greater(turns.column("sent_at"), t)))
         end = pc.min(later.column("sent_at")).as_py() if later.num_rows else None
-        found.append(DownPeriod(url or "?", t, end, reason or ""))
-    return found
+        from_events.append(DownPeriod(url or "?", t, end, reason or ""))
+    return sorted(found + from_events, key=lambda d: (d.start, d.url))
 
 
 def _down_from_history(history: tuple[dict[str, Any], ...]) -> list[DownPeriod]:

@@ -15,7 +15,7 @@ def test_wheel_contains_templates_and_handlers(tmp_path: Path) -> None:
                    check=True, capture_output=True, timeout=300)
     wheel = next(tmp_path.glob("hpc_rollout-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    expected_templates = sorted(p.name for d in ("sbatch", "images") for p in (ROOT / d).glob("*.j2"))
+    expected_templates = sorted(p.name for d in ("sbatch", "images", "orchestrator/report") for p in (ROOT / d).glob("*.j2"))
     packaged = sorted(Path(n).name for n in names if n.endswith(".j2"))
     assert expected_templates and packaged == expected_templates
     for module in ("orchestrator/worker/engine.py", "handlers/echo.py", "handlers/sleep.py", "orchestrator/cli/__init__.py"):

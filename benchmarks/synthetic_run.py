@@ -58,7 +58,7 @@ def synthesize(root: Path, jobs: int, seed: int = 0) -> SpoolPaths:
     run_start = init_start + init_s
     eval_start = run_start + run_s
     finished = eval_start + eval_s
-    status = np.where(rng.random(jobs) < 0.05, "failed", "ok")
+    status = np.where(rng.random(jobs) < 0.05, "failed", "ok").astype(object)
     status[rng.random(jobs) < 0.01] = "cancelled"
     ok = status == "ok"
     reward = np.where(ok, (rng.random(jobs) < 0.6).astype(float), np.nan)

@@ -90,7 +90,8 @@ def _timeline(report: RunReport) -> tuple[Figure, str]:
     lane, start, end = _merged_runs(intervals.lane_index(), _relative(report, intervals.start),
                                     _relative(report, intervals.end), pixel, len(shown))
     stage_of_lane = np.array([stage for _, stage, _ in shown], int)
-    width = max(1.0, min(8.0, 180 / max(len(shown), 1)))
+    # Three quarters of the height a lane gets on the page, in points.
+    width = max(1.0, 0.75 * (height - 0.8) * 72 / max(len(shown), 1))
     for stage_index, stage in enumerate(STAGES):
         mine = stage_of_lane[lane] == stage_index if len(lane) else np.zeros(0, bool)
         if mine.any():

@@ -59,6 +59,7 @@ def read_spool_files(paths: SpoolPaths) -> SpoolFiles:
             backends, policy_version = snapshot.backends, snapshot.policy_version
         except RegistryCorrupt as exc:
             problems.append(str(exc).split(";")[0])
+    problems += _quarantined(paths)
     history, bad = read_history(paths.backends_history)
     if bad:
         problems.append(f"{paths.backends_history.relative_to(paths.root)}: {bad} unreadable line(s) skipped")
@@ -87,6 +88,27 @@ def _read_workers(paths: SpoolPaths, problems: list[str]) -> list[WorkerInfo]:
                 ))
             except (OSError, orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
                 problems.append(f"{path.relative_to(paths.root)}: unreadable heartbeat ({exc})")
+    return found
+
+
+QUARANTINE_LISTED = 20
+
+
+def _quarantined(paths: SpoolPaths) -> list[str]:
+    """Files workers moved aside as unreadable (tickets, shards): their jobs are not in the numbers."""
+    try:
+        names = sorted(e.name for e in os.scandir(paths.quarantine) if not e.name.endswith(".reason"))
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names[:QUARANTINE_LISTED]:
+        try:
+            reason = (paths.quarantine / f"{name}.reason").read_text().strip().splitlines()[0][:200]
+        except (OSError, IndexError):
+            reason = "no reason recorded"
+        found.append(f"quarantine/{name}: {reason}")
+    if len(names) > QUARANTINE_LISTED:
+        found.append(f"... and {len(names) - QUARANTINE_LISTED} more file(s) in {paths.quarantine}")
     return found
 
 

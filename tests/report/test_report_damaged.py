@@ -3,11 +3,15 @@ crash still gets its page; the page and the summary name what was skipped."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
 
+from orchestrator import fsops
 from orchestrator.submit import submit_rows
 from tests.core.util import cli, make_run
 from tests.report.expected import direct_numbers
@@ -31,6 +35,9 @@ def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     event_files[0].unlink()
     with open(event_files[1], "ab") as handle:
         handle.write(b'{"t": 1, "job": "x", "event": "run_sta')
+    broken_ticket = paths.tmp / "20990101T000000000-dead-0000000-0000"
+    broken_ticket.write_text("{not a ticket")
+    moved = fsops.quarantine(broken_ticket, paths.quarantine, "ticket is not JSON")
 
     made = cli("report", str(paths.root))
     page = (paths.root / "report" / "report.html").read_text()
@@ -42,6 +49,7 @@ def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     assert f"no events from worker {lost_worker}" in named
     assert f"events/{event_files[1].name}: 1 unreadable line(s) skipped" in named
     assert "finished job(s) have no events" in named
+    assert f"quarantine/{moved.name}: ticket is not JSON" in named
     for item in skipped:
         assert item.replace("'", "&#39;").replace('"', "&#34;") in page or item in page
         assert f"skipped: {item}" in made.stdout
@@ -49,3 +57,31 @@ def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     numbers = orjson.loads((paths.root / "report" / "numbers.json").read_bytes())["finished"]
     expected = direct_numbers(rows)
     assert numbers["jobs"] == expected["jobs"] == len(rows) and numbers["by_status"] == expected["by_status"]
+
+
+def test_since_open_and_bad_input(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    submit_rows(paths, [(i, {"handler": "echo", "instance": {"i": i}}) for i in range(1, 7)])
+    cli("launch", str(paths.root), "--local", "--workers", "1", "--wait", timeout=300)
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f"#!/bin/sh\necho \"$1\" > {opened}\n")
+    browser.chmod(0o755)
+    env = {**os.environ, "BROWSER": str(browser)}
+    done = subprocess.run([sys.executable, "-c", "from orchestrator.cli import main; main()", "report", str(paths.root),
+                           "--since", "1h", "--open"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    page = paths.root / "report" / "report.html"
+    assert opened.read_text().strip() == page.as_uri()
+    assert orjson.loads((paths.root / "report" / "numbers.json").read_bytes())["finished"]["jobs"] == 6
+    assert "window: the last 1h" in page.read_text()
+
+    cli("report", str(paths.root), "--since", "0.001", "--out", str(tmp_path / "empty"))
+    numbers = orjson.loads((tmp_path / "empty" / "numbers.json").read_bytes())
+    assert numbers["finished"]["jobs"] == 0   # every row finished more than a millisecond ago
+    assert all((tmp_path / "empty" / name).stat().st_size > 1000 for name in FIGURES)
+
+    bad = cli("report", str(paths.root), "--since", "soon", check=False)
+    assert bad.returncode == 2 and "duration 'soon' not understood: use e.g. 90s, 30m, 1h" in bad.stderr
+    not_a_run = cli("report", str(tmp_path), check=False)
+    assert not_a_run.returncode == 1 and "hpc-rollout init" in not_a_run.stderr

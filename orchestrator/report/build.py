@@ -19,7 +19,6 @@ from orchestrator.report.event_read import events_of_jobs
 from orchestrator.report.figures import draw_all
 from orchestrator.report.model import RunReport, load_report
 from orchestrator.report.page import render_page
-from orchestrator.report.shard_read import shard_files
 from orchestrator.report.summary import numbers, summary_text
 
 PAGE = "report.html"
@@ -57,13 +56,12 @@ def _write(path: Path, data: bytes) -> None:
 
 def _write_examples(paths: SpoolPaths, out: Path, report: RunReport) -> dict[str, str]:
     """`inspect --json` of the example jobs of each failure kind, linked from the page."""
-    jobs = sorted({job for group in report.finished.failures[:10] for job in group.examples})
-    if not jobs:
+    if not report.example_shards:
         return {}
-    rows = _rows_of(paths, jobs)
-    events = events_of_jobs(paths, jobs)
+    rows = _rows_of(report.example_shards)
+    events = events_of_jobs(paths, list(report.example_shards))
     written = {}
-    for job in jobs:
+    for job in sorted(report.example_shards):
         try:
             found = inspect_job(paths, job, row=rows.get(job), events=events.get(job, []))
         except (LookupError, ValueError):
@@ -74,19 +72,17 @@ def _write_examples(paths: SpoolPaths, out: Path, report: RunReport) -> dict[str
     return written
 
 
-def _rows_of(paths: SpoolPaths, jobs: list[str]) -> dict[str, dict[str, Any]]:
-    wanted = pa.array(jobs, pa.string())
+def _rows_of(shard_of: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Full rows of a few jobs, each shard read once."""
     found: dict[str, dict[str, Any]] = {}
-    for path in shard_files(paths):
+    for path in sorted(set(shard_of.values())):
+        wanted = pa.array([job for job, shard in shard_of.items() if shard == path], pa.string())
         try:
-            ids = pq.read_table(path, columns=["job_id"]).column(0)
-            mask = pc.is_in(ids, value_set=wanted)
-            if not pc.any(mask).as_py():
-                continue
-            for row in pq.read_table(path).filter(mask).to_pylist():
-                found[row["job_id"]] = row
+            table = pq.read_table(path)
         except (pa.ArrowException, OSError):
             continue  # already named in the report's skipped list
+        for row in table.filter(pc.is_in(table.column("job_id"), value_set=wanted)).to_pylist():
+            found[row["job_id"]] = row
     return found
 
 

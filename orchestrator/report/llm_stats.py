@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from orchestrator.llm.registry import Backend
 from orchestrator.report.finished import Percentiles, floats
@@ -135,32 +136,57 @@ def version_changes(history: tuple[dict[str, Any], ...]) -> list[VersionChange]:
     ]
 
 
+TOOL_SCHEMA = pa.schema([(TOOL_CALLS_KEY, pa.list_(pa.struct([
+    ("name", pa.string()), ("tool", pa.string()), ("latency_ms", pa.float64()), ("latency_s", pa.float64()),
+    ("exit_status", pa.int64()), ("error", pa.string()),
+])))])
+
+
 def tool_stats(results: pa.ChunkedArray | pa.Array) -> list[ToolStats]:
     """Per tool name: calls, errors, latency; from rows whose result JSON has `tool_calls`."""
     with_tools = pc.drop_null(pc.filter(results, pc.fill_null(pc.match_substring(results, f'"{TOOL_CALLS_KEY}"'), False)))
-    latencies: dict[str, list[float]] = defaultdict(list)
-    calls: dict[str, int] = defaultdict(int)
-    errors: dict[str, int] = defaultdict(int)
-    for text in with_tools.to_pylist():
+    if not len(with_tools):
+        return []
+    try:  # Arrow's JSON reader: no Python object per call
+        calls = _tool_calls_arrow(with_tools)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a row with other types: the slow, forgiving way
+        calls = _tool_calls_python(with_tools)
+    found = []
+    for name in sorted(set(calls["name"].tolist())):
+        mine = calls["name"] == name
+        seconds = calls["seconds"][mine]
+        seconds = seconds[~np.isnan(seconds)]
+        found.append(ToolStats(str(name), int(mine.sum()), int(calls["error"][mine].sum()), Percentiles.of(seconds), seconds))
+    return found
+
+
+def _tool_calls_arrow(texts: pa.ChunkedArray | pa.Array) -> dict[str, np.ndarray]:
+    body = ("\n".join(t.replace("\n", " ") for t in texts.to_pylist()) + "\n").encode()
+    table = pj.read_json(pa.BufferReader(body), parse_options=pj.ParseOptions(
+        explicit_schema=TOOL_SCHEMA, unexpected_field_behavior="ignore"))
+    flat = pc.list_flatten(table.column(TOOL_CALLS_KEY).combine_chunks())
+    name = pc.fill_null(pc.coalesce(flat.field("name"), flat.field("tool")), "?").to_numpy(zero_copy_only=False)
+    millis = floats(flat.field("latency_ms")) * 1e-3
+    seconds = np.where(np.isnan(millis), floats(flat.field("latency_s")), millis)
+    status = flat.field("exit_status")
+    failed = pc.or_(pc.fill_null(pc.not_equal(status, 0), False), pc.fill_null(pc.not_equal(flat.field("error"), ""), False))
+    return {"name": name.astype(str), "seconds": seconds, "error": np.asarray(failed.to_numpy(zero_copy_only=False), bool)}
+
+
+def _tool_calls_python(texts: pa.ChunkedArray | pa.Array) -> dict[str, np.ndarray]:
+    names, seconds, errors = [], [], []
+    for text in texts.to_pylist():
         try:
             records = orjson.loads(text).get(TOOL_CALLS_KEY)
         except (orjson.JSONDecodeError, AttributeError):
             continue
         for record in records if isinstance(records, list) else []:
-            if not isinstance(record, dict):
-                continue
-            name = str(record.get("name") or record.get("tool") or "?")
-            calls[name] += 1
-            if record.get("error") or record.get("exit_status") not in (None, 0):
-                errors[name] += 1
-            seconds = _seconds(record)
-            if seconds is not None:
-                latencies[name].append(seconds)
-    found = []
-    for name in sorted(calls):
-        values = np.array(latencies.get(name, []), float)
-        found.append(ToolStats(name, calls[name], errors[name], Percentiles.of(values), values))
-    return found
+            if isinstance(record, dict):
+                names.append(str(record.get("name") or record.get("tool") or "?"))
+                errors.append(bool(record.get("error")) or record.get("exit_status") not in (None, 0))
+                value = _seconds(record)
+                seconds.append(float("nan") if value is None else value)
+    return {"name": np.array(names, dtype=str), "seconds": np.array(seconds, float), "error": np.array(errors, bool)}
 
 
 def _seconds(record: dict[str, Any]) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,12 +21,13 @@ from orchestrator.report.llm_stats import (
     turn_latency, version_changes,
 )
 from orchestrator.report.outcomes import OUTCOME_COLUMNS, PassAtK, RewardGroup, pass_at_k, reward_by
-from orchestrator.report.shard_read import OUTPUT_TOKENS, read_shards
+from orchestrator.report.shard_read import OUTPUT_TOKENS, ShardData, read_shards
 from orchestrator.report.spool_read import WorkerInfo, read_spool_files
 
 ROW_COLUMNS = tuple(dict.fromkeys((*FINISHED_COLUMNS, *OUTCOME_COLUMNS, "worker", "result")))
 BACKEND_EVENTS = ("llm_backend_failed",)
 RATE_BINS = 60
+EXAMPLE_KINDS = 10   # failure kinds whose example jobs get an inspect file
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,6 +59,7 @@ class RunReport:
     event_files: int
     events: int
     skipped: tuple[str, ...]                     # what could not be read, in words
+    example_shards: dict[str, Path] = field(default_factory=dict)   # failure example job -> its shard
     examples: dict[str, str] = field(default_factory=dict)   # job id -> page-relative inspect file
 
 
@@ -78,11 +81,12 @@ def load_report(paths: SpoolPaths, since_s: float | None = None, pass_reward: fl
     edges = np.linspace(window[0], window[1], RATE_BINS + 1)
     finished_t = shown.filter(pc.equal(shown.column("event"), "finished")).column("t").to_numpy(zero_copy_only=False)
     turn_latency_p, turn_values = turn_latency(turns)
+    finished = finished_stats(rows, pass_reward)
     coded = job_events(table)
     coded_shown = job_events(shown) if since is not None else coded
     return RunReport(
         run_dir=str(paths.root), made_at=now, window=window, since_s=since_s,
-        finished=finished_stats(rows, pass_reward),
+        finished=finished,
         stage_seconds={s: _present(floats(rows.column(f"{s}_s"))) for s in LATENCY_STAGES},
         reward_by_version=reward_by(rows, "policy_version_max"), reward_by_source=reward_by(rows, "data_source"),
         pass_at_k=pass_at_k(rows, pass_reward),
@@ -98,8 +102,17 @@ def load_report(paths: SpoolPaths, since_s: float | None = None, pass_reward: fl
         version_changes=version_changes(spool.backend_history),
         turn_points=turns.select(["backend", "sent_at", "policy_version"]),
         workers=spool.workers, shards_read=shards.shards_read, event_files=events.files_read,
-        events=table.num_rows, skipped=tuple(skipped),
+        events=table.num_rows, skipped=tuple(skipped), example_shards=_example_shards(finished, rows, shards),
     )
+
+
+def _example_shards(finished: FinishedStats, rows: pa.Table, shards: ShardData) -> dict[str, Path]:
+    """The shard of each failure example, so its full row is read from that file alone."""
+    jobs = sorted({job for group in finished.failures[:EXAMPLE_KINDS] for job in group.examples})
+    if not jobs:
+        return {}
+    where = pc.index_in(pa.array(jobs, pa.string()), value_set=rows.column("job_id")).to_pylist()
+    return {job: shards.file_of(row) for job, row in zip(jobs, where) if row is not None}
 
 
 def _last_time(rows: pa.Table, events: pa.Table) -> float:

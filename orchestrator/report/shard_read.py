@@ -8,6 +8,7 @@ never by their name order. A column missing from an older shard reads as nulls.
 
 from __future__ import annotations
 
+import bisect
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,6 +35,11 @@ class ShardData:
     turns: pa.Table             # "row" (index into rows) + the requested turn fields
     shards_read: int
     skipped: tuple[str, ...]    # "shards/NAME: why", one per shard that could not be read
+    files: tuple[Path, ...] = ()        # the shards read, in the order of their rows
+    first_rows: tuple[int, ...] = ()    # index of each file's first row in `rows`
+
+    def file_of(self, row: int) -> Path:
+        return self.files[bisect.bisect_right(self.first_rows, row) - 1]
 
 
 def shard_files(paths: SpoolPaths) -> list[Path]:
@@ -56,7 +62,7 @@ def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence
     files = shard_files(paths)
     with ThreadPoolExecutor(READ_THREADS) as pool:
         parts = list(pool.map(lambda f: _read_one(f, wanted, tuple(turn_fields), since), files))
-    row_tables, turn_tables, skipped = [], [], []
+    row_tables, turn_tables, skipped, read, firsts = [], [], [], [], []
     base = 0
     for path, part in zip(files, parts):
         if isinstance(part, str):
@@ -67,13 +73,15 @@ def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence
             turns = turns.set_column(0, "row", pc.add(turns.column("row"), base))
             turn_tables.append(turns)
         row_tables.append(rows)
+        read.append(path)
+        firsts.append(base)
         base += rows.num_rows
     row_schema = pa.schema([SCHEMA.field(c) for c in wanted])
     turn_schema = _turn_schema(turn_fields)
     return ShardData(
         rows=pa.concat_tables(row_tables) if row_tables else row_schema.empty_table(),
         turns=pa.concat_tables(turn_tables) if turn_tables else turn_schema.empty_table(),
-        shards_read=len(row_tables), skipped=tuple(skipped),
+        shards_read=len(row_tables), skipped=tuple(skipped), files=tuple(read), first_rows=tuple(firsts),
     )
 
 

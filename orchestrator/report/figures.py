@@ -49,7 +49,8 @@ def draw_all(report: RunReport, directory: Path) -> list[FigureFile]:
     made = []
     for name, title, draw in drawers:
         figure, caption = draw(report)
-        figure.savefig(directory / name, dpi=DPI)
+        # zlib level 1: a third of the encoding time of the default for files about 20% larger.
+        figure.savefig(directory / name, dpi=DPI, pil_kwargs={"compress_level": 1})
         made.append(FigureFile(name, title, caption))
     return made
 

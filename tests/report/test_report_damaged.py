@@ -13,17 +13,22 @@ import pyarrow.parquet as pq
 
 from orchestrator import fsops
 from orchestrator.submit import submit_rows
-from tests.core.util import cli, make_run
+from tests.core.util import cli, make_run, start_worker, stop_worker, wait_drained
 from tests.report.expected import direct_numbers
 from tests.report.test_report_run import FIGURES
 
 
 def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shards.max_rows": 5})
-    tasks = [(i, {"handler": "sleep", "instance": {"run": 0.02, "fail": {"run": 0.3}, "reward": i % 2}}) for i in range(1, 13)]
-    tasks += [(13 + i, {"handler": "echo", "instance": {"i": i}}) for i in range(8)]
-    submit_rows(paths, tasks, samples=2)
-    cli("launch", str(paths.root), "--local", "--workers", "2", "--wait", timeout=300)
+    sleeps = [(i, {"handler": "sleep", "instance": {"run": 0.02, "fail": {"run": 0.3}, "reward": i % 2}}) for i in range(1, 13)]
+    echoes = [(i, {"handler": "echo", "instance": {"i": i}}) for i in range(1, 9)]
+    for worker_id, tasks in (("w1", sleeps), ("w2", echoes)):  # one after the other: both write rows and events
+        submit_rows(paths, tasks, samples=2)
+        worker = start_worker(paths, "--worker-id", worker_id)
+        try:
+            wait_drained(paths)
+        finally:
+            assert stop_worker(worker) == 0
     shards = sorted(paths.shards.glob("*.parquet"))
     assert len(shards) >= 3
     truncated, kept = shards[0], shards[1:]

@@ -138,7 +138,7 @@ def _write_shards(paths: SpoolPaths, rng: np.random.Generator, job_ids: np.ndarr
         name = f"{int(finished[rows].max() * 1000):013d}-synthetic-{first // ROWS_PER_SHARD:06d}.parquet"
         writes.append((table, paths.shards / name))
     with ThreadPoolExecutor(2) as pool:  # Parquet encoding releases the GIL
-        list(pool.map(lambda job: pq.write_table(job[0], job[1], compression="zstd"), writes))
+        list(pool.map(lambda job: pq.write_table(job[0], job[1], compression="zstd", compression_level=1), writes))
 
 
 def _write_events(paths: SpoolPaths, job_ids: np.ndarray, worker: np.ndarray, status: np.ndarray,

@@ -65,11 +65,26 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
         return text
 
+    def describe_last_assistant(self, message: dict[str, Any]) -> None:
+        """Replace the last assistant message (templating only, its ids stay as sampled), e.g.
+        with the `tool_calls` a parser found, so later templating sees a structured history."""
+        if not self.messages or self.messages[-1].get("role") != "assistant":
+            raise ValueError("describe_last_assistant follows add_assistant")
+        self.messages[-1] = {**dict(message), "role": "assistant"}
+
     def add_messages(self, new: Sequence[dict[str, Any]]) -> list[int]:
         """Append new user/tool messages as observation tokens; returns the appended ids."""
+        return self.append_rendered(new, self.render_new(new))
+
+    def render_new(self, new: Sequence[dict[str, Any]]) -> list[int]:
+        """The observation ids `new` messages would append, without appending them."""
         if not self.messages or self.messages[-1].get("role") != "assistant":
             raise ValueError("add_messages follows an assistant turn; call add_assistant first")
-        ids = self.encode(self.closing_text() + self.delta_text(list(new)))
+        return self.encode(self.closing_text() + self.delta_text(list(new)))
+
+    def append_rendered(self, new: Sequence[dict[str, Any]], ids: Sequence[int]) -> list[int]:
+        """Append `new` messages with the ids `render_new(new)` gave for them."""
+        ids = [int(i) for i in ids]
         self.messages.extend(dict(m) for m in new)
         self.response_ids.extend(ids)
         self.response_mask.extend([0] * len(ids))

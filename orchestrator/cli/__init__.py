@@ -13,7 +13,7 @@ import click
 from orchestrator import __version__
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
-COMMAND_MODULES = ("core", "launch", "adapt", "demo", "sandbox", "llm", "sbatch")
+COMMAND_MODULES = ("core", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -108,7 +108,7 @@ class CodeHandler(ToolAgentHandler):
     name: ClassVar[str] = "code"
     tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
     limits: ClassVar[AgentLimits] = AgentLimits(max_turns=16, max_context_tokens=8192, max_wall_s=600,
-                                                tool_timeout_s=30, text_reply=TextReply.NUDGE)
+                                                tool_timeout_s=30, max_observation_chars=4000, text_reply=TextReply.NUDGE)
 
     def task(self, instance: dict[str, Any]) -> CodeTask:
         return code_task(instance)

@@ -61,7 +61,7 @@ class MathHandler(ToolAgentHandler):
     name: ClassVar[str] = "math"
     tools: ClassVar[tuple[str, ...]] = ("python", "think", "submit")
     limits: ClassVar[AgentLimits] = AgentLimits(max_turns=8, max_context_tokens=4096, max_wall_s=300,
-                                                tool_timeout_s=30, text_reply=TextReply.FINISH)
+                                                tool_timeout_s=30, max_observation_chars=2000, text_reply=TextReply.FINISH)
 
     def task(self, instance: dict[str, Any]) -> MathTask:
         return math_task(instance)

@@ -14,7 +14,8 @@ needs; EVAL is the family's own. A subclass sets `tools`, `limits` and implement
         async def eval(self, ctx, result): ...           # {"reward": ...}
 
 Per task, an "agent" object overrides the limits (max_turns, max_context_tokens, max_wall_s,
-tool_timeout_s, max_tokens_per_turn, text_reply) and "parser" picks the tool-call parser.
+tool_timeout_s, max_tokens_per_turn, max_observation_chars, text_reply) and "parser" picks the
+tool-call parser.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, ToolCallRecord, run_agent
-from orchestrator.agent.messages import DEFAULT_MAX_OBSERVATION_CHARS
 from orchestrator.agent.parsers import get_parser
 from orchestrator.agent.toolbox import SandboxToolbox
 from orchestrator.agent.tools import ToolSpec, openai_tools, tool_specs
@@ -42,7 +42,6 @@ DEFAULT_PARSER = "hermes"
 class ToolAgentHandler(AgentHandler):
     tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
     limits: ClassVar[AgentLimits] = AgentLimits()
-    max_observation_chars: ClassVar[int] = DEFAULT_MAX_OBSERVATION_CHARS
 
     def __init__(self) -> None:
         self._live: dict[str, AgentRun] = {}   # runs in progress, for run_exception
@@ -99,7 +98,7 @@ class ToolAgentHandler(AgentHandler):
         specs = self.specs()
         sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
         sandbox = await ctx.sandbox()
-        toolbox = SandboxToolbox(sandbox, specs, self.max_observation_chars)
+        toolbox = SandboxToolbox(sandbox, specs, limits.max_observation_chars)
 
         def note(record: ToolCallRecord) -> None:
             ctx.event("tool_call", turn=record.turn, tool=record.name, exit_code=record.exit_code,

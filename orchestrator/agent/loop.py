@@ -55,10 +55,12 @@ class AgentLimits:
     max_wall_s: float = 1800.0
     tool_timeout_s: float = 60.0
     max_tokens_per_turn: int = 1024
+    max_observation_chars: int = 8000   # a tool's output beyond this is cut in the middle
     text_reply: TextReply = TextReply.FINISH
 
     BOUNDS = {"max_turns": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_wall_s": (0.1, 7 * 86400),
-              "tool_timeout_s": (0.1, 86400), "max_tokens_per_turn": (1, 1_000_000)}
+              "tool_timeout_s": (0.1, 86400), "max_tokens_per_turn": (1, 1_000_000),
+              "max_observation_chars": (64, 10_000_000)}
 
     @classmethod
     def parse(cls, base: "AgentLimits", overrides: dict[str, Any] | None) -> "AgentLimits":

@@ -8,6 +8,7 @@ observations the model reads; only a sandbox that is gone raises (SandboxClosedE
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 # The sandbox enforces the timeout itself; this margin only guards against a hung server.
 GUARD_MARGIN_S = 15.0
+# The sandbox's own head + tail cut (orchestrator/sandbox/server/tools/output.py) says what it dropped.
+SANDBOX_CUT = re.compile(r"\[\.\.\. (\d+) characters truncated \.\.\.\]")
 EDITOR_COMMANDS = {"view": "view", "create": "create", "str_replace": "str_replace",
                    "insert": "insert", "undo_edit": "undo"}
 
@@ -82,7 +85,8 @@ class SandboxToolbox:
 
     def _result(self, text: str, exit_code: int | None, error: str | None = None) -> ToolOutcome:
         shown, _ = cut_middle(text, self.max_output_chars)
-        return ToolOutcome(shown, exit_code=exit_code, error=error, output_chars=len(text))
+        dropped = sum(int(n) for n in SANDBOX_CUT.findall(text))
+        return ToolOutcome(shown, exit_code=exit_code, error=error, output_chars=len(text) + dropped)
 
     # -- the tools -----------------------------------------------------------------------------
     async def _bash(self, args: dict[str, Any], timeout: float) -> ToolOutcome:

@@ -3,16 +3,14 @@ scripted and tiny serve-llm backends, and a private sandbox runtime dir checked 
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from handlers.bundled.write import Bundled, write_bundled
 from tests.agents.helpers import task_image_path
-from tests.sandbox.conftest import private_runtime  # noqa: F401  (autouse: no sandbox left behind)
+from tests.sandbox.conftest import private_runtime, spool  # noqa: F401  (autouse: no sandbox left behind)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed; scripts/test.sh installs it")
@@ -28,10 +26,3 @@ def task_image() -> Path:
 def bundled(tmp_path_factory: pytest.TempPathFactory) -> Bundled:
     return write_bundled(tmp_path_factory.mktemp("bundled"))
 
-
-@pytest.fixture
-def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    yield
-    os.environ.pop("HPC_ROLLOUT_NO_PROXY_MARK", None)

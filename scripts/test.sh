@@ -13,12 +13,12 @@ log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }
 started_slurm=0
 if [[ $(id -u) == 0 ]]; then
   missing=()
-  for tool in bwrap tmux; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+  for tool in bwrap tmux mmdebstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   if ((${#missing[@]})); then
-    log "installing system packages: bubblewrap tmux"
+    log "installing system packages: bubblewrap tmux mmdebstrap"
     export DEBIAN_FRONTEND=noninteractive
     apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null
-    apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends bubblewrap tmux >/dev/null
+    apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends bubblewrap tmux mmdebstrap >/dev/null
   fi
   if ! scontrol ping >/dev/null 2>&1; then
     log "starting a single-host Slurm cluster (scripts/slurm-up.sh, 4 nodes)"
@@ -38,7 +38,16 @@ trap cleanup EXIT
 
 # torch: the CPU build, pinned, so pip never pulls a multi-GB CUDA build as a side effect.
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[test]'
+python -m pip install -q -e '.[test,agents]'
+
+# The sandbox image of the math/code/swe tests (python3, numpy, sympy, pytest, git): built once
+# into the cache (about a minute on an idle machine), reused while images/tasks.def.j2 is unchanged.
+if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
+  log "task image: hpc-rollout image build tasks --format dir (cached)"
+  HPC_ROLLOUT_TASK_IMAGE=$(python -c 'from handlers.bundled.image import bundled_image; print(bundled_image())')
+  export HPC_ROLLOUT_TASK_IMAGE
+  log "task image: $HPC_ROLLOUT_TASK_IMAGE"
+fi
 
 log "running pytest"
 python -m pytest "$@"

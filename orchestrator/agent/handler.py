@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from orchestrator.sandbox.base import Sandbox
 
 DEFAULT_PARSER = "hermes"
+RENDER_WINDOW = 2   # observations are rendered after the last 2 messages (checked: Conversation.window)
 
 
 class ToolAgentHandler(AgentHandler):
@@ -105,7 +106,8 @@ class ToolAgentHandler(AgentHandler):
                       ms=record.latency_ms, chars=record.output_chars, error=record.error)
 
         async with session_for(ctx) as llm:
-            conversation = Conversation(await llm.tokenizer(), self.messages(task), tools=openai_tools(specs))
+            conversation = Conversation(await llm.tokenizer(), self.messages(task), tools=openai_tools(specs),
+                                        window=RENDER_WINDOW)
             run = self._live[ctx.job.job_id] = AgentRun(conversation)
             await run_agent(llm, run, toolbox, parse=parse, limits=limits, sampling=sampling, on_tool_call=note)
             failed = list(llm.failed)

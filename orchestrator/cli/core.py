@@ -193,6 +193,15 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
         row = report["row"]
         seconds = "  ".join(f"{k}={row[k + '_s']:.3f}s" for k in ("init", "run", "eval", "queue") if row.get(k + "_s") is not None)
         out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
+        if row.get("stop_reason"):
+            out.print(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
+                      f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
+        for call in row.get("tool_calls") or []:
+            out.print(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
+            status = f"exit={call['exit_code']} {call['output_chars']} chars {call['latency_ms']:.1f} ms"
+            out.print(f"           -> {status}" + (f" [red]error: {call['error']}[/red]" if call.get("error") else ""))
+            for line in (call.get("output") or "").splitlines()[:8]:
+                out.print(f"           | {line[:200]}", markup=False)
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
     if report.get("artifacts"):

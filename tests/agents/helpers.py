@@ -19,21 +19,11 @@ from orchestrator.submit import submit_file
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 
-def image_cache() -> Path:
-    base = os.environ.get("HPC_ROLLOUT_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "hpc-rollout") / "images"
-
-
 def task_image_path() -> Path:
-    """HPC_ROLLOUT_TASK_IMAGE, else `hpc-rollout image build tasks --format dir` into the cache
-    (scripts/test.sh builds it before pytest; a cached image is reused)."""
-    configured = os.environ.get("HPC_ROLLOUT_TASK_IMAGE")
-    if configured:
-        return Path(configured)
-    from orchestrator.sandbox.images.builder import build_image
-    from orchestrator.sandbox.images.templates import find_template
+    """The bundled tasks' image (HPC_ROLLOUT_TASK_IMAGE, else built once into the cache)."""
+    from handlers.bundled.image import bundled_image
 
-    return build_image(find_template("tasks"), fmt="dir", out_dir=image_cache()).path
+    return bundled_image()
 
 
 def new_run(tmp_path: Path, image: Path, backend_url: str, **settings: Any) -> SpoolPaths:

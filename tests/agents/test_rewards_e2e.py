@@ -80,7 +80,7 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory, task_image: Path, bun
         run_workers(paths, tmp / "sandboxes")
     finally:
         server.stop()
-    return {"rows": by_instance(rows(paths)), "record": record, "runtime": tmp / "sandboxes",
+    return {"rows": by_instance(rows(paths)), "record": record, "runtime": tmp / "sandboxes", "run_dir": str(paths.root),
             "expected_jobs": 7 + 5 + 3 + len(ABUSE)}
 
 
@@ -168,3 +168,17 @@ def test_token_record_is_exact(scripted_run: dict[str, Any]) -> None:
             position += len(observation)
         assert position == len(response)
     assert checked >= 10
+
+
+def test_inspect_shows_every_tool_call(scripted_run: dict[str, Any]) -> None:
+    import subprocess
+
+    from tests.agents.helpers import CLI
+
+    row = scripted_run["rows"]["intervals-1"]
+    shown = subprocess.run(CLI + ["inspect", scripted_run["run_dir"], row["job_id"]], capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent: stop_reason=finished turns=4 tool_calls=4 malformed=0" in shown.stdout
+    assert "str_replace_editor" in shown.stdout and "-> exit=0" in shown.stdout and " ms" in shown.stdout
+    assert "| 4 passed" in shown.stdout   # the output of the agent's own pytest run

@@ -25,9 +25,15 @@ def reply_text(tokenizer: Any, output_ids: Sequence[int], finish_reason: str) ->
     return tokenizer.decode(ids, skip_special_tokens=False)
 
 
+_STOP_IDS: dict[int, set[int]] = {}
+
+
 def _stop_ids(tokenizer: Any) -> set[int]:
-    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
-    return {i for i in ids if i is not None}
+    # The tokenizer's special-token properties are slow to read; they do not change.
+    found = _STOP_IDS.get(id(tokenizer))
+    if found is None:
+        found = _STOP_IDS[id(tokenizer)] = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
+    return found
 
 
 def with_call_ids(calls: Sequence[ToolCall], turn: int) -> list[ToolCall]:

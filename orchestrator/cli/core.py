@@ -88,6 +88,12 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
     --strict) and the exit status is 1 when any row was rejected.
+
+    
+    Agent task families (tools in a sandbox, verifiable rewards; `hpc-rollout tasks --help`):
+      hpc-rollout submit spool/run1 deepscaler.parquet --handler math --samples 8
+      hpc-rollout submit spool/run1 code.jsonl --handler code --samples 8
+      hpc-rollout submit spool/run1 swe_gym.jsonl --handler swe --samples 8
     """
     paths, _ = _open(run_dir)
     started = time.monotonic()

@@ -53,12 +53,16 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
                       wait=lambda paths, launch: drain_with_progress(paths, launch, err))
-    for line in summary_lines(result):
+    _report(summary_lines(result), result.rows, result.jobs, result.run_dir)
+
+
+def _report(lines: list[str], rows: list[dict], jobs: int, run_dir: Path, extra_hints: tuple[str, ...] = ()) -> None:
+    for line in lines:
         out.print(line)
-    if len(result.rows) != result.jobs:
-        raise click.ClickException(f"expected {result.jobs} rows, found {len(result.rows)}")
+    if len(rows) != jobs:
+        raise click.ClickException(f"expected {jobs} rows, found {len(rows)}")
     out.print("look around:")
-    for hint in paths_hint_for(result.run_dir):
+    for hint in [*paths_hint_for(run_dir), *extra_hints]:
         out.print(f"  {hint}")
 
 
@@ -72,15 +76,9 @@ def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: i
 
     result = run_task_demo(run_dir, family, policy, samples, workers, image=image, on_ready=ready,
                            wait=lambda paths, launch: drain_with_progress(paths, launch, err))
-    for line in task_summary_lines(result):
-        out.print(line)
-    if len(result.rows) != result.jobs:
-        raise click.ClickException(f"expected {result.jobs} rows, found {len(result.rows)}")
-    out.print("look around:")
-    for hint in paths_hint_for(result.run_dir):
-        out.print(f"  {hint}")
     job = result.rows[0]["job_id"] if result.rows else "JOB"
-    out.print(f"  hpc-rollout inspect {result.run_dir} {job}")
+    _report(task_summary_lines(result), result.rows, result.jobs, result.run_dir,
+            (f"hpc-rollout inspect {result.run_dir} {job}",))
 
 
 def paths_hint_for(run_dir: Path) -> list[str]:

@@ -42,6 +42,7 @@ class Conversation:
     window_misses: int = 0
     _last_stop_text: str | None = None
     _renders: int = 0
+    _compiled: Any = None          # the compiled template of the windowed path; False: not usable
 
     def __post_init__(self) -> None:
         self.messages = [dict(m) for m in self.messages]
@@ -58,6 +59,25 @@ class Conversation:
             list(messages), tools=self.tools if with_tools else None, tokenize=False,
             add_generation_prompt=generation_prompt,
         )
+
+    def _render_fast(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> str:
+        """The template compiled once and rendered directly (apply_chat_template spends most of
+        its time copying the inputs); checked against apply_chat_template on its first use."""
+        if self._compiled is None:
+            self._compiled = _compile(self.tokenizer)
+            if self._compiled:
+                probe = self.messages[-4:]
+                if self._call_compiled(probe, True) != self.render(probe, generation_prompt=True, with_tools=False):
+                    self._compiled = False
+        if not self._compiled:
+            return self.render(messages, generation_prompt=generation_prompt, with_tools=False)
+        return self._call_compiled(messages, generation_prompt)
+
+    def _call_compiled(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+        assert self._compiled
+        clean = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        return self._compiled.render(messages=clean, tools=None, documents=None,
+                                     add_generation_prompt=generation_prompt, **self.tokenizer.special_tokens_map)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -114,11 +134,15 @@ class Conversation:
         """Closing text of the last assistant turn + the template delta of `new`, rendered after
         `earlier` messages and a stand-in for the assistant turn (its ids are kept as sampled)."""
         history = earlier + [{"role": "assistant", "content": SENTINEL}]
-        before = self.render(history, generation_prompt=False, with_tools=with_tools)
+        if with_tools:
+            before = self.render(history, generation_prompt=False)
+            after = self.render(history + new, generation_prompt=True)
+        else:
+            before = self._render_fast(history, generation_prompt=False)
+            after = self._render_fast(history + new, generation_prompt=True)
         suffix = before[before.rindex(SENTINEL) + len(SENTINEL):]
         stop = self._last_stop_text
         closing = suffix[len(stop):] if stop and suffix.startswith(stop) else suffix
-        after = self.render(history + new, generation_prompt=True, with_tools=with_tools)
         if after.startswith(before):
             return closing + after[len(before):]
         return closing + self.delta_text(new)
@@ -163,3 +187,18 @@ class Conversation:
     def to_json(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt_ids, "response_ids": self.response_ids,
                 "response_mask": self.response_mask, "logprobs": self.logprobs}
+
+
+def _compile(tokenizer: Any) -> Any:
+    """transformers' own compiled template (same environment and filters), or False."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return False
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # another transformers version: the public path stays
+        return False
+    try:
+        return _compile_jinja_template(template)
+    except Exception:
+        return False

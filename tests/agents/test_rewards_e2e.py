@@ -77,11 +77,14 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory, task_image: Path, bun
         abuse.write_text("".join(json.dumps({"instance_id": name, "problem": f"Task {name}.", "answer": "4",
                                              "agent": limits}) + "\n" for name, limits, _ in ABUSE))
         submit(paths, abuse, "math", max_tokens=512)
+        unscripted = tmp / "unscripted.jsonl"   # no script matches: the backend refuses every turn
+        unscripted.write_text(json.dumps({"instance_id": "unscripted", "problem": "Nobody wrote this.", "answer": "1"}) + "\n")
+        submit(paths, unscripted, "math", max_tokens=512)
         run_workers(paths, tmp / "sandboxes")
     finally:
         server.stop()
     return {"rows": by_instance(rows(paths)), "record": record, "runtime": tmp / "sandboxes", "run_dir": str(paths.root),
-            "expected_jobs": 7 + 5 + 3 + len(ABUSE)}
+            "expected_jobs": 7 + 5 + 3 + len(ABUSE) + 1}
 
 
 def test_every_job_has_a_row_and_no_sandbox_is_left(scripted_run: dict[str, Any]) -> None:
@@ -134,6 +137,13 @@ def test_misbehaving_agents_end_with_a_row_and_the_right_stop_reason(scripted_ru
     hung = found["abuse-hung-code"]["tool_calls"][0]
     assert hung["error"] == "timeout" and hung["latency_ms"] < 60_000
     assert len(found["abuse-turns"]["turns"]) == 2
+
+
+def test_a_failing_backend_fails_the_job_with_stop_reason_error(scripted_run: dict[str, Any]) -> None:
+    row = scripted_run["rows"]["unscripted"]
+    assert (row["status"], row["stop_reason"], row["error_stage"]) == ("failed", "error", "run")
+    assert "no script matches" in row["error"]
+    assert row["prompt_ids"] and row["turns"] == []   # what the run had is kept
 
 
 def test_token_record_is_exact(scripted_run: dict[str, Any]) -> None:

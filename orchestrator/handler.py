@@ -33,6 +33,7 @@ ENTRY_POINT_GROUP = "hpc_rollout.handlers"
 # Keys of a stage output that `final_result` maps onto shard columns (see orchestrator/rows.py).
 TRAJECTORY_KEYS = (
     "prompt_ids", "response_ids", "response_mask", "logprobs", "turns", "reward",
+    "stop_reason", "tool_calls", "malformed_calls",
 )
 
 

@@ -27,6 +27,16 @@ TURN_TYPE = pa.struct([
     ("model", pa.string()),                  # model id the backend served
     ("tokenizer_hash", pa.string()),         # sha256:<16 hex> of the tokenizer files, when local
 ])
+TOOL_CALL_TYPE = pa.struct([
+    ("turn", pa.int32()),                    # the model turn (1-based) that made the call
+    ("name", pa.string()),
+    ("arguments", pa.string()),              # JSON
+    ("exit_code", pa.int32()),               # null: the call did not run (invalid) or has no status
+    ("output_chars", pa.int64()),            # size of the output before it was cut
+    ("latency_ms", pa.float64()),
+    ("error", pa.string()),
+    ("output", pa.string()),                 # head + tail of what the model saw
+])
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 SCHEMA = pa.schema([
@@ -66,6 +76,9 @@ SCHEMA = pa.schema([
     ("instance", pa.string()),               # JSON
     ("sampling", pa.string()),               # JSON
     ("result", pa.string()),                 # JSON: stage outputs outside the columns above
+    ("stop_reason", pa.string()),            # agents: finished | max_turns | context_full | timeout | error | cancelled
+    ("tool_calls", pa.list_(TOOL_CALL_TYPE)),  # agents: every tool call, in order
+    ("malformed_calls", pa.int32()),         # agents: calls that could not be parsed or run as written
 ])
 
 
@@ -123,6 +136,12 @@ def _sampled_tokens(mask: list[int] | None, turns: list[dict[str, Any]] | None) 
     return None
 
 
+def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
+    if not isinstance(value, list):
+        return None
+    return [{name: call.get(name) for name in TOOL_CALL_TYPE.names} for call in value if isinstance(call, dict)]
+
+
 def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker: str) -> dict[str, Any]:
     """One shard row from a finished ticket and the handler's merged outputs."""
     job = ticket.job
@@ -171,6 +190,9 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
         "instance": orjson.dumps(job.instance, default=str).decode(),
         "sampling": orjson.dumps(job.sampling, default=str).decode(),
         "result": orjson.dumps(extra, default=str).decode() if extra else None,
+        "stop_reason": merged.get("stop_reason") if isinstance(merged.get("stop_reason"), str) else None,
+        "tool_calls": _tool_calls(merged.get("tool_calls")),
+        "malformed_calls": merged.get("malformed_calls") if isinstance(merged.get("malformed_calls"), int) else None,
     }
 
 

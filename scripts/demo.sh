@@ -7,5 +7,5 @@ export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pi
 cd "$(dirname "$0")/.."
 # torch pinned to a CPU build: an unpinned install could pull gigabytes of CUDA packages.
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
-python -m pip install -q -e .
+python -m pip install -q -e '.[agents]'
 exec hpc-rollout demo "$@"

@@ -13,8 +13,9 @@ log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }
 started_slurm=0
 if [[ $(id -u) == 0 ]]; then
   # command -> Debian package. chromium renders `hpc-rollout report` pages headless in
-  # tests/report (measured: about 55 s to install on a fresh Debian 12 machine, no recommends).
-  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium)
+  # tests/report (measured: about 55 s to install on a fresh Debian 12 machine, no recommends);
+  # mmdebstrap builds the task image of the math/code/swe tests without root tricks.
+  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap)
   missing=()
   for tool in "${!package_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${package_of[$tool]}"); done
   if ((${#missing[@]})); then
@@ -41,7 +42,16 @@ trap cleanup EXIT
 
 # torch: the CPU build, pinned, so pip never pulls a multi-GB CUDA build as a side effect.
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
-python -m pip install -q -e '.[test]'
+python -m pip install -q -e '.[test,agents]'
+
+# The sandbox image of the math/code/swe tests (python3, numpy, sympy, pytest, git): built once
+# into the cache (about a minute on an idle machine), reused while images/tasks.def.j2 is unchanged.
+if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
+  log "task image: hpc-rollout image build tasks --format dir (cached)"
+  HPC_ROLLOUT_TASK_IMAGE=$(python -c 'from handlers.bundled.image import bundled_image; print(bundled_image())')
+  export HPC_ROLLOUT_TASK_IMAGE
+  log "task image: $HPC_ROLLOUT_TASK_IMAGE"
+fi
 
 log "running pytest"
 python -m pytest "$@"

@@ -85,6 +85,12 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
     --strict) and the exit status is 1 when any row was rejected.
+
+    
+    Agent task families (tools in a sandbox, verifiable rewards; `hpc-rollout tasks --help`):
+      hpc-rollout submit spool/run1 deepscaler.parquet --handler math --samples 8
+      hpc-rollout submit spool/run1 code.jsonl --handler code --samples 8
+      hpc-rollout submit spool/run1 swe_gym.jsonl --handler swe --samples 8
     """
     paths, _ = _open(run_dir)
     started = time.monotonic()
@@ -142,6 +148,15 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
         out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
         if row.get("model") or row.get("tokenizer_hash"):
             out.print(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
+        if row.get("stop_reason"):
+            out.print(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
+                      f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
+        for call in row.get("tool_calls") or []:
+            out.print(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
+            status = f"exit={call['exit_code']} {call['output_chars']} chars {call['latency_ms']:.1f} ms"
+            out.print(f"           -> {status}" + (f" [red]error: {call['error']}[/red]" if call.get("error") else ""))
+            for line in (call.get("output") or "").splitlines()[:8]:
+                out.print(f"           | {line[:200]}", markup=False)
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
     if report.get("artifacts"):

@@ -21,15 +21,31 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 @click.option("--samples", default=4, show_default=True, type=click.IntRange(1, 64), help="Samples per task (a group).")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64), help="Local worker processes.")
 @click.option("--max-tokens", default=24, show_default=True, type=click.IntRange(1, 512), help="Tokens per reply.")
-def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_tokens: int) -> None:
-    """Run real multi-turn chat jobs end to end on this machine.
+@click.option("--task", "family", type=click.Choice(["math", "code", "swe"]), default=None,
+              help="Run a tool-using agent on the bundled tasks of this family instead of chat.")
+@click.option("--policy", type=click.Choice(["scripted", "tiny"]), default="scripted", show_default=True,
+              help="--task: a scripted policy that solves the tasks, or the random tiny model.")
+@click.option("--image", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="--task: sandbox image (default: the `tasks` image, built once and cached).")
+def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_tokens: int,
+             family: str | None, policy: str, image: Path | None) -> None:
+    """Run real multi-turn chat jobs (or, with --task, tool-using agents) end to end here.
 
     Starts `serve-llm --tiny` (a small transformers model, built offline and cached on first
     use), registers it as the run's backend, submits TASKS x SAMPLES chat jobs, runs them on
     local stage workers, and prints what landed in the Parquet shards. Everything it starts,
     it stops.
+
+    \b
+    With --task math|code|swe: the bundled tasks of that family (20 math problems, 10 code
+    problems, 3 SWE repositories) run as agents with tools in bubblewrap sandboxes, against a
+    scripted policy that solves them (reward 1) or the random tiny model (--policy tiny).
+      hpc-rollout demo --task swe
     """
     run_dir = run_dir or default_run_dir(Path("spool"))
+    if family is not None:
+        _task_demo(run_dir, family, policy, samples, workers, image)
+        return
     err.print(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
 
     def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
@@ -37,13 +53,32 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
                       wait=lambda paths, launch: drain_with_progress(paths, launch, err))
-    for line in summary_lines(result):
+    _report(summary_lines(result), result.rows, result.jobs, result.run_dir)
+
+
+def _report(lines: list[str], rows: list[dict], jobs: int, run_dir: Path, extra_hints: tuple[str, ...] = ()) -> None:
+    for line in lines:
         out.print(line)
-    if len(result.rows) != result.jobs:
-        raise click.ClickException(f"expected {result.jobs} rows, found {len(result.rows)}")
+    if len(rows) != jobs:
+        raise click.ClickException(f"expected {jobs} rows, found {len(rows)}")
     out.print("look around:")
-    for hint in paths_hint_for(result.run_dir):
+    for hint in [*paths_hint_for(run_dir), *extra_hints]:
         out.print(f"  {hint}")
+
+
+def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: int, image: Path | None) -> None:
+    from orchestrator.agent_demo import run_task_demo, task_summary_lines
+
+    err.print(f"run directory: {run_dir}   (the first run builds the task image: a minute or more)")
+
+    def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
+        err.print(f"serve-llm ({policy}) at {url}; {report.jobs} {family} jobs queued; {len(launch.pids)} workers")
+
+    result = run_task_demo(run_dir, family, policy, samples, workers, image=image, on_ready=ready,
+                           wait=lambda paths, launch: drain_with_progress(paths, launch, err))
+    job = result.rows[0]["job_id"] if result.rows else "JOB"
+    _report(task_summary_lines(result), result.rows, result.jobs, result.run_dir,
+            (f"hpc-rollout inspect {result.run_dir} {job}",))
 
 
 def paths_hint_for(run_dir: Path) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
+VERIFY_EVERY = 32
 
 
 class TemplateError(ValueError):
@@ -32,7 +33,16 @@ class Conversation:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)   # 1 sampled, 0 observation/template
     logprobs: list[float] = field(default_factory=list)      # aligned with response_ids; 0.0 where mask 0
+    # Render the delta of new messages against only the leading system messages and the last
+    # `window` messages (None: the whole history). Rendering cost grows with the history, which
+    # an agent's 30-turn episode feels; the windowed delta is compared with the full one on the
+    # first renders and every VERIFY_EVERY-th after, and a difference turns windowing off for
+    # good (window_misses counts them), so the ids stay exactly the template's.
+    window: int | None = None
+    window_misses: int = 0
     _last_stop_text: str | None = None
+    _renders: int = 0
+    _compiled: Any = None          # the compiled template of the windowed path; False: not usable
 
     def __post_init__(self) -> None:
         self.messages = [dict(m) for m in self.messages]
@@ -44,10 +54,30 @@ class Conversation:
         """What the next generation request sends: the whole conversation so far."""
         return self.prompt_ids + self.response_ids
 
-    def render(self, messages: Sequence[dict[str, Any]], *, generation_prompt: bool) -> str:
+    def render(self, messages: Sequence[dict[str, Any]], *, generation_prompt: bool, with_tools: bool = True) -> str:
         return self.tokenizer.apply_chat_template(
-            list(messages), tools=self.tools, tokenize=False, add_generation_prompt=generation_prompt
+            list(messages), tools=self.tools if with_tools else None, tokenize=False,
+            add_generation_prompt=generation_prompt,
         )
+
+    def _render_fast(self, messages: list[dict[str, Any]], *, generation_prompt: bool) -> str:
+        """The template compiled once and rendered directly (apply_chat_template spends most of
+        its time copying the inputs); checked against apply_chat_template on its first use."""
+        if self._compiled is None:
+            self._compiled = _compile(self.tokenizer)
+            if self._compiled:
+                probe = self.messages[-4:]
+                if self._call_compiled(probe, True) != self.render(probe, generation_prompt=True, with_tools=False):
+                    self._compiled = False
+        if not self._compiled:
+            return self.render(messages, generation_prompt=generation_prompt, with_tools=False)
+        return self._call_compiled(messages, generation_prompt)
+
+    def _call_compiled(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+        assert self._compiled
+        clean = [{k: v for k, v in m.items() if v is not None} for m in messages]
+        return self._compiled.render(messages=clean, tools=None, documents=None,
+                                     add_generation_prompt=generation_prompt, **self.tokenizer.special_tokens_map)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -65,11 +95,61 @@ class Conversation:
         self.messages.append({"role": "assistant", "content": text})
         return text
 
+    def describe_last_assistant(self, message: dict[str, Any]) -> None:
+        """Replace the last assistant message (templating only, its ids stay as sampled), e.g.
+        with the `tool_calls` a parser found, so later templating sees a structured history."""
+        if not self.messages or self.messages[-1].get("role") != "assistant":
+            raise ValueError("describe_last_assistant follows add_assistant")
+        self.messages[-1] = {**dict(message), "role": "assistant"}
+
     def add_messages(self, new: Sequence[dict[str, Any]]) -> list[int]:
         """Append new user/tool messages as observation tokens; returns the appended ids."""
+        return self.append_rendered(new, self.render_new(new))
+
+    def render_new(self, new: Sequence[dict[str, Any]]) -> list[int]:
+        """The observation ids `new` messages would append, without appending them."""
         if not self.messages or self.messages[-1].get("role") != "assistant":
             raise ValueError("add_messages follows an assistant turn; call add_assistant first")
-        ids = self.encode(self.closing_text() + self.delta_text(list(new)))
+        self._renders += 1
+        if self.window is not None and self.window_misses == 0:
+            # The tool declarations sit in the prompt's system part; the delta of later messages
+            # rarely depends on them, and the check below catches a template where it does.
+            windowed = self._observation_text(list(new), self._windowed_history(), with_tools=False)
+            if self._renders <= 2 or self._renders % VERIFY_EVERY == 0:
+                if windowed != self._observation_text(list(new), self.messages[:-1]):
+                    self.window_misses += 1
+                    return self.encode(self._observation_text(list(new), self.messages[:-1]))
+            return self.encode(windowed)
+        return self.encode(self._observation_text(list(new), self.messages[:-1]))
+
+    def _windowed_history(self) -> list[dict[str, Any]]:
+        earlier = self.messages[:-1]
+        lead = 0
+        while lead < len(earlier) and earlier[lead].get("role") == "system":
+            lead += 1
+        tail_start = max(lead, len(earlier) - int(self.window or 0))
+        return earlier[:lead] + earlier[tail_start:]
+
+    def _observation_text(self, new: list[dict[str, Any]], earlier: list[dict[str, Any]], with_tools: bool = True) -> str:
+        """Closing text of the last assistant turn + the template delta of `new`, rendered after
+        `earlier` messages and a stand-in for the assistant turn (its ids are kept as sampled)."""
+        history = earlier + [{"role": "assistant", "content": SENTINEL}]
+        if with_tools:
+            before = self.render(history, generation_prompt=False)
+            after = self.render(history + new, generation_prompt=True)
+        else:
+            before = self._render_fast(history, generation_prompt=False)
+            after = self._render_fast(history + new, generation_prompt=True)
+        suffix = before[before.rindex(SENTINEL) + len(SENTINEL):]
+        stop = self._last_stop_text
+        closing = suffix[len(stop):] if stop and suffix.startswith(stop) else suffix
+        if after.startswith(before):
+            return closing + after[len(before):]
+        return closing + self.delta_text(new)
+
+    def append_rendered(self, new: Sequence[dict[str, Any]], ids: Sequence[int]) -> list[int]:
+        """Append `new` messages with the ids `render_new(new)` gave for them."""
+        ids = [int(i) for i in ids]
         self.messages.extend(dict(m) for m in new)
         self.response_ids.extend(ids)
         self.response_mask.extend([0] * len(ids))
@@ -107,3 +187,18 @@ class Conversation:
     def to_json(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt_ids, "response_ids": self.response_ids,
                 "response_mask": self.response_mask, "logprobs": self.logprobs}
+
+
+def _compile(tokenizer: Any) -> Any:
+    """transformers' own compiled template (same environment and filters), or False."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return False
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # another transformers version: the public path stays
+        return False
+    try:
+        return _compile_jinja_template(template)
+    except Exception:
+        return False

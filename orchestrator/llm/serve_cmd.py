@@ -26,16 +26,20 @@ import click
               help="Concurrent requests sampled together.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
 @click.option("--weight-version", default="0", show_default=True, help="Reported by /model_info and /generate.")
+@click.option("--scripted", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Answer with predetermined completions from this JSON/JSONL file (rendered to ids by "
+                   "the model's tokenizer; no weights are loaded). See orchestrator/llm/scripted.py.")
 @click.option("--legacy-vllm", is_flag=True, hidden=True,
               help="Answer like vLLM < 0.10.2 (no token_ids), to exercise the client's fallback.")
 def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: Path | None,
               max_model_len: int, max_batch: int, threads: int | None, weight_version: str,
-              legacy_vllm: bool) -> None:
+              scripted: Path | None, legacy_vllm: bool) -> None:
     """A reference LLM server speaking vLLM's token-in/token-out protocol (and SGLang's /generate).
 
     \b
       hpc-rollout serve-llm --tiny --port 8000 &
       hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
+      hpc-rollout serve-llm --tiny --scripted replies.jsonl --port 0   # a scripted policy
     """
     from orchestrator.llm.server import ServerOptions, serve
     from orchestrator.llm.tiny_model import tiny_model_dir
@@ -48,6 +52,7 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
         model_dir=directory.absolute(), host=host, port=port, record=record,
         max_model_len=max_model_len, max_batch=max_batch, threads=threads,
         weight_version=weight_version, legacy_vllm=legacy_vllm,
+        scripted=scripted.absolute() if scripted else None,
     )
     asyncio.run(serve(options))
 

@@ -38,6 +38,7 @@ class ServerOptions:
     threads: int | None = None
     weight_version: str = "0"
     legacy_vllm: bool = False    # behave like vLLM < 0.10.2: no token_ids in answers
+    scripted: Path | None = None # answer with the scripted completions in this file (llm/scripted.py)
 
 
 class ReferenceServer:
@@ -47,8 +48,15 @@ class ReferenceServer:
         self.options = options
         self.model_id = str(options.model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(str(options.model_dir), local_files_only=True)
-        self.engine = Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads)
+        self.engine = self._engine(options)
         self._record = open(options.record, "ab") if options.record else None
+
+    def _engine(self, options: ServerOptions) -> Any:
+        if options.scripted is not None:
+            from orchestrator.llm.scripted import scripted_engine
+
+            return scripted_engine(options.scripted, self.tokenizer)
+        return Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads)
 
     def close(self) -> None:
         if self._record is not None:
@@ -73,7 +81,10 @@ class ReferenceServer:
         return max(0, min(wanted, self.options.max_model_len - len(prompt)))
 
     async def generate(self, endpoint: str, prompt: list[int], request: GenRequest) -> GenResult:
-        result = await self.engine.submit(request)
+        try:
+            result = await self.engine.submit(request)
+        except ValueError as exc:  # e.g. no scripted completion matches the prompt
+            raise web.HTTPBadRequest(text=str(exc)) from None
         if self._record is not None:
             logprobs = result.processed_logprobs if endpoint == "/generate" else result.raw_logprobs
             line = {"time": time.time(), "endpoint": endpoint, "prompt_ids": prompt,

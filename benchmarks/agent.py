@@ -1,0 +1,247 @@
+"""The agent loop's own costs: per-turn overhead, one bash action end to end, graders.
+
+    python -m benchmarks.agent [--quick]
+
+  loop_overhead_median_ms   one turn of run_agent with an instant LLM and instant tools (the
+                            real tokenizer, parser, conversation buffer and template): parse +
+                            dispatch + observation render, LLM and tool time excluded
+  action_median_ms          a `true` bash call through the whole path: model text -> parser ->
+                            sandbox toolbox (bubblewrap, persistent pty bash) -> observation ids
+  action_tmux_median_ms     the same with the bash behind tmux send-keys + capture-pane polling
+                            (the reference design's mechanism; a host tmux, like benchmarks.sandbox)
+  action_speedup            tmux / ours
+  math_eval_median_ms       MathHandler.eval (math-verify in its bounded child process), warm
+  code_eval_overhead_ms     per hidden test: EVAL wall time (fresh sandbox, upload, runner, close)
+                            minus the time the tests' own processes ran, divided by the tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit_json, median, percentile, print_table
+from orchestrator.agent.calls import ToolCall
+from orchestrator.agent.handler import RENDER_WINDOW
+from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply, run_agent
+from orchestrator.agent.messages import tool_message
+from orchestrator.agent.parsers import get_parser
+from orchestrator.agent.toolbox import SandboxToolbox, ToolOutcome
+from orchestrator.agent.tools import openai_tools, tool_specs
+from orchestrator.llm.conversation import Conversation
+from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+
+BASH_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "true"}}\n</tool_call>'
+
+
+@dataclass
+class InstantTurn:
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "stop"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"output_ids": self.output_ids, "policy_version": 0}
+
+
+class InstantLLM:
+    """Answers every turn with the same tool call, at once (LLM time excluded)."""
+
+    def __init__(self, tokenizer: Any, text: str) -> None:
+        self.ids = list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
+
+    async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> InstantTurn:
+        return InstantTurn(self.ids, [0.0] * len(self.ids))
+
+
+class InstantTools:
+    """Every call succeeds at once with a short output (tool time excluded)."""
+
+    names = ["bash", "finish"]
+
+    def problems(self, call: ToolCall) -> list[str]:
+        return []
+
+    async def execute(self, call: ToolCall, timeout: float) -> ToolOutcome:
+        return ToolOutcome("ok\n[exit code 0]", exit_code=0, output_chars=14)
+
+
+async def loop_overhead(tokenizer: Any, episodes: int, turns: int) -> list[float]:
+    per_turn = []
+    specs = tool_specs(["bash", "finish"])
+    for _ in range(episodes):
+        conversation = Conversation(tokenizer, [{"role": "user", "content": "Run true."}], tools=openai_tools(specs),
+                                    window=RENDER_WINDOW)
+        run = AgentRun(conversation)
+        limits = AgentLimits(max_turns=turns, max_context_tokens=1_000_000, text_reply=TextReply.NUDGE)
+        started = time.perf_counter()
+        await run_agent(InstantLLM(tokenizer, BASH_CALL), run, InstantTools(), parse=get_parser("hermes"), limits=limits)
+        per_turn.append((time.perf_counter() - started) * 1000 / len(run.turns))
+    return per_turn
+
+
+class TmuxBash:
+    """bash behind tmux: send-keys, then poll capture-pane for the end marker."""
+
+    def __init__(self) -> None:
+        self.server = f"hr-agent-bench-{os.getpid()}"
+        self.base = ["tmux", "-L", self.server, "-f", "/dev/null"]
+        subprocess.run(self.base + ["new-session", "-d", "-s", "a", "-x", "200", "-y", "50",
+                                    "env -i PATH=/usr/bin:/bin TERM=dumb bash --norc --noprofile"], check=True)
+        self.count = 0
+
+    def run(self, command: str) -> str:
+        self.count += 1
+        marker = f"__done_{self.count}__"
+        subprocess.run(self.base + ["send-keys", "-t", "a", f"{command}; echo {marker} $?", "Enter"], check=True)
+        while True:
+            pane = subprocess.run(self.base + ["capture-pane", "-p", "-t", "a"], capture_output=True, text=True).stdout
+            if pane.count(marker) >= 2:
+                break
+        if self.count % 20 == 0:
+            subprocess.run(self.base + ["send-keys", "-t", "a", "clear", "Enter"], check=True)
+            subprocess.run(self.base + ["clear-history", "-t", "a"], check=True)
+        return pane
+
+    def close(self) -> None:
+        subprocess.run(self.base + ["kill-server"], capture_output=True)
+
+
+async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float], list[float]]:
+    from orchestrator.sandbox.api import start_sandbox
+
+    parse = get_parser("hermes")
+    specs = tool_specs(["bash", "finish"])
+    conversation = Conversation(tokenizer, [{"role": "user", "content": "Run true."}], tools=openai_tools(specs),
+                                window=RENDER_WINDOW)
+    sampled = list(tokenizer.encode(BASH_CALL, add_special_tokens=False)) + [tokenizer.eos_token_id]
+    conversation.add_assistant(sampled, [0.0] * len(sampled), "stop")
+    reply = tokenizer.decode(sampled[:-1], skip_special_tokens=False)
+
+    def observation_ids(call: ToolCall, text: str) -> list[int]:
+        return conversation.render_new([tool_message(call, text)])
+
+    sandbox = await start_sandbox("bwrap", job_id="bench-agent", paths=spool)
+    ours = []
+    try:
+        toolbox = SandboxToolbox(sandbox, specs)
+        for index in range(rounds + 20):
+            started = time.perf_counter()
+            call = parse(reply).calls[0]
+            outcome = await toolbox.execute(call, 30)
+            observation_ids(call, outcome.observation)
+            if index >= 20:
+                ours.append((time.perf_counter() - started) * 1000)
+            assert outcome.exit_code == 0, outcome
+    finally:
+        await sandbox.close()
+    tmux_samples = []
+    if shutil.which("tmux"):
+        tmux = TmuxBash()
+        try:
+            for index in range(min(rounds, 200) + 5):
+                started = time.perf_counter()
+                call = parse(reply).calls[0]
+                pane = tmux.run(call.arguments["command"])
+                observation_ids(call, pane[-200:])
+                if index >= 5:
+                    tmux_samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            tmux.close()
+    return ours, tmux_samples
+
+
+def context(spool: Any, handler: str) -> Any:
+    from orchestrator.context import JobContext, WorkerServices
+    from orchestrator.jobs import JobSpec, Stage
+    from orchestrator.paths import current_node
+
+    services = WorkerServices(paths=spool, worker_id="bench", node=current_node(), runtime="bwrap",
+                              sandbox_defaults={"image": os.environ.get("HPC_ROLLOUT_TASK_IMAGE", "")} if
+                              os.environ.get("HPC_ROLLOUT_TASK_IMAGE") else {})
+
+    def make(instance: dict[str, Any], index: int) -> Any:
+        job = JobSpec(job_id=f"bench-{handler}-{index:04d}", group_id="g", instance_id=str(index), sample_index=0,
+                      handler=handler, instance=instance)
+        return JobContext(job=job, stage=Stage.EVAL, attempt=1, services=services)
+    return make
+
+
+async def graders(spool: Any, rounds: int) -> tuple[list[float], list[float], int]:
+    from handlers.bundled import code_problems, math_problems
+    from handlers.code_task import CodeHandler
+    from handlers.math_task import MathHandler
+
+    math_handler, make = MathHandler(), context(spool, "math")
+    problems = math_problems.PROBLEMS
+    await math_handler.eval(make({"problem": "1+1", "answer": "2"}, 0), {"answer": "2"})   # start the child
+    math_ms = []
+    for index in range(rounds):
+        problem, answer, _, _ = problems[index % len(problems)]
+        started = time.perf_counter()
+        scored = await math_handler.eval(make({"problem": problem, "answer": answer}, index), {"answer": answer})
+        math_ms.append((time.perf_counter() - started) * 1000)
+        assert scored["reward"] == 1.0, (problem, scored)
+    code_handler, make = CodeHandler(), context(spool, "code")
+    overhead, tests = [], 0
+    for index, problem in enumerate(code_problems.PROBLEMS):
+        instance = {k: v for k, v in problem.items() if k != "name"}
+        started = time.perf_counter()
+        scored = await code_handler.eval(make(instance, index), {"solution": problem["solution"]})
+        total = (time.perf_counter() - started) * 1000
+        assert scored["reward"] == 1.0, (problem["name"], scored)
+        overhead.append((total - sum(scored["test_ms"])) / len(scored["test_ms"]))
+        tests += len(scored["test_ms"])
+    return math_ms, overhead, tests
+
+
+async def main(quick: bool) -> dict[str, Any]:
+    from orchestrator.paths import SpoolPaths
+
+    tokenizer = load_tokenizer(tiny_model_dir())
+    scratch = Path(tempfile.mkdtemp(prefix="bench-agent-"))
+    os.environ.setdefault("HPC_ROLLOUT_RUNTIME_DIR", str(scratch / "rt"))
+    spool = SpoolPaths.of(scratch / "spool")
+    try:
+        overhead = await loop_overhead(tokenizer, 5 if quick else 20, 20)
+        ours, tmux = await actions(tokenizer, 50 if quick else 300, spool)
+        math_ms, code_overhead, tests = await graders(spool, 20 if quick else 100)
+    finally:
+        from orchestrator.grading.math_answers import shared_verifier
+
+        shared_verifier().close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    figures = {
+        "loop_overhead_median_ms": round(median(overhead), 3),
+        "action_median_ms": round(median(ours), 3),
+        "action_p99_ms": round(percentile(ours, 0.99), 3),
+        "action_tmux_median_ms": round(median(tmux), 3) if tmux else None,
+        "action_speedup": round(median(tmux) / median(ours), 1) if tmux else None,
+        "math_eval_median_ms": round(median(math_ms), 3),
+        "code_eval_overhead_ms": round(median(code_overhead), 3),
+    }
+    print_table("agent loop (python -m benchmarks.agent)", ["measure", "result", "target"], [
+        ("loop overhead per turn, median", f"{figures['loop_overhead_median_ms']} ms", "<= 2 ms"),
+        ("bash `true` action end to end, median / p99", f"{figures['action_median_ms']} / {figures['action_p99_ms']} ms", ""),
+        ("same through tmux, median", f"{figures['action_tmux_median_ms']} ms", ""),
+        ("speed-up over tmux", f"{figures['action_speedup']}x", ">= 10x"),
+        ("math EVAL (math-verify), median", f"{figures['math_eval_median_ms']} ms", "<= 50 ms"),
+        ("code EVAL overhead per hidden test, median", f"{figures['code_eval_overhead_ms']} ms", "<= 100 ms"),
+    ])
+    print(f"({len(overhead)} episodes x 20 turns, {len(ours)} actions, {len(tmux)} tmux actions, "
+          f"{len(math_ms)} math checks, {tests} code tests; {os.cpu_count()} cores)")
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    emit_json(asyncio.run(main(parser.parse_args().quick)))

@@ -1,0 +1,86 @@
+"""`math`: a problem with a final answer (DeepScaleR style); the agent may compute with the
+python tool (sympy and numpy in the task image) and answers with `submit` or a final \\boxed{}.
+
+Rows: {"problem": "...", "answer": "391"} (also "question" / "ground_truth"), or verl rows
+{"data_source": "math", "prompt": [...], "reward_model": {"ground_truth": "391"}, "extra_info": {...}}.
+Optional: "image", "agent" (loop limits), "parser", "sampling".
+Reward: 1.0 when math-verify finds the answer equal to the ground truth (3/4 = 0.75 =
+\\frac{6}{8}), else 0.0; the submitted answer wins over the last reply's text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from handlers.task_rows import first_text, flatten, optional_image, prompt_messages
+from orchestrator.agent.handler import ToolAgentHandler
+from orchestrator.agent.loop import AgentLimits, TextReply
+
+if TYPE_CHECKING:
+    from orchestrator.context import JobContext
+
+SYSTEM = ("Solve the math problem. You can run Python with the python tool (sympy and numpy are "
+          "installed). When you know the answer, call submit with it, or end your reply with the "
+          "answer in \\boxed{}.")
+
+
+@dataclass(frozen=True)
+class MathTask:
+    problem: str
+    answer: str
+    prompt: tuple[dict[str, Any], ...] | None = None
+    image: str | None = None
+
+
+def math_task(instance: dict[str, Any]) -> MathTask:
+    fields = flatten(instance)
+    prompt = prompt_messages(fields)
+    problem = first_text(fields, ("problem", "question")) or ""
+    if prompt is None and not problem:
+        raise ValueError("a math task needs 'problem' (or 'question'), or a verl 'prompt'")
+    answer = fields.get("answer", fields.get("ground_truth"))
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        answer = str(answer)
+    if not isinstance(answer, str) or not answer.strip():
+        raise ValueError("a math task needs its answer: 'answer' (or verl reward_model.ground_truth)")
+    return MathTask(problem, answer.strip(), tuple(prompt) if prompt else None, optional_image(fields))
+
+
+def candidate(result: dict[str, Any]) -> str:
+    """What is graded: the submitted answer (as LaTeX), else the last reply's text."""
+    answer = result.get("answer")
+    if isinstance(answer, str) and answer.strip():
+        answer = answer.strip()
+        return answer if "$" in answer or "\\boxed" in answer else f"${answer}$"
+    return str(result.get("final_text") or "")
+
+
+class MathHandler(ToolAgentHandler):
+    name: ClassVar[str] = "math"
+    tools: ClassVar[tuple[str, ...]] = ("python", "think", "submit")
+    limits: ClassVar[AgentLimits] = AgentLimits(max_turns=8, max_context_tokens=4096, max_wall_s=300,
+                                                tool_timeout_s=30, max_observation_chars=2000, text_reply=TextReply.FINISH)
+
+    def task(self, instance: dict[str, Any]) -> MathTask:
+        return math_task(instance)
+
+    def messages(self, task: MathTask) -> list[dict[str, Any]]:
+        if task.prompt is not None:
+            return [dict(m) for m in task.prompt]
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.problem}]
+
+    def reference_result(self, task: MathTask, which: str) -> dict[str, Any]:
+        return {"answer": task.answer if which == "golden" else "", "final_text": ""}
+
+    async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        from orchestrator.grading.math_answers import shared_verifier
+
+        task = self.task(ctx.job.instance)
+        graded = candidate(result)
+        check = await asyncio.to_thread(shared_verifier().check, task.answer, graded)
+        out = {"reward": 1.0 if check.correct else 0.0, "parsed_answer": check.answer, "parsed_gold": check.gold}
+        if check.error:
+            out["grading_error"] = check.error
+        return out

@@ -1,0 +1,180 @@
+"""`swe`: resolve a GitHub-style issue in a repository (SWE-bench / SWE-Gym rows).
+
+Rows: {"instance_id", "repo", "base_commit", "problem_statement", "test_patch", "patch" (the
+golden fix, for `tasks check`), "FAIL_TO_PASS", "PASS_TO_PASS" (lists of pytest node ids, or
+their JSON as SWE-bench stores them)} plus where the repository comes from: "repo_mirror" (a
+local git mirror, bound read-only into the sandbox) or "image" (an image holding the
+repository at "repo_dir", default /testbed). verl rows carry these fields in extra_info.
+INIT checks the repository out at base_commit in /workspace/repo (history after it is not
+fetched); RUN is the agent with bash and the editor; the artifact is the final `git diff`;
+EVAL checks the repository out again in a fresh sandbox, applies the agent's patch, restores
+the files the test patch touches and applies it, runs the FAIL_TO_PASS and PASS_TO_PASS tests
+with pytest (JUnit XML report), and gives 1.0 only when all of them pass (SWE-bench's
+"resolved"), else 0.0.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from handlers.task_rows import first_text, flatten, optional_image, prompt_messages, string_list
+from orchestrator.agent.handler import ToolAgentHandler, fresh_sandbox
+from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
+from orchestrator.grading.junit import resolution, statuses
+
+if TYPE_CHECKING:
+    from orchestrator.context import JobContext
+    from orchestrator.sandbox.base import Sandbox
+
+MIRROR = "/mirror"
+REPO = "/workspace/repo"
+JUNIT = "/workspace/.swe/junit.xml"
+PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+SYSTEM = ("You are a software engineer working in a git repository at /workspace/repo. Read the issue, "
+          "find the cause, and fix it by editing the repository's source files with the tools. You may "
+          "write and run tests. Do not change existing tests. When the fix is complete, call finish.")
+EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n"
+
+
+@dataclass(frozen=True)
+class SweTask:
+    instance_id: str
+    repo: str
+    base_commit: str
+    problem_statement: str
+    test_patch: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    patch: str = ""
+    repo_mirror: str | None = None
+    image: str | None = None
+    repo_dir: str = "/testbed"
+    test_timeout_s: float = 600.0
+    prompt: tuple[dict[str, Any], ...] | None = None
+
+    @property
+    def test_files(self) -> list[str]:
+        return sorted({node.split("::", 1)[0] for node in (*self.fail_to_pass, *self.pass_to_pass)})
+
+
+def swe_task(instance: dict[str, Any]) -> SweTask:
+    fields = flatten(instance)
+    prompt = prompt_messages(fields)
+    missing = [k for k in ("instance_id", "base_commit", "test_patch") if not isinstance(fields.get(k), str) or not fields[k]]
+    statement = first_text(fields, ("problem_statement",))
+    if statement is None and prompt is None:
+        missing.append("problem_statement")
+    if missing:
+        raise ValueError(f"a swe task needs {', '.join(missing)} (SWE-bench fields)")
+    if not re.fullmatch(r"[0-9a-f]{7,40}", fields["base_commit"]):
+        raise ValueError(f"base_commit {fields['base_commit']!r} is not a git commit id")
+    fail_to_pass = string_list(fields.get("FAIL_TO_PASS"), "FAIL_TO_PASS")
+    if not fail_to_pass:
+        raise ValueError("FAIL_TO_PASS is empty: nothing would show that the issue is resolved")
+    mirror, image = fields.get("repo_mirror"), optional_image(fields)
+    if mirror is None and image is None:
+        raise ValueError("say where the repository comes from: 'repo_mirror' (a local git mirror) "
+                         "or 'image' (an image with the repository at 'repo_dir', default /testbed)")
+    if mirror is not None and not (isinstance(mirror, str) and Path(mirror).is_absolute()):
+        raise ValueError(f"'repo_mirror' must be an absolute path, got {mirror!r}")
+    golden = fields.get("patch", "")
+    return SweTask(
+        instance_id=fields["instance_id"], repo=str(fields.get("repo", "")), base_commit=fields["base_commit"],
+        problem_statement=statement or "", test_patch=fields["test_patch"], fail_to_pass=fail_to_pass,
+        pass_to_pass=string_list(fields.get("PASS_TO_PASS"), "PASS_TO_PASS"),
+        patch=golden if isinstance(golden, str) else "", repo_mirror=mirror, image=image,
+        repo_dir=str(fields.get("repo_dir", "/testbed")), test_timeout_s=float(fields.get("test_timeout_s", 600)),
+        prompt=tuple(prompt) if prompt else None,
+    )
+
+
+def checkout_script(task: SweTask) -> str:
+    """Shell that leaves /workspace/repo at base_commit with no later history."""
+    base = shlex.quote(task.base_commit)
+    source = MIRROR if task.repo_mirror else shlex.quote(task.repo_dir)
+    # No `set -e`: this runs in the agent's persistent shell, which must survive a failure.
+    return (f"rm -rf {REPO} && git init -q {REPO} && git -C {REPO} fetch -q {source} {base} && "
+            f"git -C {REPO} checkout -q -b task FETCH_HEAD && "
+            f"printf '{EXCLUDES}' >> {REPO}/.git/info/exclude")
+
+
+def patched_files(patch: str) -> list[str]:
+    return sorted({b for _, b in PATCHED_FILE.findall(patch)})
+
+
+async def run_script(sandbox: "Sandbox", script: str, what: str, timeout: float = 300) -> str:
+    result = await sandbox.bash(script, timeout=timeout)
+    if result.exit_code != 0:
+        raise RuntimeError(f"{what} failed (exit {result.exit_code}): {result.output[-800:]}")
+    return result.output
+
+
+class SweHandler(ToolAgentHandler):
+    name: ClassVar[str] = "swe"
+    tools: ClassVar[tuple[str, ...]] = ("bash", "str_replace_editor", "think", "finish")
+    limits: ClassVar[AgentLimits] = AgentLimits(max_turns=30, max_context_tokens=16384, max_wall_s=1800,
+                                                tool_timeout_s=120, text_reply=TextReply.NUDGE)
+
+    def task(self, instance: dict[str, Any]) -> SweTask:
+        return swe_task(instance)
+
+    def messages(self, task: SweTask) -> list[dict[str, Any]]:
+        if task.prompt is not None:
+            return [dict(m) for m in task.prompt]
+        return [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"Issue in {task.repo or 'the repository'}:\n\n{task.problem_statement}"}]
+
+    def sandbox_options(self, task: SweTask) -> dict[str, Any]:
+        options = super().sandbox_options(task)
+        if task.repo_mirror:
+            options["binds"] = [f"{task.repo_mirror}:{MIRROR}:ro"]
+        return options
+
+    async def setup(self, ctx: "JobContext", sandbox: "Sandbox", task: SweTask) -> dict[str, Any]:
+        await run_script(sandbox, checkout_script(task), f"checking out {task.base_commit}")
+        await run_script(sandbox, f"cd {REPO}", "entering the repository")  # the agent starts there
+        return {"repo": REPO}
+
+    async def collect(self, ctx: "JobContext", sandbox: "Sandbox", run: AgentRun, task: SweTask) -> dict[str, Any]:
+        await run_script(sandbox, f"cd {REPO} && git add -A && git diff --cached --binary "
+                                  f"{shlex.quote(task.base_commit)} > /workspace/.agent.patch", "git diff")
+        fetched = await sandbox.download("/workspace/.agent.patch")
+        patch = fetched.content.decode("utf-8", "replace") if fetched.content is not None else ""
+        (ctx.artifact_dir() / f"patch-{ctx.attempt}.diff").write_text(patch)
+        return {"patch": patch, "patch_files": patched_files(patch)}
+
+    def reference_result(self, task: SweTask, which: str) -> dict[str, Any]:
+        if which == "golden" and not task.patch:
+            raise ValueError("the task has no golden 'patch' to check")
+        return {"patch": task.patch if which == "golden" else ""}
+
+    async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        task = self.task(ctx.job.instance)
+        patch = str(result.get("patch") or "")
+        async with fresh_sandbox(ctx, **self.sandbox_options(task)) as sandbox:
+            await run_script(sandbox, checkout_script(task), f"checking out {task.base_commit}")
+            if patch.strip():
+                await sandbox.upload(patch.encode(), "/workspace/.swe/agent.patch")
+                applied = await sandbox.bash(f"cd {REPO} && git apply --whitespace=nowarn /workspace/.swe/agent.patch",
+                                             timeout=120)
+                if applied.exit_code != 0:
+                    return {"reward": 0.0, "resolved": False, "eval_error": f"the patch does not apply: {applied.output[-500:]}"}
+            await sandbox.upload(task.test_patch.encode(), "/workspace/.swe/test.patch")
+            restore = " ".join(shlex.quote(f) for f in patched_files(task.test_patch))
+            await run_script(sandbox, f"cd {REPO} && for f in {restore}; do git checkout -q {shlex.quote(task.base_commit)} "
+                                      f"-- \"$f\" 2>/dev/null || rm -f \"$f\"; done && git apply /workspace/.swe/test.patch",
+                             "applying the test patch")
+            files = " ".join(shlex.quote(f) for f in task.test_files)
+            ran = await sandbox.bash(f"cd {REPO} && python3 -m pytest -p no:cacheprovider -o junit_family=xunit1 "
+                                     f"--junitxml={JUNIT} -q {files}", timeout=task.test_timeout_s)
+            report = await sandbox.download(JUNIT)
+        if report.error or report.content is None:
+            return {"reward": 0.0, "resolved": False,
+                    "eval_error": f"pytest wrote no report (exit {ran.exit_code}): {ran.output[-800:]}"}
+        outcome = resolution(statuses(report.content.decode("utf-8", "replace")),
+                             list(task.fail_to_pass), list(task.pass_to_pass))
+        return {"reward": 1.0 if outcome.resolved else 0.0, **outcome.to_json(), "pytest_exit": ran.exit_code}

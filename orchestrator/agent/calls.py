@@ -1,0 +1,34 @@
+"""What a tool-call parser finds in one model reply."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One well-formed call: a tool name and its arguments (a JSON object)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI chat `tool_calls` entry (arguments as a JSON string, as the API has them)."""
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """The reply's text outside the calls, the calls, and one message per malformed call."""
+
+    content: str
+    calls: tuple[ToolCall, ...] = ()
+    errors: tuple[str, ...] = field(default=())
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.calls or self.errors)

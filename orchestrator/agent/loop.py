@@ -1,0 +1,235 @@
+"""The turn loop: sample, parse, run the tools, append the observations, until a stop.
+
+    result = await run_agent(llm, conversation, toolbox, parse=get_parser("hermes"),
+                             limits=AgentLimits(max_turns=20), sampling={"max_tokens": 512})
+
+`llm` is anything with `async generate(prompt_ids, sampling) -> Turn` (an LLMSession).
+`conversation` is the token buffer (orchestrator/llm/conversation.py): sampled ids are kept
+verbatim (mask 1), observations are the chat template's rendering of the new `tool` messages
+only (mask 0). The loop stops for one recorded reason (StopReason); it never raises for what
+the model does (malformed calls, unknown tools, huge outputs, hung commands) — only for a dead
+backend or sandbox, after marking the run `error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+from orchestrator.agent.calls import ParsedReply
+from orchestrator.agent.messages import (
+    assistant_message, error_message, nudge_message, reply_text, tool_message, with_call_ids,
+)
+from orchestrator.agent.toolbox import ToolOutcome
+
+if TYPE_CHECKING:
+    from orchestrator.llm.conversation import Conversation
+
+RECORD_OUTPUT_CHARS = 1000   # what a call record keeps of the observation, for `inspect`
+
+
+class StopReason(str, enum.Enum):
+    FINISHED = "finished"          # submit/finish called, or (text_reply=finish) a reply without calls
+    MAX_TURNS = "max_turns"
+    CONTEXT_FULL = "context_full"
+    TIMEOUT = "timeout"            # the loop's wall-clock limit (or the job's budget)
+    ERROR = "error"                # the backend or the sandbox failed
+    CANCELLED = "cancelled"
+
+
+class TextReply(str, enum.Enum):
+    """What a reply without any tool call means."""
+
+    FINISH = "finish"   # the final answer (math: the boxed answer is in the text)
+    NUDGE = "nudge"     # a slip: remind the model to use a tool (code, swe)
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    max_turns: int = 20
+    max_context_tokens: int = 8192
+    max_wall_s: float = 1800.0
+    tool_timeout_s: float = 60.0
+    max_tokens_per_turn: int = 1024
+    max_observation_chars: int = 8000   # a tool's output beyond this is cut in the middle
+    text_reply: TextReply = TextReply.FINISH
+
+    BOUNDS = {"max_turns": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_wall_s": (0.1, 7 * 86400),
+              "tool_timeout_s": (0.1, 86400), "max_tokens_per_turn": (1, 1_000_000),
+              "max_observation_chars": (64, 10_000_000)}
+
+    @classmethod
+    def parse(cls, base: "AgentLimits", overrides: dict[str, Any] | None) -> "AgentLimits":
+        """`base` with `overrides` (from a task's "agent" object), each checked."""
+        values = asdict(base)
+        for key, value in (overrides or {}).items():
+            if key not in values:
+                raise ValueError(f"unknown agent setting {key!r}; valid: {', '.join(values)}")
+            if key == "text_reply":
+                try:
+                    values[key] = TextReply(value)
+                except ValueError:
+                    raise ValueError(f"agent text_reply {value!r}: choose one of "
+                                     f"{', '.join(t.value for t in TextReply)}") from None
+                continue
+            low, high = cls.BOUNDS[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"agent {key}={value!r} is outside [{low:g}, {high:g}]")
+            values[key] = type(getattr(base, key))(value)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    turn: int
+    name: str
+    arguments: str                 # JSON
+    exit_code: int | None
+    output_chars: int
+    latency_ms: float
+    error: str | None
+    output: str                    # head + tail of the observation, for people
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class AgentRun:
+    """The state of one run; readable mid-way (a stage timeout keeps what was done)."""
+
+    conversation: "Conversation"
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    malformed_calls: int = 0
+    stop_reason: StopReason | None = None
+    answer: str | None = None          # submit's answer
+    final_text: str = ""               # the last reply's text (calls removed)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        versions = [t["policy_version"] for t in self.turns if t.get("policy_version") is not None]
+        out = {
+            **self.conversation.to_json(),
+            "turns": self.turns,
+            "tool_calls": [r.to_json() for r in self.tool_calls],
+            "malformed_calls": self.malformed_calls,
+            "stop_reason": (self.stop_reason or StopReason.ERROR).value,
+            "answer": self.answer,
+            "final_text": self.final_text,
+        }
+        if versions:
+            out["policy_version_min"], out["policy_version_max"] = min(versions), max(versions)
+        if self.error:
+            out["agent_error"] = self.error
+        return out
+
+
+class LLM(Protocol):
+    async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Any: ...
+
+
+class Toolbox(Protocol):
+    names: list[str]
+
+    def problems(self, call: Any) -> list[str]: ...
+
+    async def execute(self, call: Any, timeout: float) -> ToolOutcome: ...
+
+
+async def run_agent(
+    llm: LLM, run: AgentRun, toolbox: Toolbox, *, parse: Callable[[str], ParsedReply],
+    limits: AgentLimits, sampling: dict[str, Any] | None = None,
+    on_tool_call: Callable[[ToolCallRecord], None] | None = None,
+) -> AgentRun:
+    """Run turns until a stop reason; the result is `run`, updated in place as it goes."""
+    conversation = run.conversation
+    tokenizer = conversation.tokenizer
+    sampling = dict(sampling or {})
+    wanted_tokens = int(sampling.get("max_tokens") or limits.max_tokens_per_turn)
+    started = time.monotonic()
+
+    def remaining() -> float:
+        return limits.max_wall_s - (time.monotonic() - started)
+
+    while True:
+        if len(run.turns) >= limits.max_turns:
+            run.stop_reason = StopReason.MAX_TURNS
+            break
+        room = limits.max_context_tokens - len(conversation.input_ids)
+        if room <= 0:
+            run.stop_reason = StopReason.CONTEXT_FULL
+            break
+        if remaining() <= 0:
+            run.stop_reason = StopReason.TIMEOUT
+            break
+        try:
+            turn = await asyncio.wait_for(
+                llm.generate(conversation.input_ids, {**sampling, "max_tokens": min(wanted_tokens, room)}),
+                remaining())
+        except asyncio.TimeoutError:
+            run.stop_reason = StopReason.TIMEOUT
+            break
+        run.turns.append(turn.to_json())
+        conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
+        parsed = parse(reply_text(tokenizer, turn.output_ids, turn.finish_reason))
+        calls = with_call_ids(parsed.calls, len(run.turns))
+        conversation.describe_last_assistant(assistant_message(parsed, calls))
+        run.final_text = parsed.content
+        if not turn.output_ids:   # nothing sampled: the backend had no room left
+            run.stop_reason = StopReason.CONTEXT_FULL
+            break
+        observations: list[dict[str, Any]] = []
+        for error in parsed.errors:
+            run.malformed_calls += 1
+            observations.append(error_message(error))
+        ended = False
+        for call in calls:
+            if remaining() <= 0:
+                run.stop_reason = StopReason.TIMEOUT
+                break
+            began = time.monotonic()
+            if toolbox.problems(call):   # unknown tool or bad arguments: malformed, not executed
+                run.malformed_calls += 1
+            outcome = await toolbox.execute(call, max(0.1, min(limits.tool_timeout_s, remaining())))
+            record = ToolCallRecord(
+                turn=len(run.turns), name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False),
+                exit_code=outcome.exit_code, output_chars=outcome.output_chars or len(outcome.observation),
+                latency_ms=round((time.monotonic() - began) * 1000, 3), error=outcome.error,
+                output=_preview(outcome.observation),
+            )
+            run.tool_calls.append(record)
+            if on_tool_call is not None:
+                on_tool_call(record)
+            if outcome.ends_episode:
+                run.answer = outcome.answer
+                ended = True
+                break
+            observations.append(tool_message(call, outcome.observation))
+        if run.stop_reason is not None:
+            break
+        if ended:
+            run.stop_reason = StopReason.FINISHED
+            break
+        if not observations:
+            if limits.text_reply is TextReply.FINISH:
+                run.stop_reason = StopReason.FINISHED
+                break
+            observations.append(nudge_message(toolbox.names))
+        ids = conversation.render_new(observations)
+        if len(conversation.input_ids) + len(ids) >= limits.max_context_tokens:
+            run.stop_reason = StopReason.CONTEXT_FULL   # no room to show the results and reply
+            break
+        conversation.append_rendered(observations, ids)
+    return run
+
+
+def _preview(text: str) -> str:
+    if len(text) <= RECORD_OUTPUT_CHARS:
+        return text
+    half = RECORD_OUTPUT_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters not recorded ...]\n{text[-half:]}"

@@ -1,0 +1,102 @@
+"""`hpc-rollout tasks check | bundled`: admit task files before a run, write the bundled sets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@click.group("tasks")
+def tasks_group() -> None:
+    """Task files: check them (golden must pass, no-op must fail), write the bundled sets.
+
+    \b
+    Task families with verifiable rewards (handlers):
+      math  problem + answer (DeepScaleR style); python tool; math-verify checks the answer
+      code  statement + hidden stdin/stdout tests (optional checker); EVAL runs them in a sandbox
+      swe   SWE-bench / SWE-Gym rows; bash + editor in the repository; FAIL_TO_PASS and
+            PASS_TO_PASS must all pass
+    Each also takes verl rows (data_source, prompt, reward_model.ground_truth, extra_info).
+    """
+
+
+@tasks_group.command("check")
+@click.argument("tasks_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--handler", "handler_name", required=True, help="The task family: math, code, swe (or yours).")
+@click.option("--parallel", default=4, show_default=True, type=click.IntRange(1, 256), help="Tasks checked at once.")
+@click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), default="auto", show_default=True)
+@click.option("--image", default=None, help="Sandbox image for tasks that name none (e.g. a `tasks` image).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per task instead of the report.")
+def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, image: str | None,
+              as_json: bool) -> None:
+    """Grade every task's golden solution (must score 1) and a no-op (must score 0).
+
+    \b
+      hpc-rollout tasks check swe_gym.jsonl --handler swe --image images/out/tasks-versioned-...
+      hpc-rollout tasks check math.jsonl --handler math
+    Exit status 1 when any task fails a check; the failing ones are listed.
+    """
+    import orjson
+
+    from orchestrator.handler import HandlerError
+    from orchestrator.tasks_check import check_tasks
+
+    defaults = {"image": image} if image else {}
+    columns = (TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=as_json) as progress:
+        bar = progress.add_task("tasks", total=None, bad="")
+        failed = 0
+
+        def done(check) -> None:  # type: ignore[no-untyped-def]
+            nonlocal failed
+            failed += not check.ok
+            progress.update(bar, advance=1, bad=f"{failed} failing" if failed else "")
+
+        try:
+            results = asyncio.run(check_tasks(tasks_file, handler_name, runtime=runtime, sandbox_defaults=defaults,
+                                              parallel=parallel, on_done=done))
+        except (HandlerError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+        progress.update(bar, total=len(results), completed=len(results))
+    if as_json:
+        for check in results:
+            click.echo(orjson.dumps(check.to_json()).decode())
+    else:
+        bad = [c for c in results if not c.ok]
+        out.print(f"{len(results)} tasks checked: {len(results) - len(bad)} ok, {len(bad)} failing")
+        for check in bad:
+            out.print(f"[red]FAIL[/red] {tasks_file}:{check.line} ({check.instance_id})")
+            for problem in check.problems:
+                out.print(f"     {problem}")
+    if any(not c.ok for c in results):
+        raise SystemExit(1)
+
+
+@tasks_group.command("bundled")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def bundled_cmd(directory: Path) -> None:
+    """Write the bundled task sets (20 math, 10 code, 3 SWE repositories) into DIRECTORY.
+
+    Also writes the SWE repositories' git mirrors and scripted policies for
+    `serve-llm --scripted` that solve every task (scripts/right.jsonl) or do not (wrong.jsonl).
+    """
+    from handlers.bundled.write import write_bundled
+
+    bundled = write_bundled(directory)
+    for family in ("math", "code", "swe"):
+        path = bundled.tasks(family)
+        count = sum(1 for line in path.read_text().splitlines() if line.strip())
+        out.print(f"{family:5} {count:3d} tasks  {path}")
+    out.print(f"scripted policies: {bundled.right} {bundled.wrong} {bundled.decoy}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(tasks_group)

@@ -1,0 +1,84 @@
+"""Helpers of the agent tests: the task image, runs through real local workers, rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.local_launch import request_stop
+from orchestrator.paths import SpoolPaths
+from orchestrator.shards import iter_rows
+from orchestrator.spool import init_run
+from orchestrator.submit import submit_file
+
+CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+
+
+def task_image_path() -> Path:
+    """The bundled tasks' image (HPC_ROLLOUT_TASK_IMAGE, else built once into the cache)."""
+    from handlers.bundled.image import bundled_image
+
+    return bundled_image()
+
+
+def new_run(tmp_path: Path, image: Path, backend_url: str, **settings: Any) -> SpoolPaths:
+    overrides = {"sandbox.image": str(image), "sandbox.runtime": "bwrap", "shards.idle_flush_s": 0.1,
+                 "shards.max_age_s": 0.5, **settings}
+    paths, _ = init_run(tmp_path / "run", overrides)
+    BackendRegistry.of(paths).add(backend_url, protocol="vllm", version=0)
+    return paths
+
+
+def select(source: Path, target: Path, count: int | None = None, transform: Any = None) -> Path:
+    """The first `count` rows of a task file, optionally transformed, as a new file."""
+    rows = [json.loads(line) for line in source.read_text().splitlines() if line.strip()][:count]
+    if transform is not None:
+        rows = [transform(row) for row in rows]
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target
+
+
+def submit(paths: SpoolPaths, tasks: Path, handler: str, samples: int = 1, **sampling: Any) -> int:
+    report = submit_file(paths, tasks, handler=handler, samples=samples, sampling=sampling)
+    assert not report.rejected, report.rejected
+    return report.jobs
+
+
+def run_workers(paths: SpoolPaths, runtime_base: Path, workers: int = 2, timeout_s: float = 400) -> None:
+    """`hpc-rollout launch --local --wait`: returns when every queued job has a row. Sandboxes
+    live under `runtime_base` (so a test can check that none is left behind)."""
+    env = {**os.environ, "HPC_ROLLOUT_RUNTIME_DIR": str(runtime_base / "rt"),
+           "HPC_ROLLOUT_LOOPBACK_DIR": str(runtime_base / "lo")}
+    process = subprocess.Popen(
+        CLI + ["launch", str(paths.root), "--local", "--workers", str(workers), "--wait", "--runtime", "bwrap"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    try:
+        _, err = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        request_stop(paths)
+        process.communicate(timeout=60)
+        raise
+    assert process.returncode == 0, err.decode()[-3000:]
+
+
+def scripts_for(sources: dict[Path, list[str]], extra: list[dict[str, Any]], target: Path) -> Path:
+    """A scripts file taking, from each source file, the scripts whose `match` is listed."""
+    chosen = list(extra)
+    for source, matches in sources.items():
+        scripts = {s["match"]: s for s in map(json.loads, source.read_text().splitlines())}
+        chosen += [scripts[m] for m in matches]
+    target.write_text("".join(json.dumps(s) + "\n" for s in chosen))
+    return target
+
+
+def rows(paths: SpoolPaths) -> list[dict[str, Any]]:
+    return [row for _, batch in iter_rows(paths) for row in batch]
+
+
+def by_instance(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {row["instance_id"]: row for row in found}

@@ -207,7 +207,7 @@ def _latency(report: RunReport) -> tuple[Figure, str]:
     for axes in list(grid.flat)[len(panels):]:
         axes.set_visible(False)
     grid.flat[0].legend(fontsize=7)
-    return figure, "seconds per stage (rows), per LLM turn (turns) and per tool call (result.tool_calls); lines at p50, p90, p99"
+    return figure, "seconds per stage (rows), per LLM turn (turns) and per tool call (tool_calls); lines at p50, p90, p99"
 
 
 def _reward(report: RunReport) -> tuple[Figure, str]:

@@ -1,7 +1,7 @@
 """LLM turns, backends and tools: latency, load per backend, switches, down periods, swaps.
 
-Tool calls are read from the row's `result` JSON, key `tool_calls`: a list of
-{"name", "latency_ms" (or "latency_s"), "exit_status", "error", ...}; rows without it are skipped.
+Tool calls are read from the rows' `tool_calls` column (agent handlers: name, exit_code,
+latency_ms, error per call); rows without calls add nothing.
 """
 
 from __future__ import annotations
@@ -11,17 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
 from orchestrator.llm.registry import Backend
 from orchestrator.report.finished import Percentiles, floats
 from orchestrator.report.shard_read import OUTPUT_TOKENS
 
 TURN_FIELDS = ("backend", "policy_version", "sent_at", "latency_s", "switched_from", "model", OUTPUT_TOKENS)
-TOOL_CALLS_KEY = "tool_calls"
 
 
 @dataclass(frozen=True)
@@ -136,62 +133,21 @@ def version_changes(history: tuple[dict[str, Any], ...]) -> list[VersionChange]:
     ]
 
 
-TOOL_SCHEMA = pa.schema([(TOOL_CALLS_KEY, pa.list_(pa.struct([
-    ("name", pa.string()), ("tool", pa.string()), ("latency_ms", pa.float64()), ("latency_s", pa.float64()),
-    ("exit_status", pa.int64()), ("error", pa.string()),
-])))])
-
-
-def tool_stats(results: pa.ChunkedArray | pa.Array) -> list[ToolStats]:
-    """Per tool name: calls, errors, latency; from rows whose result JSON has `tool_calls`."""
-    with_tools = pc.drop_null(pc.filter(results, pc.fill_null(pc.match_substring(results, f'"{TOOL_CALLS_KEY}"'), False)))
-    if not len(with_tools):
+def tool_stats(calls: pa.ChunkedArray | pa.Array) -> list[ToolStats]:
+    """Per tool name: calls, errors (non-zero exit or an error), latency; from the `tool_calls` column."""
+    lists = calls.combine_chunks() if isinstance(calls, pa.ChunkedArray) else calls
+    flat = pc.list_flatten(lists)
+    if not len(flat):
         return []
-    try:  # Arrow's JSON reader: no Python object per call
-        calls = _tool_calls_arrow(with_tools)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a row with other types: the slow, forgiving way
-        calls = _tool_calls_python(with_tools)
+    names = pc.fill_null(flat.field("name"), "?").to_numpy(zero_copy_only=False).astype(str)
+    seconds_all = floats(flat.field("latency_ms")) * 1e-3
+    failed = pc.or_(pc.fill_null(pc.not_equal(flat.field("exit_code"), 0), False),
+                    pc.fill_null(pc.not_equal(flat.field("error"), ""), False))
+    errors = np.asarray(failed.to_numpy(zero_copy_only=False), bool)
     found = []
-    for name in sorted(set(calls["name"].tolist())):
-        mine = calls["name"] == name
-        seconds = calls["seconds"][mine]
+    for name in sorted(set(names.tolist())):
+        mine = names == name
+        seconds = seconds_all[mine]
         seconds = seconds[~np.isnan(seconds)]
-        found.append(ToolStats(str(name), int(mine.sum()), int(calls["error"][mine].sum()), Percentiles.of(seconds), seconds))
+        found.append(ToolStats(str(name), int(mine.sum()), int(errors[mine].sum()), Percentiles.of(seconds), seconds))
     return found
-
-
-def _tool_calls_arrow(texts: pa.ChunkedArray | pa.Array) -> dict[str, np.ndarray]:
-    body = ("\n".join(t.replace("\n", " ") for t in texts.to_pylist()) + "\n").encode()
-    table = pj.read_json(pa.BufferReader(body), parse_options=pj.ParseOptions(
-        explicit_schema=TOOL_SCHEMA, unexpected_field_behavior="ignore"))
-    flat = pc.list_flatten(table.column(TOOL_CALLS_KEY).combine_chunks())
-    name = pc.fill_null(pc.coalesce(flat.field("name"), flat.field("tool")), "?").to_numpy(zero_copy_only=False)
-    millis = floats(flat.field("latency_ms")) * 1e-3
-    seconds = np.where(np.isnan(millis), floats(flat.field("latency_s")), millis)
-    status = flat.field("exit_status")
-    failed = pc.or_(pc.fill_null(pc.not_equal(status, 0), False), pc.fill_null(pc.not_equal(flat.field("error"), ""), False))
-    return {"name": name.astype(str), "seconds": seconds, "error": np.asarray(failed.to_numpy(zero_copy_only=False), bool)}
-
-
-def _tool_calls_python(texts: pa.ChunkedArray | pa.Array) -> dict[str, np.ndarray]:
-    names, seconds, errors = [], [], []
-    for text in texts.to_pylist():
-        try:
-            records = orjson.loads(text).get(TOOL_CALLS_KEY)
-        except (orjson.JSONDecodeError, AttributeError):
-            continue
-        for record in records if isinstance(records, list) else []:
-            if isinstance(record, dict):
-                names.append(str(record.get("name") or record.get("tool") or "?"))
-                errors.append(bool(record.get("error")) or record.get("exit_status") not in (None, 0))
-                value = _seconds(record)
-                seconds.append(float("nan") if value is None else value)
-    return {"name": np.array(names, dtype=str), "seconds": np.array(seconds, float), "error": np.array(errors, bool)}
-
-
-def _seconds(record: dict[str, Any]) -> float | None:
-    for key, scale in (("latency_ms", 1e-3), ("latency_s", 1.0)):
-        value = record.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value) * scale
-    return None

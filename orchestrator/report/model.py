@@ -24,7 +24,7 @@ from orchestrator.report.outcomes import OUTCOME_COLUMNS, PassAtK, RewardGroup, 
 from orchestrator.report.shard_read import OUTPUT_TOKENS, ShardData, read_shards
 from orchestrator.report.spool_read import WorkerInfo, read_spool_files
 
-ROW_COLUMNS = tuple(dict.fromkeys((*FINISHED_COLUMNS, *OUTCOME_COLUMNS, "worker", "result")))
+ROW_COLUMNS = tuple(dict.fromkeys((*FINISHED_COLUMNS, *OUTCOME_COLUMNS, "worker", "tool_calls")))
 BACKEND_EVENTS = ("llm_backend_failed",)
 RATE_BINS = 60
 EXAMPLE_KINDS = 10   # failure kinds whose example jobs get an inspect file
@@ -96,7 +96,7 @@ def load_report(paths: SpoolPaths, since_s: float | None = None, pass_reward: fl
         rate_edges=edges, jobs_per_s=rate(finished_t.astype(float), None, edges),
         tokens_per_s=_token_rate(rows, turns, edges),
         turn_latency=turn_latency_p, turn_seconds=turn_values,
-        tools=tool_stats(rows.column("result")),
+        tools=tool_stats(rows.column("tool_calls")),
         backends=backend_usage(turns, failure_events, spool.backends),
         down=down_periods(spool.backend_history, failure_events, turns),
         version_changes=version_changes(spool.backend_history),

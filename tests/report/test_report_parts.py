@@ -7,7 +7,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pytest
 
@@ -16,6 +15,7 @@ from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.report.activity import DONE, EVAL_QUEUE, IN_RUN, INIT_QUEUE, RUN_QUEUE, job_events, occupancy, stage_intervals
 from orchestrator.report.event_read import EVENT_SCHEMA
 from orchestrator.report.llm_stats import down_periods, tool_stats
+from orchestrator.rows import TOOL_CALL_TYPE
 from orchestrator.report.outcomes import pass_at_k
 from orchestrator.report.since import parse_duration
 from orchestrator.paths import SpoolPaths
@@ -90,17 +90,18 @@ def test_queue_depths_follow_each_job() -> None:
     assert counts[DONE].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 2]
 
 
-def test_tool_calls_from_result_json_and_rows_without_them() -> None:
-    results = pa.array([
-        orjson.dumps({"tool_calls": [{"name": "bash", "latency_ms": 12.0, "exit_status": 0},
-                                     {"name": "bash", "latency_ms": 30.0, "exit_status": 2},
-                                     {"name": "python", "latency_s": 0.5, "error": "Timeout"}]}).decode(),
-        orjson.dumps({"echo": 1}).decode(), None, "{not json with \"tool_calls\"",
-    ], pa.string())
-    for rows in (results, results[:3]):  # with a row Arrow cannot parse (read one by one), and without
-        found = {t.name: t for t in tool_stats(rows)}
-        assert (found["bash"].calls, found["bash"].errors, found["python"].errors) == (2, 1, 1)
-        assert found["bash"].latency.p50 == pytest.approx(0.021) and found["python"].latency.max == 0.5
+def test_tool_calls_from_the_column_and_rows_without_them() -> None:
+    def call(name: str, ms: float, exit_code: int | None, error: str | None = None) -> dict:
+        return {"turn": 1, "name": name, "arguments": "{}", "exit_code": exit_code, "output_chars": 0,
+                "latency_ms": ms, "error": error, "output": ""}
+    calls = pa.array([
+        [call("bash", 12.0, 0), call("bash", 30.0, 2), call("python", 500.0, None, "Timeout")],
+        [], None,
+    ], pa.list_(TOOL_CALL_TYPE))
+    found = {t.name: t for t in tool_stats(calls)}
+    assert (found["bash"].calls, found["bash"].errors, found["python"].errors) == (2, 1, 1)
+    assert found["bash"].latency.p50 == pytest.approx(0.021) and found["python"].latency.max == 0.5
+    assert tool_stats(pa.array([[], None], pa.list_(TOOL_CALL_TYPE))) == []
 
 
 def test_registry_changes_are_logged_and_give_down_periods(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ with the install log's tail if it did not succeed. These tests never skip.
 
 `vllm_server` serves the tiny model in dev mode (VLLM_SERVER_DEV_MODE=1: `/collective_rpc`
 with `reload_weights`, `/pause`, ...), so a weight-reload test can use the same server: it
-must reload the tiny model's own weights (`vllm_server.model_dir`) before it ends. `relay`
+takes `restored_weights` (the tiny model's own weights are reloaded after it). `relay`
 puts a recording relay in front of it: register `relay.url` as the backend, then compare
 what landed anywhere with `relay.completions()`, vLLM's own answers.
 
@@ -56,6 +56,20 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     with stock_vllm(model_dir, python=python, max_model_len=MAX_MODEL_LEN, dev_mode=True,
                     log_path=log) as server:
         yield VLLMServer(server.url, model_dir, log)
+
+
+@pytest.fixture
+def restored_weights(vllm_server: VLLMServer) -> Iterator[VLLMServer]:
+    """For a test that loads other weights into the shared server: puts the tiny model's back."""
+    yield vllm_server
+    reload_weights(vllm_server.url, vllm_server.model_dir)
+
+
+def reload_weights(url: str, weights_dir: Path) -> None:
+    """vLLM dev mode: load the weights in `weights_dir` into the running server, no restart."""
+    answer = httpx.post(f"{url.removesuffix('/v1')}/collective_rpc", timeout=300, json={
+        "method": "reload_weights", "kwargs": {"weights_path": str(weights_dir)}})
+    assert answer.status_code == 200, f"reload_weights answered {answer.status_code}: {answer.text[:500]}"
 
 
 @pytest.fixture

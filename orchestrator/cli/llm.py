@@ -124,6 +124,30 @@ def set_state(run_dir: Path, url: str, state: str, reason: str) -> None:
     click.echo(f"{entry.url}: {entry.state.value}")
 
 
+@backend.command("wait")
+@click.argument("url")
+@PROTOCOL
+@MODEL
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds to wait for the first completed token.")
+@click.option("--pid", type=click.IntRange(min=1), default=None,
+              help="The server's process: stop waiting as soon as it exits.")
+def wait(url: str, protocol: str, model: str | None, timeout_s: float, pid: int | None) -> None:
+    """Wait until the server at URL completes one token (a real request, not only /health).
+
+    \b
+      hpc-rollout backend wait http://node17:8000/v1 --timeout 1800 --pid $server_pid
+    """
+    from orchestrator.llm.readiness import wait_until_serving
+
+    try:
+        url = normalize_url(url)
+        completion = wait_until_serving(url, Protocol(protocol), model, timeout_s, pid)
+    except LLMError as exc:
+        raise fail(exc) from None
+    click.echo(f"{url} is serving: 1 token in ({completion.output_ids[0]}, logprob {completion.logprobs[0]:.3f})")
+
+
 @backend.command("list")
 @RUN_DIR
 @click.option("--json", "as_json", is_flag=True, help="Print the registry plus load as JSON.")

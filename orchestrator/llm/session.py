@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import httpx
 
-from orchestrator.llm.client import BackendClient, RetryPolicy, client_for
+from orchestrator.llm.client import BackendClient, RetryPolicy, client_for, new_http_client
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend
@@ -103,7 +103,7 @@ class LLMSession:
         existing = self._clients.get(backend.url)
         if existing is None or (existing.backend.protocol, existing.backend.model) != (backend.protocol, backend.model):
             if self._http is None:
-                self._http = httpx.AsyncClient()
+                self._http = new_http_client()
             existing = client_for(backend, self._http, self.retry)
             self._clients[backend.url] = existing
         return existing

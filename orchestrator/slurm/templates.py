@@ -96,7 +96,7 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
         Setting("port", Kind.INT, 8000, "HTTP port of the server"),
         Setting("served_model_name", Kind.TEXT, None, "name clients ask for; default: the model"),
         Setting("extra_args", Kind.ARGS, (), "more server arguments, shell-split and quoted"),
-        Setting("health_timeout_s", Kind.INT, 1800, "give up if /health is not OK by then"),
+        Setting("health_timeout_s", Kind.INT, 1800, "give up if no token is completed by then (seconds)"),
         Setting("hpc_rollout", Kind.COMMAND, "hpc-rollout", "command that runs the hpc-rollout CLI"),
     ),
 }

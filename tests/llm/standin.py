@@ -7,12 +7,12 @@ token k is -k/10. `fail_next` answers that many requests with HTTP 503 first.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.llm.app_thread import AppThread
 
 
 @dataclass
@@ -24,9 +24,7 @@ class StandIn:
     health_checks: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
-    _loop: asyncio.AbstractEventLoop | None = None
-    _runner: web.AppRunner | None = None
-    _thread: threading.Thread | None = None
+    _server: AppThread | None = None
 
     def answer(self, input_ids: list[int], params: dict[str, Any], logprob: bool) -> dict[str, Any]:
         n = int(params.get("max_new_tokens", 128))
@@ -65,30 +63,13 @@ class StandIn:
         return web.json_response({"model_path": "standin-model", "weight_version": self.weight_version})
 
     def __enter__(self) -> "StandIn":
-        ready = threading.Event()
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.add_routes([web.post("/generate", self.generate), web.get("/health", self.health),
-                            web.get("/v1/models", self.models), web.get("/model_info", self.model_info)])
-            self._runner = web.AppRunner(app, access_log=None)
-            loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=main, daemon=True)
-        self._thread.start()
-        ready.wait(10)
+        app = web.Application()
+        app.add_routes([web.post("/generate", self.generate), web.get("/health", self.health),
+                        web.get("/v1/models", self.models), web.get("/model_info", self.model_info)])
+        self._server = AppThread(app)
+        self.url = self._server.__enter__()
         return self
 
     def __exit__(self, *_: object) -> None:
-        assert self._loop is not None and self._thread is not None
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        assert self._server is not None
+        self._server.__exit__()

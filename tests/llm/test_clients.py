@@ -129,3 +129,30 @@ def test_bad_request_is_not_retried() -> None:
         backend = Backend(url=server.url, protocol=Protocol.VLLM, model="x")  # wrong protocol: 404
         with pytest.raises(RequestRejected, match="HTTP 404"):
             asyncio.run(generate(backend, [1], {}))
+
+
+def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS context loads the CA bundle (tens of ms of CPU): once per worker, not once per task."""
+    import ssl
+
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    with StandIn() as server:
+        BackendRegistry.of(paths).add(server.url, protocol="sglang", model="m")
+        router = Router(paths, "w1", node="here")
+
+        async def tasks() -> None:
+            for index in range(4):
+                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
+                    await llm.generate([1, 2], {"max_tokens": 1})
+
+        asyncio.run(tasks())
+    assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for 4 tasks"

@@ -1,8 +1,9 @@
 """A stand-in for `python -m vllm.entrypoints.openai.api_server` in the sbatch template tests.
 
-It answers /health and /v1/models on --port and exits on SIGTERM, like the real server does;
-no model, no GPU. The vllm template's start-up, registration and signal handling are what is
-under test, not vLLM.
+It answers /health, /v1/models and a one-token /v1/completions (the template's readiness
+check) on --port and exits on SIGTERM, like the real server does; no model, no GPU. The vllm
+template's start-up, registration and signal handling are what is under test, not vLLM
+(tests/vllm runs the same template with the real server).
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.send_error(404)
             return
+        self._send(body)
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path != "/v1/completions":
+            self.send_error(404)
+            return
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        choice = {"index": 0, "text": "", "finish_reason": "length", "token_ids": [1],
+                  "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:1"]}}
+        self._send(json.dumps({"choices": [choice]}).encode())
+
+    def _send(self, body: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

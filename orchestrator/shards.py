@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from orchestrator import fsops
 from orchestrator.config import Shards
 from orchestrator.paths import SpoolPaths
-from orchestrator.rows import rows_to_table
+from orchestrator.quarantine import encode_rows
 
 
 @dataclass
@@ -34,6 +34,7 @@ class ShardWriter:
     _first_at: float = 0.0
     _last_at: float = 0.0
     _seq: int = 0
+    poisoned: int = 0     # rows replaced by `failed` rows because they could not be encoded
 
     def add(self, row: dict[str, Any], ticket_name: str) -> None:
         now = time.monotonic()
@@ -68,7 +69,9 @@ class ShardWriter:
         name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
         tmp = self.paths.shards / f"_tmp-{name}"
         fsops.count("create")
-        pq.write_table(rows_to_table(self._rows), tmp, compression="zstd")
+        table, poisoned = encode_rows(self._rows, self.paths)
+        pq.write_table(table, tmp, compression="zstd")
+        self.poisoned += poisoned
         fsops.replace(tmp, self.paths.shards / name)
         finished = self._tickets
         self._rows, self._tickets, self._bytes = [], [], 0

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from orchestrator import fsops
 from orchestrator.config import Shards
 from orchestrator.paths import SpoolPaths
-from orchestrator.quarantine import encode_rows
+from orchestrator.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
 
 
 @dataclass
@@ -84,16 +84,29 @@ def shard_names(paths: SpoolPaths) -> list[str]:
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
-    """Job ids in the shards one worker committed (to avoid writing a row twice on recovery)."""
+    """Job ids in the shards one worker committed (to avoid writing a row twice on recovery).
+
+    A shard that cannot be read is quarantined: its rows are lost either way, and leaving it
+    would stop every later recovery at the same place.
+    """
     ids: set[str] = set()
     for name in shard_names(paths):
         if f"-{worker_id}-" in name:
-            ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+            try:
+                ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+            except READ_ERRORS as exc:
+                quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
     return ids
 
 
 def count_rows(paths: SpoolPaths) -> int:
-    return sum(pq.ParquetFile(paths.shards / n).metadata.num_rows for n in shard_names(paths))
+    total = 0
+    for name in shard_names(paths):
+        try:
+            total += pq.ParquetFile(paths.shards / name).metadata.num_rows
+        except READ_ERRORS as exc:
+            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+    return total
 
 
 def read_shard(path: Path) -> list[dict[str, Any]]:
@@ -105,4 +118,9 @@ def iter_rows(paths: SpoolPaths, after: str | None = None) -> Iterator[tuple[str
     for name in shard_names(paths):
         if after is not None and name <= after:
             continue
-        yield name, read_shard(paths.shards / name)
+        try:
+            rows = read_shard(paths.shards / name)
+        except READ_ERRORS as exc:  # skipped (the cursor moves past it), never fatal to a reader
+            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+            rows = []
+        yield name, rows

@@ -14,6 +14,7 @@ from orchestrator.config import RunConfig
 from orchestrator.events import recent_events
 from orchestrator.liveness import read_workers
 from orchestrator.paths import SpoolPaths
+from orchestrator.quarantine import READ_ERRORS
 from orchestrator.shards import shard_names
 
 THROUGHPUT_WINDOW_S = 60.0
@@ -89,7 +90,11 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True) -> Sn
         statuses: Counter[str] = Counter()
         reasons: Counter[str] = Counter()
         for name in names:
-            table = pq.read_table(paths.shards / name, columns=["status", "error"])
+            try:
+                table = pq.read_table(paths.shards / name, columns=["status", "error"])
+            except READ_ERRORS as exc:
+                snap.warnings.append(f"skipped unreadable shard {name}: {type(exc).__name__}: {exc}")
+                continue
             for status, error in zip(table.column("status").to_pylist(), table.column("error").to_pylist()):
                 statuses[status] += 1
                 if error:

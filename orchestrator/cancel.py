@@ -36,14 +36,14 @@ def request_cancel(
     written = []
     for job_id in job_ids:
         name = safe_name(job_id, "job id")
-        fsops.create_exclusive(paths.cancel / name)
+        fsops.create_exclusive(paths.cancel / name, durability=fsops.Durability.FULL)
         written.append(name)
     for group in groups:
         name = GROUP_PREFIX + safe_name(group, "group id")
-        fsops.create_exclusive(paths.cancel / name)
+        fsops.create_exclusive(paths.cancel / name, durability=fsops.Durability.FULL)
         written.append(name)
     if everything:
-        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp)
+        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)
         written.append(ALL)
     return written
 

@@ -86,12 +86,13 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
     except CorruptTicket as exc:
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {path.name} is corrupt: {exc}")
         return 0
-    _requeue(paths, ticket, reason, max_attempts, emit)
+    queue = _requeue(paths, ticket, reason, max_attempts, emit)
+    fsops.sync_dir(queue)  # the requeued copy is durable before the old one goes: never neither
     fsops.unlink(path)
     return 1
 
 
-def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> None:
+def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> Path:
     """Back to the queue of the stage it was in, attempt + 1; `failed` past max_attempts."""
     ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
     if ticket.status is None:
@@ -115,6 +116,7 @@ def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, 
     enqueue(paths, ticket, queue)
     emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
     log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)
+    return queue
 
 
 def _rescue_orphaned_run_queues(

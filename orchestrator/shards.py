@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator import fsops
@@ -68,14 +69,27 @@ class ShardWriter:
         self._seq += 1
         name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
         tmp = self.paths.shards / f"_tmp-{name}"
-        fsops.count("create")
         table, poisoned = encode_rows(self._rows, self.paths)
-        pq.write_table(table, tmp, compression="zstd")
+        write_durably(table, tmp)
         self.poisoned += poisoned
         fsops.replace(tmp, self.paths.shards / name)
+        fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
         finished = self._tickets
         self._rows, self._tickets, self._bytes = [], [], 0
         return finished
+
+
+def write_durably(table: pa.Table, path: Path) -> None:
+    """Write `table` as Parquet to the new file `path` and flush it; no partial file is left."""
+    fsops.count("create")
+    try:
+        with open(path, "xb") as handle:
+            pq.write_table(table, handle, compression="zstd")
+            handle.flush()
+            fsops.sync_file(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def shard_names(paths: SpoolPaths) -> list[str]:

@@ -202,7 +202,7 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
 def _record(paths: SpoolPaths, report: SubmitReport) -> None:
     fsops.write_atomic(
         paths.submissions / f"{report.submission_id}.json",
-        orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp,
+        orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp, fsops.Durability.FULL,
     )
 
 

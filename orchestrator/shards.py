@@ -44,11 +44,16 @@ class ShardWriter:
         self._last_at = now
         self._rows.append(row)
         self._tickets.append(ticket_name)
-        self._bytes += len(orjson.dumps(row, default=str))
+        self._bytes += _approximate_size(row)
 
     @property
     def pending(self) -> int:
         return len(self._rows)
+
+    @property
+    def tickets(self) -> list[str]:
+        """Tickets whose rows wait in the buffer."""
+        return list(self._tickets)
 
     def due(self, idle: bool) -> bool:
         """True when the buffer should be committed now."""
@@ -62,21 +67,75 @@ class ShardWriter:
             or (idle and now - self._last_at >= self.limits.idle_flush_s)
         )
 
-    def commit(self) -> list[str]:
-        """Write the buffered rows as one shard; return the names of the tickets it finished."""
-        if not self._rows:
+    def commit(self, staging: Path | None = None) -> list[str]:
+        """Write the buffered rows as one shard; return the names of the tickets it finished.
+
+        On failure the rows stay buffered for the next try.
+        """
+        batch = self.take()
+        if batch is None:
             return []
+        try:
+            self.write(batch, staging)
+        except BaseException:
+            self.put_back(batch)
+            raise
+        return batch.tickets
+
+    def take(self) -> "Batch | None":
+        """Empty the buffer into a batch to write (possibly from another thread)."""
+        if not self._rows:
+            return None
+        batch = Batch(self._rows, self._tickets, self._bytes, self._first_at)
+        self._rows, self._tickets, self._bytes = [], [], 0
+        return batch
+
+    def put_back(self, batch: "Batch") -> None:
+        """A batch that could not be written goes back to the head of the buffer."""
+        self._rows[:0], self._tickets[:0] = batch.rows, batch.tickets
+        self._bytes += batch.bytes
+        self._first_at = batch.first_at  # older than anything added meanwhile
+
+    def write(self, batch: "Batch", staging: Path | None = None) -> str:
+        """Write one batch as a shard and return its name.
+
+        `staging` is the worker's claim directory: the shard is written there and renamed into
+        shards/, so once recovery has taken the claims over (renamed the directory away), the
+        rename fails and nothing is committed for them (FencedOut). None writes in shards/.
+        """
         self._seq += 1
         name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
-        tmp = self.paths.shards / f"_tmp-{name}"
-        table, poisoned = encode_rows(self._rows, self.paths)
-        write_durably(table, tmp)
-        self.poisoned += poisoned
-        fsops.replace(tmp, self.paths.shards / name)
+        tmp = staging / f".shard-{name}" if staging is not None else self.paths.shards / f"_tmp-{name}"
+        table, poisoned = encode_rows(batch.rows, self.paths)
+        try:
+            write_durably(table, tmp)
+            fsops.replace(tmp, self.paths.shards / name)
+        except FileNotFoundError as exc:
+            if staging is not None and not staging.is_dir():
+                raise FencedOut(f"{staging} was taken over: {len(batch.rows)} row(s) not committed") from exc
+            raise
         fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
-        finished = self._tickets
-        self._rows, self._tickets, self._bytes = [], [], 0
-        return finished
+        self.poisoned += poisoned
+        return name
+
+
+@dataclass(frozen=True)
+class Batch:
+    rows: list[dict[str, Any]]
+    tickets: list[str]
+    bytes: int
+    first_at: float
+
+
+class FencedOut(RuntimeError):
+    """The claims a shard would finish are no longer this worker's: nothing was committed."""
+
+
+def _approximate_size(row: dict[str, Any]) -> int:
+    try:
+        return len(orjson.dumps(row, default=str))
+    except (TypeError, ValueError):  # e.g. an integer beyond 64 bits: the row is poison anyway
+        return len(repr(row))
 
 
 def write_durably(table: pa.Table, path: Path) -> None:

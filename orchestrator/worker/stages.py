@@ -7,6 +7,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import orjson
+
 from orchestrator.context import JobContext
 from orchestrator.handler import AgentHandler, StageError
 from orchestrator.jobs import JobStatus, Stage
@@ -41,6 +43,7 @@ async def execute_stage(
         output = await asyncio.wait_for(call, timeout=max(budget_s, 0.001))
         if not isinstance(output, dict):
             raise TypeError(f"{type(handler).__name__}.{stage.value}() returned {type(output).__name__}, expected dict")
+        _check_storable(handler, stage, output)
         return StageOutcome(output, None, None)
     except asyncio.TimeoutError:
         error = StageError(stage.value, "timeout", f"job time budget used up during {stage.value}")
@@ -57,6 +60,20 @@ async def execute_stage(
         error = StageError(stage.value, type(exc).__name__, str(exc)[:MAX_ERROR_CHARS])
         log.info("job %s failed in %s: %s", ctx.job.job_id, stage.value, error.as_text())
         return StageOutcome(_hook(handler, ctx, error), JobStatus.FAILED, error)
+
+
+class UnstorableOutput(TypeError):
+    """A stage returned something a ticket (JSON) cannot carry to the next stage."""
+
+
+def _check_storable(handler: AgentHandler, stage: Stage, output: dict[str, Any]) -> None:
+    try:
+        orjson.dumps(output)
+    except TypeError as exc:  # orjson.JSONEncodeError included (too deep, a set, bytes...)
+        raise UnstorableOutput(
+            f"{type(handler).__name__}.{stage.value}() returned a value that cannot be stored in the job's "
+            f"ticket (JSON): {exc}; return lists, dicts, str, int, float, bool or None"
+        ) from None
 
 
 def _hook(handler: AgentHandler, ctx: JobContext, error: StageError) -> dict[str, Any]:

@@ -11,7 +11,9 @@ Every bad row is reported with its line number and reason; the good ones are que
 
 from __future__ import annotations
 
+import errno
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from orchestrator import fsops
+from orchestrator.cancel import request_cancel
 from orchestrator.handler import AgentHandler, HandlerError, load_handler
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
@@ -58,12 +61,14 @@ class SubmitReport:
     rejected: list[RowProblem] = field(default_factory=list)
     first_job: str = ""
     last_job: str = ""
+    error: str = ""        # why nothing was queued, when queueing failed
 
     def to_json(self) -> dict[str, Any]:
         return {
             "submission_id": self.submission_id, "source": self.source, "tasks": self.tasks,
             "jobs": self.jobs, "first_job": self.first_job, "last_job": self.last_job,
             "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
+            **({"error": self.error} if self.error else {}),
         }
 
 
@@ -154,8 +159,25 @@ def submit_rows(
     if strict and report.rejected:
         _record(paths, report)
         return report
+    tickets = _tickets(report, tasks, samples, dict(sampling or {}))
+    try:
+        names = stage_and_publish(paths, report.submission_id, tickets)
+    except (OSError, KeyboardInterrupt) as exc:
+        report.error = f"nothing was queued: {_describe(exc)}"
+        try:  # say what happened, if the spool takes even that
+            _record(paths, report)
+        except OSError:
+            pass
+        raise SubmitError(report.error) from None
+    report.tasks = len(tasks)
+    report.jobs = len(names)
+    report.first_job, report.last_job = (names[0], names[-1]) if names else ("", "")
+    _record(paths, report)
+    return report
+
+
+def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any]) -> Iterator[Ticket]:
     now = time.time()
-    sampling = dict(sampling or {})
     for index, task in enumerate(tasks):
         group_id = f"{report.submission_id}-{index:07d}"
         for sample in range(samples):
@@ -165,14 +187,48 @@ def submit_rows(
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
             )
-            ticket = Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
-            fsops.write_atomic(paths.init_queue / job.job_id, ticket.encode(), paths.tmp)
-            report.jobs += 1
-            report.first_job = report.first_job or job.job_id
-            report.last_job = job.job_id
-    report.tasks = len(tasks)
-    _record(paths, report)
-    return report
+            yield Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
+
+
+def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[Ticket]) -> list[str]:
+    """Queue every ticket or none: all are written (and flushed) aside first, then renamed in.
+
+    Should a rename fail midway, the tickets already queued are taken back; any a worker had
+    claimed meanwhile is cancelled, so no job of a failed submission runs to a normal end.
+    """
+    staging = paths.tmp / f".submit-{submission_id}"
+    fsops.ensure_dir(staging)
+    names: list[str] = []
+    published = 0
+    try:
+        for ticket in tickets:
+            fsops.write_new(staging / ticket.name, ticket.encode())
+            names.append(ticket.name)
+        fsops.sync_filesystem(staging)  # one flush for the whole batch, before any becomes visible
+        for name in names:
+            fsops.replace(staging / name, paths.init_queue / name)
+            published += 1
+        fsops.sync_dir(paths.init_queue)
+    except BaseException:
+        _withdraw(paths, staging, names[:published])
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
+def _withdraw(paths: SpoolPaths, staging: Path, published: list[str]) -> None:
+    started = [name for name in published if not fsops.rename(paths.init_queue / name, staging / name)]
+    if started:
+        request_cancel(paths, tuple(started))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"no space left on the device holding {exc.filename or 'the spool'}: free some space and submit again"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport) -> list[Task]:
@@ -193,10 +249,21 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
             if isinstance(found, HandlerError):
                 raise ValueError(str(found))
             found.validate_instance(task.instance)
+            _check_storable(task.instance)
             tasks.append(task)
-        except (ValueError, TypeError) as exc:
-            report.rejected.append(RowProblem(line, str(exc)))
+        except Exception as exc:  # a handler's validation may raise anything: the row is what is wrong
+            report.rejected.append(RowProblem(line, str(exc) if isinstance(exc, (ValueError, TypeError))
+                                              else f"{type(exc).__name__}: {exc}"))
     return tasks
+
+
+def _check_storable(instance: dict[str, Any]) -> None:
+    """A job travels as JSON in its ticket: refuse at submit time what JSON cannot hold."""
+    try:
+        orjson.dumps(instance)
+    except TypeError as exc:  # bytes, Decimal, sets, nesting deeper than 254 levels...
+        raise ValueError(f"the instance cannot be stored as JSON ({exc}); use strings, numbers, "
+                         "lists and objects no deeper than 250 levels") from None
 
 
 def _record(paths: SpoolPaths, report: SubmitReport) -> None:

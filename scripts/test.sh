@@ -13,12 +13,12 @@ log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }
 started_slurm=0
 if [[ $(id -u) == 0 ]]; then
   missing=()
-  for tool in bwrap tmux; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+  for tool in bwrap tmux strace; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   if ((${#missing[@]})); then
-    log "installing system packages: bubblewrap tmux"
+    log "installing system packages: bubblewrap tmux strace (durability tests trace fsync order)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null
-    apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends bubblewrap tmux >/dev/null
+    apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends bubblewrap tmux strace >/dev/null
   fi
   if ! scontrol ping >/dev/null 2>&1; then
     log "starting a single-host Slurm cluster (scripts/slurm-up.sh, 4 nodes)"

@@ -84,6 +84,12 @@ def pids_in(path: str | Path | None) -> list[int]:
         return []
 
 
+def is_ours(path: str | Path, sandbox_id: str) -> bool:
+    """Whether `path` is the cgroup this code makes for `sandbox_id` (what a record may name)."""
+    candidate = Path(path)
+    return candidate.name == sandbox_id and candidate.parent in (V1_PIDS / GROUP, V2_ROOT / GROUP)
+
+
 def stale_groups(live_ids: set[str]) -> list[Path]:
     """Our cgroups whose sandbox no longer has a runtime directory."""
     found: list[Path] = []

@@ -59,10 +59,16 @@ class Sandbox:
     image: str = ""             # default image for handlers that do not name one ("": host /usr, bwrap)
     network: bool = False       # default network access of sandboxes
     fakeroot: bool = False
+    total_memory_mb: int = 8192  # memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)
+    workspace_mb: int = 2048    # size of /workspace (a tmpfs in the sandbox with bubblewrap)
+    keep_workspaces: bool = False  # keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)
 
     def defaults(self) -> dict[str, Any]:
         """The options every sandbox of the run starts with (a handler's own options win)."""
-        options: dict[str, Any] = {"network": self.network, "fakeroot": self.fakeroot}
+        options: dict[str, Any] = {
+            "network": self.network, "fakeroot": self.fakeroot, "keep_workspace": self.keep_workspaces,
+            "limits": {"total_memory_mb": self.total_memory_mb, "workspace_mb": self.workspace_mb},
+        }
         if self.image:
             options["image"] = self.image
         return options
@@ -84,6 +90,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
+    "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
 }
 RUNTIMES = ("auto", "apptainer", "bwrap", "local")
 

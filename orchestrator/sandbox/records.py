@@ -106,7 +106,10 @@ class SandboxRecord:
     loopback: str | None
     cgroup: str | None
     deadline: float              # time.time() after which the sandbox must be gone
-    workspace: str
+    workspace: str               # host directory bound at /workspace; "" for an in-sandbox tmpfs
+    memory_cgroup: str | None = None   # cgroup v1 keeps memory in a hierarchy of its own
+    workspace_keep: str = ""     # where the tmpfs workspace is copied at close, when kept
+    workspace_mb: int = 0        # size of the tmpfs workspace (the copy's cap)
 
     @property
     def path(self) -> Path:
@@ -116,7 +119,7 @@ class SandboxRecord:
         return ProcessId(*self.owner)
 
     def cgroup_paths(self) -> list[str]:
-        return [self.cgroup] if self.cgroup else []
+        return [group for group in (self.cgroup, self.memory_cgroup) if group]
 
     def processes(self) -> list[ProcessId]:
         found = [ProcessId(*self.process)]

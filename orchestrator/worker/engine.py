@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import secrets
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +29,7 @@ from orchestrator.liveness import base_info, retire, write_heartbeat
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
 from orchestrator.rows import build_row
+from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.shards import Batch, FencedOut, ShardWriter
 from orchestrator.tickets import Ticket
 from orchestrator.worker.options import WorkerOptions
@@ -95,6 +97,7 @@ class Worker:
         self.commit_failures = 0
         self.lease_lost: str | None = None       # why this worker no longer holds its claims
         self.stray_claims: set[str] = set()
+        self.workspaces_to_remove: set[str] = set()  # jobs whose host workspaces go with their row
 
     # -- life cycle ---------------------------------------------------------------------------
     async def serve(self) -> int:
@@ -341,8 +344,9 @@ class Worker:
         if batch is None:
             return
         self.committing = batch.tickets
+        cleanup = [name for name in batch.tickets if name in self.workspaces_to_remove]
         try:
-            await self._in_spool_io(self._write_batch, batch)
+            await self._in_spool_io(self._write_batch, batch, cleanup)
         except FencedOut as exc:
             self._lose_lease(str(exc))
             return
@@ -356,12 +360,16 @@ class Worker:
         finally:
             self.committing = []
         self.commit_failures = 0
+        self.workspaces_to_remove.difference_update(cleanup)
         self.counters["poisoned"] = self.shards.poisoned
 
-    def _write_batch(self, batch: Batch) -> None:
+    def _write_batch(self, batch: Batch, remove_workspaces_of: list[str]) -> None:
         self.shards.write(batch, staging=self.box.dir)
         for name in batch.tickets:
             self.box.drop(name)
+        for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
+            for workspace in removable_workspaces(self.paths.job_dir(name)):
+                shutil.rmtree(workspace, ignore_errors=True)
 
     async def _audit_claims(self) -> None:
         """Claims no part of this worker is carrying (a bug, an error while giving one back) are
@@ -623,6 +631,8 @@ class Worker:
         ticket.timings["finished_at"] = time.time()
         merged = final_fields(handler, ctx, ticket.outputs, error)
         self.shards.add(build_row(ticket, merged, status, self.worker_id), ticket.name)
+        if ticket.state.get("remove_workspaces"):
+            self.workspaces_to_remove.add(ticket.name)
         self.counters["finished"] += 1
         if status is not JobStatus.OK:
             self.counters["failed"] += 1

@@ -36,7 +36,7 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
         err.print(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
-                      wait=lambda paths, launch: drain_with_progress(paths, launch, err))
+                      wait=lambda paths, launch: drain_with_progress(paths, launch, err).drained)
     for line in summary_lines(result):
         out.print(line)
     if len(result.rows) != result.jobs:

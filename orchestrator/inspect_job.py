@@ -87,7 +87,10 @@ def inspect_job(paths: SpoolPaths, job_id: str) -> dict[str, Any]:
                 report.setdefault(key if key != "result" else "outputs", orjson.loads(row[key]))
         report.setdefault("handler", row["handler"])
         report.setdefault("error", row.get("error"))
-    report["timeline"] = events
+    report["timeline"] = [e for e in events if e.get("event") != "stage_failed"]
+    failures = [e for e in events if e.get("event") == "stage_failed"]
+    if failures:  # the handler's traceback, for its author
+        report["traceback"] = failures[-1].get("traceback", "")
     report["artifacts"] = str(paths.job_dir(job_id)) if paths.job_dir(job_id).is_dir() else None
     report["logs"] = _worker_logs(paths, {e["worker"] for e in events if "worker" in e})
     return report

@@ -191,6 +191,9 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
         out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
+    if report.get("traceback"):
+        out.print("traceback (most recent call last is at the bottom):")
+        out.print(report["traceback"].rstrip(), markup=False)
     if report.get("artifacts"):
         out.print(f"artifacts: {report['artifacts']}")
     for log_path in report.get("logs", []):

@@ -568,6 +568,9 @@ class Worker:
             ticket.timings["run_ended_at"] = time.time()
         ticket.outputs[stage.value] = outcome.output
         self.events.emit(name, f"{stage.value}_finished", {"s": round(elapsed, 6), **({"status": outcome.status.value} if outcome.status else {})})
+        if outcome.error is not None and outcome.error.traceback:
+            self.events.emit(name, "stage_failed", {"stage": stage.value, "error": outcome.error.as_text(),
+                                                    "traceback": outcome.error.traceback})
         if stage is Stage.RUN and outcome.error is not None and outcome.error.kind == "SandboxAttachError":
             # The sandbox INIT prepared died with the worker that started it: prepare it again.
             self._requeue_claim(name, f"its sandbox is gone: {outcome.error.message}")

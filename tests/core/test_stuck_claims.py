@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -12,15 +11,11 @@ import orjson
 import pytest
 
 from orchestrator import handler as handler_module
-from orchestrator.config import RunConfig
 from orchestrator.context import JobContext
 from orchestrator.handler import AgentHandler
-from orchestrator.paths import SpoolPaths
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_file
-from orchestrator.worker.engine import Worker
-from orchestrator.worker.options import WorkerOptions
-from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, write_jsonl
 
 
 class UnstorableOutput(AgentHandler):
@@ -45,27 +40,11 @@ def unstorable_handler() -> Any:
     handler_module._loaded.pop("unstorable", None)
 
 
-def serve_until_drained(paths: SpoolPaths, timeout: float = 60, **options: Any) -> Worker:
-    """A worker in this process (so it can use a handler defined here) until nothing is pending."""
-    worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions(**options))
-
-    async def main() -> None:
-        serving = asyncio.create_task(worker.serve())
-        deadline = time.monotonic() + timeout
-        while pending_count(paths) and time.monotonic() < deadline and not serving.done():
-            await asyncio.sleep(0.05)
-        worker.request_stop()
-        await serving
-
-    asyncio.run(main())
-    return worker
-
-
 def test_a_stage_output_that_cannot_be_stored_fails_the_job_not_the_claim(tmp_path: Path, unstorable_handler: Any) -> None:
     paths = make_run(tmp_path / "run")
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "unstorable", "instance": {}}] * 2
                                    + [{"handler": "echo", "instance": {"ok": 1}}]))
-    serve_until_drained(paths)
+    serve_in_process(paths)
     assert pending_count(paths) == 0, "a claim was left behind"
     finished = {r["handler"]: r for r in rows(paths)}
     assert finished["echo"]["status"] == "ok"

@@ -111,7 +111,7 @@ class RunConfig:
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(
                 f"{path} not found: is {path.parent} a run directory? Create one with "
@@ -119,6 +119,9 @@ class RunConfig:
             ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8, or recreate it "
+                              f"with `hpc-rollout init {path.parent}`") from None
         return cls.from_dict(data, source=str(path))
 
     @classmethod

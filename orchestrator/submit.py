@@ -27,6 +27,7 @@ from orchestrator.cancel import request_cancel
 from orchestrator.handler import AgentHandler, HandlerError, load_handler
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
+from orchestrator.sampling import sampling_problem
 from orchestrator.tickets import Ticket
 
 VERL_KEYS = ("data_source", "prompt")
@@ -140,20 +141,23 @@ def new_submission_id() -> str:
 
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
-    sampling: dict[str, Any] | None = None, strict: bool = False,
+    sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
 ) -> SubmitReport:
-    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict)
+    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
-    samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False,
+    samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed)."""
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
     if not paths.is_run_dir():
         raise SubmitError(f"{paths.root} is not a run directory: create it with `hpc-rollout init {paths.root}`")
+    problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
+    if problem:
+        raise SubmitError(problem)
     report = SubmitReport(new_submission_id(), source)
     tasks = _validated_tasks(rows, handler, report)
     if strict and report.rejected:
@@ -220,7 +224,7 @@ def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[T
 def _withdraw(paths: SpoolPaths, staging: Path, published: list[str]) -> None:
     started = [name for name in published if not fsops.rename(paths.init_queue / name, staging / name)]
     if started:
-        request_cancel(paths, tuple(started))
+        request_cancel(paths, tuple(started), check=False)  # no submission record yet
 
 
 def _describe(exc: BaseException) -> str:
@@ -273,7 +277,7 @@ def _record(paths: SpoolPaths, report: SubmitReport) -> None:
     )
 
 
-def parse_sampling(pairs: tuple[str, ...], file: Path | None) -> dict[str, Any]:
+def parse_sampling(pairs: tuple[str, ...], file: Path | None, unchecked: bool = False) -> dict[str, Any]:
     """--sampling key=value (values parsed as JSON when they can be) over an optional JSON file."""
     params: dict[str, Any] = {}
     if file is not None:
@@ -292,18 +296,7 @@ def parse_sampling(pairs: tuple[str, ...], file: Path | None) -> dict[str, Any]:
             params[key] = orjson.loads(value)
         except orjson.JSONDecodeError:
             params[key] = value
-    _check_sampling(params)
+    problem = sampling_problem(params, unchecked)
+    if problem:
+        raise SubmitError(problem)
     return params
-
-
-def _check_sampling(params: dict[str, Any]) -> None:
-    checks = {
-        "temperature": lambda v: isinstance(v, (int, float)) and v >= 0,
-        "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
-        "top_k": lambda v: isinstance(v, int) and v >= -1,
-        "max_tokens": lambda v: isinstance(v, int) and v >= 1,
-        "seed": lambda v: isinstance(v, int),
-    }
-    for key, ok in checks.items():
-        if key in params and (isinstance(params[key], bool) or not ok(params[key])):
-            raise SubmitError(f"sampling parameter {key}={params[key]!r} is out of range")

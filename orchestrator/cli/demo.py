@@ -29,6 +29,9 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     local stage workers, and prints what landed in the Parquet shards. Everything it starts,
     it stops.
     """
+    from orchestrator.llm.serve_cmd import require_torch
+
+    require_torch("demo")
     run_dir = run_dir or default_run_dir(Path("spool"))
     err.print(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
 

@@ -75,6 +75,10 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     """
     paths, config = _open(run_dir)
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime)
+    if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:
+        from orchestrator.sandbox.apptainer import require_apptainer
+
+        require_apptainer()  # a one-line error here, not one failed job per task later
     if runtime == "local":
         err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
     if nodes is not None and local:

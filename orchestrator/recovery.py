@@ -83,13 +83,16 @@ def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit:
 
 
 def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_attempts: int, emit: Emit) -> int:
-    """A reaper that died mid-way leaves .reap-DEAD--REAPER behind: finish its work."""
+    """A reaper that died (or failed: a full spool) mid-way leaves .reap-DEAD--REAPER: finish its work.
+
+    Our own are from an earlier pass of this worker (passes do not overlap), so they count too.
+    """
     moved = 0
     for entry in _hidden_entries(paths.active):
         if not entry.startswith(REAP_PREFIX):
             continue
         dead, _, reaper = entry[len(REAP_PREFIX):].rpartition("--")
-        if reaper in alive:
+        if reaper in alive and reaper != me:
             continue
         mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
         if fsops.rename(paths.active / entry, mine):

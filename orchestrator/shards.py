@@ -104,11 +104,14 @@ class ShardWriter:
         rename fails and nothing is committed for them (FencedOut). None writes in shards/.
         """
         self._seq += 1
-        name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
-        tmp = staging / f".shard-{name}" if staging is not None else self.paths.shards / f"_tmp-{name}"
+        draft = f"{self.worker_id}-{self._seq:06d}.parquet"
+        tmp = staging / f".shard-{draft}" if staging is not None else self.paths.shards / f"_tmp-{draft}"
         table, poisoned = encode_rows(batch.rows, self.paths)
         try:
             write_durably(table, tmp)
+            # Named only now, right before the rename: a slow write must not land behind a
+            # cursor that already moved past its name (names sort by commit time).
+            name = f"{int(time.time() * 1000):013d}-{draft}"
             fsops.replace(tmp, self.paths.shards / name)
         except FileNotFoundError as exc:
             if staging is not None and not staging.is_dir():

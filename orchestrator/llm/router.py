@@ -162,10 +162,15 @@ class Router:
     def mark_down(self, url: str, reason: str) -> None:
         self._failed_at[url] = time.time()
         log.warning("backend %s marked down: %s", url, reason)
+        self._record_state(url, BackendState.DOWN, reason[:300])  # the local mark keeps us off it anyway
+
+    def _record_state(self, url: str, state: BackendState, reason: str) -> None:
+        """Write a backend's state to the registry; a registry that cannot be written (a full spool,
+        a held lock) leaves it as it was, which costs waiting, never a task."""
         try:
-            self.registry.set_state(url, BackendState.DOWN, reason[:300])
-        except Exception as exc:  # the local mark still keeps this worker off it
-            log.warning("could not record %s as down in the registry: %s", url, exc)
+            self.registry.set_state(url, state, reason)
+        except (OSError, LLMError) as exc:
+            log.warning("could not record %s as %s in the registry: %s", url, state.value, exc)
 
     async def probe_down(self, snapshot: Snapshot, force: bool = False) -> Snapshot:
         """Probe `down` backends whose last change is older than probe_after_s (any, when `force`:
@@ -194,7 +199,7 @@ class Router:
                     self._failed_at.pop(backend.url, None)
                     self.note_healthy(backend.url)
                 # Rewriting DOWN refreshes state_changed_at: the next probe waits again.
-                self.registry.set_state(backend.url, state, reason or "probe failed")
+                self._record_state(backend.url, state, reason or "probe failed")
                 log.info("probed %s: %s", backend.url, state.value)
         return self.registry.read()
 

@@ -9,6 +9,7 @@ worker only keeps a cache of tickets it wrote itself, to skip re-reading them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import secrets
@@ -236,11 +237,20 @@ class Worker:
 
     # -- periodic duties ---------------------------------------------------------------------
     async def _every(self, period: float, duty: Any) -> None:
+        """Run `duty` every `period`; a spool error (full, failing) is retried next time, not fatal."""
+        failures = 0
         while True:
             await asyncio.sleep(period)
-            done = duty()
-            if asyncio.iscoroutine(done):
-                await done
+            try:
+                done = duty()
+                if asyncio.iscoroutine(done):
+                    await done
+                failures = 0
+            except OSError as exc:
+                failures += 1
+                if failures == 1 or failures % 100 == 0:
+                    log.warning("%s failed (%d time(s) in a row): %s; retrying every %.1fs",
+                                getattr(duty, "__name__", duty), failures, exc, period)
 
     def _heartbeat_record(self) -> dict[str, Any]:
         pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
@@ -253,10 +263,19 @@ class Worker:
         write_heartbeat(self.paths, self.worker_id, self._heartbeat_record())
 
     def _beat_if_still_ours(self, record: dict[str, Any]) -> bool:
-        """Refresh the lease, unless recovery has taken our claim directory (then False)."""
+        """Refresh the lease, unless recovery has taken our claim directory (then False).
+
+        On a full spool the record cannot be rewritten, but its mtime (the lease) can still be
+        refreshed: a full disk must not make every worker look dead.
+        """
         if fsops.mtime(self.box.dir) is None:
             return False
-        write_heartbeat(self.paths, self.worker_id, record)
+        try:
+            write_heartbeat(self.paths, self.worker_id, record)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            fsops.touch(self.paths.heartbeat(self.worker_id))
         return True
 
     async def _heartbeat_checked(self) -> None:
@@ -405,7 +424,11 @@ class Worker:
             await self.slots[stage].acquire()
             if stage is Stage.INIT:
                 await self._wait_for_room()
-            name = claimer.claim()
+            try:
+                name = claimer.claim()
+            except OSError as exc:  # the spool failing for a moment: try again later, slot freed
+                log.warning("claiming from %s failed: %s", claimer.queue, exc)
+                name = None
             if name is None:
                 self.slots[stage].release()
                 self.wake[stage].clear()
@@ -450,7 +473,11 @@ class Worker:
         ticket.stage = stage
         ticket.enqueued_at = time.time()
         if stage is Stage.EVAL:
-            self.box.save(ticket)
+            try:
+                self.box.save(ticket)
+            except BaseException:  # a full spool, say: the slot must not leak with the error
+                self.slots[stage].release()
+                raise
         self.written[ticket.name] = ticket
         self._start(stage, ticket.name, holds_slot=True)
         return True

@@ -6,7 +6,8 @@ It prints `serving on http://127.0.0.1:PORT/v1` and answers:
   GET  /health          200 (also in `hang` mode: a hung engine that still says it is healthy)
   GET  /v1/models       one model, max_model_len 4096
   POST /v1/completions  `ok`: ids continuing the prompt ((last + k) % 1000 + 100);
-                        `poison`: ids [5, N] (N does not fit the int32 column of a row);
+                        `poison`: ids [5, N] (N does not fit the int32 column of a row),
+                        also in `ok` mode for a request whose sampling seed is POISON_SEED;
                         `hang`: never answers
   POST /control         {"mode": ...} switches the mode of the running server
 
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 MODES = ("ok", "poison", "hang")
+POISON_SEED = 666
 
 
 def build_app(mode: str, poison_token: int) -> Any:
@@ -42,7 +44,7 @@ def build_app(mode: str, poison_token: int) -> Any:
             await asyncio.sleep(3600)
         prompt = body["prompt"]
         count = min(int(body.get("max_tokens", 8)), 8)
-        if state["mode"] == "poison":
+        if state["mode"] == "poison" or body.get("seed") == POISON_SEED:
             ids = [5, poison_token]
         else:
             ids = [(prompt[-1] + k) % 1000 + 100 for k in range(1, count + 1)]

@@ -48,7 +48,7 @@ def fill_disk(directory: Path, keep_free: int = 0) -> Path:
     """Write a file until the filesystem holding `directory` is full (leaving `keep_free` bytes)."""
     filler = directory / "filler.bin"
     free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize - keep_free
-    with open(filler, "wb") as handle:
+    with open(filler, "wb", buffering=0) as handle:
         chunk = b"\0" * (1 << 16)
         try:
             while free > 0:

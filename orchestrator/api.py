@@ -73,9 +73,11 @@ class Spool:
         return cls(paths, config)
 
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
-               sampling: dict[str, Any] | None = None, strict: bool = False) -> SubmitReport:
+               sampling: dict[str, Any] | None = None, strict: bool = False,
+               sampling_unchecked: bool = False) -> SubmitReport:
         """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report."""
-        return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict)
+        return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
+                           sampling_unchecked)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)

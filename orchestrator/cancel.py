@@ -8,8 +8,12 @@
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from orchestrator import fsops
 from orchestrator.jobs import JobSpec
@@ -29,23 +33,61 @@ def submitted_at_of(job_id: str) -> float:
 
 
 def request_cancel(
-    paths: SpoolPaths, job_ids: tuple[str, ...] = (), groups: tuple[str, ...] = (), everything: bool = False
+    paths: SpoolPaths, job_ids: tuple[str, ...] = (), groups: tuple[str, ...] = (), everything: bool = False,
+    check: bool = True,
 ) -> list[str]:
-    """Write cancellation requests; return the request file names written."""
+    """Write cancellation requests; return the request file names written.
+
+    With `check`, every job and group must belong to a submission of this run (ValueError
+    otherwise): a typo would otherwise be accepted and cancel nothing.
+    """
+    if check:
+        for job_id in job_ids:
+            _check_known(paths, job_id, JOB_ID, "job")
+        for group in groups:
+            _check_known(paths, group, GROUP_ID, "group")
     fsops.ensure_dir(paths.cancel)
     written = []
     for job_id in job_ids:
         name = safe_name(job_id, "job id")
-        fsops.create_exclusive(paths.cancel / name)
+        fsops.create_exclusive(paths.cancel / name, durability=fsops.Durability.FULL)
         written.append(name)
     for group in groups:
         name = GROUP_PREFIX + safe_name(group, "group id")
-        fsops.create_exclusive(paths.cancel / name)
+        fsops.create_exclusive(paths.cancel / name, durability=fsops.Durability.FULL)
         written.append(name)
     if everything:
-        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp)
+        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)
         written.append(ALL)
     return written
+
+
+JOB_ID = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})-(?P<sample>\d{4})$")
+GROUP_ID = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})$")
+
+
+def _check_known(paths: SpoolPaths, name: str, shape: re.Pattern[str], what: str) -> None:
+    if name == ALL:
+        raise ValueError(f"'{ALL}' is not a {what} id: to cancel every job submitted so far use --all")
+    match = shape.match(name)
+    record = _submission(paths, match.group("submission")) if match else None
+    if match is not None and record is not None:
+        tasks = int(record.get("tasks") or 0)
+        samples = int(record.get("jobs") or 0) // tasks if tasks else 0
+        task_ok = int(match.group("task")) < tasks
+        if task_ok and (what == "group" or int(match.group("sample")) < samples):
+            return
+    example = "SUBMISSION-TASK-SAMPLE" if what == "job" else "SUBMISSION-TASK"
+    raise ValueError(f"no {what} {name!r} in {paths.root}: {what} ids look like {example} (see `hpc-rollout "
+                     f"status {paths.root}`, or first_job..last_job in {paths.submissions}/*.json)")
+
+
+def _submission(paths: SpoolPaths, submission_id: str) -> dict[str, Any] | None:
+    try:
+        record = orjson.loads(fsops.read_bytes(paths.submissions / f"{safe_name(submission_id, 'submission id')}.json"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 @dataclass

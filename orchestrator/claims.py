@@ -91,11 +91,11 @@ class ClaimBox:
         return Claimer(queue, self.dir)
 
     def load(self, name: str) -> Ticket | None:
-        """Decode a claimed ticket; a corrupt one is quarantined and None returned."""
+        """Decode a claimed ticket; a corrupt one (or a directory) is quarantined and None returned."""
         path = self.dir / name
         try:
-            return Ticket.decode(fsops.read_bytes(path))
-        except CorruptTicket as exc:
+            return Ticket.decode(fsops.read_bytes(path), name)
+        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
             fsops.quarantine(path, self.paths.quarantine, f"{path}: {exc}")
             return None
 

@@ -64,10 +64,16 @@ class Sandbox:
     image: str = ""             # default image for handlers that do not name one ("": host /usr, bwrap)
     network: bool = False       # default network access of sandboxes
     fakeroot: bool = False
+    total_memory_mb: int = 8192  # memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)
+    workspace_mb: int = 2048    # size of /workspace (a tmpfs in the sandbox with bubblewrap)
+    keep_workspaces: bool = False  # keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)
 
     def defaults(self) -> dict[str, Any]:
         """The options every sandbox of the run starts with (a handler's own options win)."""
-        options: dict[str, Any] = {"network": self.network, "fakeroot": self.fakeroot}
+        options: dict[str, Any] = {
+            "network": self.network, "fakeroot": self.fakeroot, "keep_workspace": self.keep_workspaces,
+            "limits": {"total_memory_mb": self.total_memory_mb, "workspace_mb": self.workspace_mb},
+        }
         if self.image:
             options["image"] = self.image
         return options
@@ -77,6 +83,8 @@ class Sandbox:
 class Llm:
     health_check_s: float = 30.0  # GET /health before giving a task to a backend silent this long (0: never)
     probe_after_s: float = 15.0   # a `down` backend is probed again after this long
+    request_timeout_s: float = 120.0  # one generation request; past it the backend is marked down
+    outage_wait_s: float = 300.0  # a task waits this long for a backend to come back (within its budget)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
+    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400),
+    "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
 }
 RUNTIMES = ("auto", "apptainer", "bwrap", "local")
 
@@ -113,7 +123,7 @@ class RunConfig:
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(
                 f"{path} not found: is {path.parent} a run directory? Create one with "
@@ -121,6 +131,9 @@ class RunConfig:
             ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8, or recreate it "
+                              f"with `hpc-rollout init {path.parent}`") from None
         return cls.from_dict(data, source=str(path))
 
     @classmethod

@@ -29,6 +29,15 @@ class WorkerServices:
     llm_router: Any = None                     # orchestrator.llm router, set when backends exist
 
 
+def merge_sandbox_options(defaults: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """A handler's options over the run's defaults; limits are merged key by key."""
+    merged = {**defaults, **options}
+    default_limits, own_limits = defaults.get("limits"), options.get("limits")
+    if isinstance(default_limits, dict) and isinstance(own_limits, dict):
+        merged["limits"] = {**default_limits, **own_limits}
+    return merged
+
+
 @dataclass
 class JobContext:
     job: JobSpec
@@ -65,12 +74,14 @@ class JobContext:
         """Start this job's sandbox with the worker's runtime; it is closed after RUN."""
         from orchestrator.sandbox.api import start_sandbox
 
-        merged = {**self.services.sandbox_defaults, **options}
+        merged = merge_sandbox_options(self.services.sandbox_defaults, options)
         sandbox = await start_sandbox(
             self.services.runtime, job_id=self.job.job_id, paths=self.paths, **merged
         )
         self._sandbox = sandbox
         self.state["sandbox"] = sandbox.descriptor()
+        if self.state["sandbox"].get("workspace_removable"):
+            self.state["remove_workspaces"] = True  # the worker removes them once the row is committed
         self.event("sandbox_started", runtime=sandbox.kind)
         return sandbox
 

@@ -6,6 +6,7 @@ metadata server nothing, while a file per job would cost a create per job.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -14,6 +15,8 @@ import orjson
 
 from orchestrator import fsops
 from orchestrator.paths import SpoolPaths
+
+log = logging.getLogger(__name__)
 
 # `status` reads only this much of each worker's event file to count the last minute's work.
 RECENT_TAIL_BYTES = 8 << 20
@@ -24,15 +27,22 @@ class EventLog:
 
     def __init__(self, paths: SpoolPaths, worker_id: str) -> None:
         self.worker_id = worker_id
+        self.dropped = 0
         fsops.count("open")
         self._file: IO[bytes] = open(paths.worker_events(worker_id), "ab", buffering=0)
 
     def emit(self, job_id: str, event: str, fields: dict[str, Any] | None = None) -> None:
+        """Append one event; never raises: a timeline is worth less than the work it describes."""
         record = {"t": round(time.time(), 6), "job": job_id, "event": event, "worker": self.worker_id}
         if fields:
             record.update(fields)
-        # One write() per line: concurrent readers see whole lines (O_APPEND, unbuffered).
-        self._file.write(orjson.dumps(record, default=str) + b"\n")
+        try:
+            # One write() per line: concurrent readers see whole lines (O_APPEND, unbuffered).
+            self._file.write(orjson.dumps(record, default=str) + b"\n")
+        except (OSError, TypeError, ValueError) as exc:  # a full spool, say
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("event log of %s: %d event(s) dropped (%s)", self.worker_id, self.dropped, exc)
 
     def close(self) -> None:
         self._file.close()

@@ -5,17 +5,21 @@ rename (claims, transitions), exclusive create (leases, locks) and link. Never f
 
 Metadata servers are the shared resource of a cluster, so every create, rename, unlink, stat,
 open and directory listing the engine makes goes through here and is counted; the overhead
-benchmark reports the count per job.
+benchmark reports the count per job. So are the flushes that make a state survive a node
+crash (fsync of a file, of a directory, syncfs of the spool): see Durability.
 """
 
 from __future__ import annotations
 
+import ctypes
+import enum
 import os
 import secrets
 from collections import Counter
 from pathlib import Path
 
-# Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list, mkdir).
+# Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list,
+# mkdir) and of flushes (fsync, fsync_dir, syncfs).
 OPS: Counter[str] = Counter()
 
 
@@ -23,39 +27,98 @@ def count(kind: str, n: int = 1) -> None:
     OPS[kind] += n
 
 
-def write_atomic(path: Path, data: bytes, tmp_dir: Path) -> None:
+class Durability(enum.Enum):
+    """What of a write survives a crash of the node that made it (power loss, kernel panic).
+
+    Without a flush, a client of a shared filesystem (Lustre, NFS) or a local disk may lose
+    written data while the rename that published it survives: an empty or torn file under
+    its final name.
+    """
+
+    NONE = "none"   # heartbeats, load boards: rewritten every few seconds anyway
+    DATA = "data"   # content flushed before the rename: never torn; the rename may be undone
+    FULL = "full"   # and the directory flushed after it: the new name survives too
+
+
+def write_atomic(path: Path, data: bytes, tmp_dir: Path, durability: Durability = Durability.DATA) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one.
 
     `tmp_dir` must be on the same filesystem as `path` (the run's tmp/ directory).
     """
     tmp = tmp_dir / f".{path.name}.{secrets.token_hex(4)}"
-    write_new(tmp, data)
+    write_new(tmp, data, sync=durability is not Durability.NONE)
     try:
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
         raise
     count("rename")
+    if durability is Durability.FULL:
+        sync_dir(path.parent)
 
 
-def write_new(path: Path, data: bytes) -> None:
-    """Create `path` (it must not exist) and write `data` to it."""
+def write_new(path: Path, data: bytes, sync: bool = False) -> None:
+    """Create `path` (it must not exist) and write `data` to it; with `sync`, flush it to disk.
+
+    A failed write (ENOSPC, EIO) removes the partial file before raising.
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     count("create")
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+            count("fsync")
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(path)
+        raise
+    os.close(fd)
+
+
+def sync_file(fd: int) -> None:
+    os.fsync(fd)
+    count("fsync")
+
+
+def sync_dir(directory: Path) -> None:
+    """Flush a directory, so that names created or renamed into it survive a crash."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
+    count("fsync_dir")
 
 
-def create_exclusive(path: Path, data: bytes = b"") -> bool:
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush every written file of the filesystem holding `path` (one call for a whole batch).
+
+    syncfs(2) where the C library has it, else sync(2).
+    """
+    syncfs = getattr(_libc, "syncfs", None)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+    count("syncfs")
+
+
+def create_exclusive(path: Path, data: bytes = b"", durability: Durability = Durability.NONE) -> bool:
     """Create `path` only if it does not exist yet; True when this call created it."""
     try:
-        write_new(path, data)
+        write_new(path, data, sync=durability is not Durability.NONE)
     except FileExistsError:
         return False
+    if durability is Durability.FULL:
+        sync_dir(path.parent)
     return True
 
 
@@ -125,11 +188,10 @@ def ensure_dir(path: Path) -> None:
 
 
 def quarantine(path: Path, quarantine_dir: Path, reason: str) -> Path:
-    """Move a corrupt file aside (never delete it) with a note saying why."""
+    """Move a corrupt file (or directory) aside, never deleting it, with a note saying why."""
     quarantine_dir.mkdir(parents=True, exist_ok=True)
     target = quarantine_dir / f"{path.name}.{secrets.token_hex(3)}"
     os.rename(path, target)
     count("rename")
-    (quarantine_dir / f"{target.name}.reason").write_text(reason + "\n")
-    count("create")
+    write_new(quarantine_dir / f"{target.name}.reason", (reason + "\n").encode())
     return target

@@ -45,7 +45,8 @@ class HandlerError(Exception):
 class StageError:
     stage: str          # init | run | eval
     kind: str           # exception class name, or "timeout" / "cancelled"
-    message: str
+    message: str        # for an exception: its text and where it was raised (file:line in function)
+    traceback: str = ""  # the full traceback of an exception (events, `inspect`, the worker log)
 
     def as_text(self) -> str:
         return f"{self.stage}: {self.kind}: {self.message}"

@@ -10,6 +10,8 @@ import pyarrow.dataset as ds
 
 from orchestrator.events import events_of
 from orchestrator.paths import SpoolPaths, safe_name
+from orchestrator.quarantine import READ_ERRORS, readable_shard, warn_skipped
+from orchestrator.shards import shard_names
 from orchestrator.tickets import CorruptTicket, Ticket
 
 
@@ -26,9 +28,18 @@ def locate_ticket(paths: SpoolPaths, job_id: str) -> Path | None:
 
 
 def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
-    if not any(paths.shards.glob("*.parquet")):
+    names = shard_names(paths)
+    if not names:
         return None
-    table = ds.dataset(paths.shards, format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    try:
+        table = ds.dataset(paths.shards, format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    except READ_ERRORS:  # an unreadable shard among them: look through the readable ones only
+        readable = [str(paths.shards / n) for n in names if readable_shard(paths.shards / n) is None]
+        for name in sorted(set(names) - {Path(p).name for p in readable}):
+            warn_skipped(name, "unreadable")
+        if not readable:
+            return None
+        table = ds.dataset(readable, format="parquet").to_table(filter=ds.field("job_id") == job_id)
     rows = table.to_pylist()
     return rows[-1] if rows else None
 
@@ -82,7 +93,10 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
                 report.setdefault(key if key != "result" else "outputs", orjson.loads(row[key]))
         report.setdefault("handler", row["handler"])
         report.setdefault("error", row.get("error"))
-    report["timeline"] = events
+    report["timeline"] = [e for e in events if e.get("event") != "stage_failed"]
+    failures = [e for e in events if e.get("event") == "stage_failed"]
+    if failures:  # the handler's traceback, for its author
+        report["traceback"] = failures[-1].get("traceback", "")
     report["artifacts"] = str(paths.job_dir(job_id)) if paths.job_dir(job_id).is_dir() else None
     report["logs"] = _worker_logs(paths, {e["worker"] for e in events if "worker" in e})
     return report

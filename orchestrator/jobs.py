@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -37,7 +37,8 @@ class JobSpec:
     group_size: int = 1     # samples in the group (--samples)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow on purpose: asdict() deep-copies the instance and recurses once per nesting level.
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "JobSpec":

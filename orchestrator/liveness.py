@@ -32,7 +32,8 @@ def slurm_ids() -> dict[str, str]:
 
 def write_heartbeat(paths: SpoolPaths, worker_id: str, info: dict[str, Any]) -> None:
     record = {**info, "worker_id": worker_id, "heartbeat_at": time.time()}
-    fsops.write_atomic(paths.heartbeat(worker_id), orjson.dumps(record, default=str), paths.tmp)
+    # Not flushed: a heartbeat is rewritten every few seconds, and a stale one only delays recovery.
+    fsops.write_atomic(paths.heartbeat(worker_id), orjson.dumps(record, default=str), paths.tmp, fsops.Durability.NONE)
 
 
 def base_info(node: str, launch_id: str) -> dict[str, Any]:

@@ -100,4 +100,4 @@ def _with_launch(options: WorkerOptions, launch_id: str) -> WorkerOptions:
 def request_stop(paths: SpoolPaths) -> None:
     """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
     fsops.ensure_dir(paths.control)
-    fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp)
+    fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)

@@ -36,8 +36,42 @@ def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, 
         if not worker.alive and worker.worker_id != me:
             moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit)
             retire(paths, worker.worker_id)
+    moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
     moved += _rescue_orphaned_run_queues(paths, workers, lease_s, max_attempts, emit)
+    return moved
+
+
+def release_own_claims(paths: SpoolPaths, me: str, max_attempts: int, emit: Emit) -> int:
+    """At a clean stop: the claim directory goes; anything still in it is requeued like a lost claim."""
+    try:
+        paths.claims(me).rmdir()
+        return 0
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return _reap_worker(paths, me, me, max_attempts, emit)
+
+
+def requeue_claim(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit) -> int:
+    """A claim its worker could not carry on (an error in the engine): back to its queue, attempt + 1."""
+    return _requeue_file(paths, path, reason, max_attempts, emit)
+
+
+def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, lease_s: float,
+                                   max_attempts: int, emit: Emit) -> int:
+    """Claim directories of workers with no heartbeat at all (stopped or retired with claims left).
+
+    A worker writes its heartbeat before it creates its claim directory, so a directory with no
+    heartbeat that has not changed for a lease is nobody's.
+    """
+    moved = 0
+    for owner in fsops.list_names(paths.active):
+        if owner in known:
+            continue
+        changed = fsops.mtime(paths.claims(owner))
+        if changed is not None and time.time() - changed > lease_s:
+            moved += _reap_worker(paths, owner, me, max_attempts, emit)
     return moved
 
 
@@ -49,13 +83,16 @@ def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit:
 
 
 def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_attempts: int, emit: Emit) -> int:
-    """A reaper that died mid-way leaves .reap-DEAD--REAPER behind: finish its work."""
+    """A reaper that died (or failed: a full spool) mid-way leaves .reap-DEAD--REAPER: finish its work.
+
+    Our own are from an earlier pass of this worker (passes do not overlap), so they count too.
+    """
     moved = 0
     for entry in _hidden_entries(paths.active):
         if not entry.startswith(REAP_PREFIX):
             continue
         dead, _, reaper = entry[len(REAP_PREFIX):].rpartition("--")
-        if reaper in alive:
+        if reaper in alive and reaper != me:
             continue
         mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
         if fsops.rename(paths.active / entry, mine):
@@ -64,14 +101,20 @@ def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_att
 
 
 def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit) -> int:
+    # Shards are committed by a rename out of the claim directory, so once it is renamed here
+    # the dead worker can commit nothing more (fencing): what it committed is all there is.
     done = committed_job_ids(paths, dead)
+    reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
+        else f"left behind by worker {dead} when it stopped"
     moved = 0
     for name in fsops.list_names(reap_dir):
         path = reap_dir / name
         if name in done:  # its row is committed; only the unlink was lost
             fsops.unlink(path)
             continue
-        moved += _requeue_file(paths, path, f"worker {dead} lost (lease expired)", max_attempts, emit)
+        moved += _requeue_file(paths, path, reason, max_attempts, emit)
+    for name in _hidden_entries(reap_dir):  # a shard the fenced worker was writing: never committed
+        fsops.unlink(reap_dir / name)
     try:
         reap_dir.rmdir()
     except OSError:
@@ -79,19 +122,22 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     return moved
 
 
-def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit) -> int:
+def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit,
+                  name: str | None = None) -> int:
     """Requeue the ticket held in `path` (a file only this process can see); 1 if requeued."""
+    name = name or path.name
     try:
-        ticket = Ticket.decode(fsops.read_bytes(path))
-    except CorruptTicket as exc:
-        fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {path.name} is corrupt: {exc}")
+        ticket = Ticket.decode(fsops.read_bytes(path), name)
+    except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
+        fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0
-    _requeue(paths, ticket, reason, max_attempts, emit)
+    queue = _requeue(paths, ticket, reason, max_attempts, emit)
+    fsops.sync_dir(queue)  # the requeued copy is durable before the old one goes: never neither
     fsops.unlink(path)
     return 1
 
 
-def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> None:
+def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> Path:
     """Back to the queue of the stage it was in, attempt + 1; `failed` past max_attempts."""
     ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
     if ticket.status is None:
@@ -108,13 +154,12 @@ def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, 
         queue = paths.eval_queue
     else:
         # The sandbox died with its worker: prepare the job again from INIT.
-        ticket.state.pop("sandbox", None)
-        ticket.outputs.pop("init", None)
-        ticket.mark_enqueued(Stage.INIT)
+        ticket.back_to_init()
         queue = paths.init_queue
     enqueue(paths, ticket, queue)
     emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
     log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)
+    return queue
 
 
 def _rescue_orphaned_run_queues(
@@ -134,7 +179,7 @@ def _rescue_orphaned_run_queues(
             grabbed = paths.tmp / f".rescue-{name}"
             if not fsops.rename(queue / name, grabbed):
                 continue
-            moved += _requeue_file(paths, grabbed, f"node {node} has no live worker", max_attempts, emit)
+            moved += _requeue_file(paths, grabbed, f"node {node} has no live worker", max_attempts, emit, name)
     return moved
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator import fsops
 from orchestrator.config import Shards
 from orchestrator.paths import SpoolPaths
-from orchestrator.rows import rows_to_table
+from orchestrator.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
 
 
 @dataclass
@@ -34,6 +35,7 @@ class ShardWriter:
     _first_at: float = 0.0
     _last_at: float = 0.0
     _seq: int = 0
+    poisoned: int = 0     # rows replaced by `failed` rows because they could not be encoded
 
     def add(self, row: dict[str, Any], ticket_name: str) -> None:
         now = time.monotonic()
@@ -42,11 +44,16 @@ class ShardWriter:
         self._last_at = now
         self._rows.append(row)
         self._tickets.append(ticket_name)
-        self._bytes += len(orjson.dumps(row, default=str))
+        self._bytes += _approximate_size(row)
 
     @property
     def pending(self) -> int:
         return len(self._rows)
+
+    @property
+    def tickets(self) -> list[str]:
+        """Tickets whose rows wait in the buffer."""
+        return list(self._tickets)
 
     def due(self, idle: bool) -> bool:
         """True when the buffer should be committed now."""
@@ -60,19 +67,91 @@ class ShardWriter:
             or (idle and now - self._last_at >= self.limits.idle_flush_s)
         )
 
-    def commit(self) -> list[str]:
-        """Write the buffered rows as one shard; return the names of the tickets it finished."""
-        if not self._rows:
+    def commit(self, staging: Path | None = None) -> list[str]:
+        """Write the buffered rows as one shard; return the names of the tickets it finished.
+
+        On failure the rows stay buffered for the next try.
+        """
+        batch = self.take()
+        if batch is None:
             return []
-        self._seq += 1
-        name = f"{int(time.time() * 1000):013d}-{self.worker_id}-{self._seq:06d}.parquet"
-        tmp = self.paths.shards / f"_tmp-{name}"
-        fsops.count("create")
-        pq.write_table(rows_to_table(self._rows), tmp, compression="zstd")
-        fsops.replace(tmp, self.paths.shards / name)
-        finished = self._tickets
+        try:
+            self.write(batch, staging)
+        except BaseException:
+            self.put_back(batch)
+            raise
+        return batch.tickets
+
+    def take(self) -> "Batch | None":
+        """Empty the buffer into a batch to write (possibly from another thread)."""
+        if not self._rows:
+            return None
+        batch = Batch(self._rows, self._tickets, self._bytes, self._first_at)
         self._rows, self._tickets, self._bytes = [], [], 0
-        return finished
+        return batch
+
+    def put_back(self, batch: "Batch") -> None:
+        """A batch that could not be written goes back to the head of the buffer."""
+        self._rows[:0], self._tickets[:0] = batch.rows, batch.tickets
+        self._bytes += batch.bytes
+        self._first_at = batch.first_at  # older than anything added meanwhile
+
+    def write(self, batch: "Batch", staging: Path | None = None) -> str:
+        """Write one batch as a shard and return its name.
+
+        `staging` is the worker's claim directory: the shard is written there and renamed into
+        shards/, so once recovery has taken the claims over (renamed the directory away), the
+        rename fails and nothing is committed for them (FencedOut). None writes in shards/.
+        """
+        self._seq += 1
+        draft = f"{self.worker_id}-{self._seq:06d}.parquet"
+        tmp = staging / f".shard-{draft}" if staging is not None else self.paths.shards / f"_tmp-{draft}"
+        table, poisoned = encode_rows(batch.rows, self.paths)
+        try:
+            write_durably(table, tmp)
+            # Named only now, right before the rename: a slow write must not land behind a
+            # cursor that already moved past its name (names sort by commit time).
+            name = f"{int(time.time() * 1000):013d}-{draft}"
+            fsops.replace(tmp, self.paths.shards / name)
+        except FileNotFoundError as exc:
+            if staging is not None and not staging.is_dir():
+                raise FencedOut(f"{staging} was taken over: {len(batch.rows)} row(s) not committed") from exc
+            raise
+        fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
+        self.poisoned += poisoned
+        return name
+
+
+@dataclass(frozen=True)
+class Batch:
+    rows: list[dict[str, Any]]
+    tickets: list[str]
+    bytes: int
+    first_at: float
+
+
+class FencedOut(RuntimeError):
+    """The claims a shard would finish are no longer this worker's: nothing was committed."""
+
+
+def _approximate_size(row: dict[str, Any]) -> int:
+    try:
+        return len(orjson.dumps(row, default=str))
+    except (TypeError, ValueError):  # e.g. an integer beyond 64 bits: the row is poison anyway
+        return len(repr(row))
+
+
+def write_durably(table: pa.Table, path: Path) -> None:
+    """Write `table` as Parquet to the new file `path` and flush it; no partial file is left."""
+    fsops.count("create")
+    try:
+        with open(path, "xb") as handle:
+            pq.write_table(table, handle, compression="zstd")
+            handle.flush()
+            fsops.sync_file(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def shard_names(paths: SpoolPaths) -> list[str]:
@@ -81,16 +160,29 @@ def shard_names(paths: SpoolPaths) -> list[str]:
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
-    """Job ids in the shards one worker committed (to avoid writing a row twice on recovery)."""
+    """Job ids in the shards one worker committed (to avoid writing a row twice on recovery).
+
+    A shard that cannot be read is quarantined: its rows are lost either way, and leaving it
+    would stop every later recovery at the same place.
+    """
     ids: set[str] = set()
     for name in shard_names(paths):
         if f"-{worker_id}-" in name:
-            ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+            try:
+                ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+            except READ_ERRORS as exc:
+                quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
     return ids
 
 
 def count_rows(paths: SpoolPaths) -> int:
-    return sum(pq.ParquetFile(paths.shards / n).metadata.num_rows for n in shard_names(paths))
+    total = 0
+    for name in shard_names(paths):
+        try:
+            total += pq.ParquetFile(paths.shards / name).metadata.num_rows
+        except READ_ERRORS as exc:
+            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+    return total
 
 
 def read_shard(path: Path) -> list[dict[str, Any]]:
@@ -102,4 +194,9 @@ def iter_rows(paths: SpoolPaths, after: str | None = None) -> Iterator[tuple[str
     for name in shard_names(paths):
         if after is not None and name <= after:
             continue
-        yield name, read_shard(paths.shards / name)
+        try:
+            rows = read_shard(paths.shards / name)
+        except READ_ERRORS as exc:  # skipped (the cursor moves past it), never fatal to a reader
+            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+            rows = []
+        yield name, rows

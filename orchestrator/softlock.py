@@ -1,37 +1,101 @@
-"""A lock file on the shared filesystem: exclusive create (filelock's SoftFileLock), never flock.
+"""A lock file on the shared filesystem: exclusive create, never flock (it does not cross nodes).
 
 A lock left by a crashed holder is broken once it is older than `stale_s`, so one crash does
-not wedge every later writer.
+not wedge every later writer. Breaking must not become a second way in: two writers that both
+judge the same lock stale must not both remove it, or the second removes the first one's fresh
+lock and both write (a lost update). So a stale lock is removed only under a short-lived breaker
+lock (`NAME.break`, also an exclusive create), and only if it is still the very file (inode and
+mtime) that was judged stale. Acquiring stays a plain exclusive create.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import SoftFileLock, Timeout
+from orchestrator import fsops
 
 log = logging.getLogger(__name__)
+
+FIRST_POLL_S = 0.005
+MAX_POLL_S = 0.1
 
 
 class LockTimeout(TimeoutError):
     """The lock stayed held for the whole timeout."""
 
 
-def acquire_soft_lock(path: Path, timeout_s: float, stale_s: float) -> SoftFileLock:
+@dataclass
+class SoftLock:
+    """A held lock file; `release()` removes it if it is still ours."""
+
+    path: Path
+    identity: tuple[int, int]   # (device, inode) of the file this holder created
+
+    def release(self) -> None:
+        try:
+            if _identity(self.path.stat()) == self.identity:
+                fsops.unlink(self.path)
+        except FileNotFoundError:
+            pass  # broken as stale meanwhile: the holder took far longer than stale_s
+
+
+def acquire_soft_lock(path: Path, timeout_s: float, stale_s: float) -> SoftLock:
     """Hold `path` (created exclusively); raises LockTimeout after `timeout_s`."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    delay = FIRST_POLL_S
+    while True:
+        held = _try_create(path)
+        if held is not None:
+            return held
+        _break_if_stale(path, stale_s)
+        if time.monotonic() >= deadline:
+            raise LockTimeout(str(path))
+        time.sleep(delay)
+        delay = min(delay * 2, MAX_POLL_S)
+
+
+def _try_create(path: Path) -> SoftLock | None:
+    note = f"{socket.gethostname()} pid {os.getpid()} at {time.time():.3f}\n".encode()
+    if not fsops.create_exclusive(path, note):
+        return None
+    return SoftLock(path, _identity(path.stat()))
+
+
+def _break_if_stale(path: Path, stale_s: float) -> None:
     try:
-        age = time.time() - path.stat().st_mtime
-        if age > stale_s:
-            log.warning("removing stale lock %s (%.0f s old)", path, age)
-            path.unlink(missing_ok=True)
+        judged = path.stat()
+    except FileNotFoundError:
+        return
+    if time.time() - judged.st_mtime <= stale_s:
+        return
+    breaker = path.with_name(path.name + ".break")
+    if not fsops.create_exclusive(breaker):
+        _remove_if_stale(breaker, stale_s)  # only a breaker that crashed mid-break lives this long
+        return
+    try:
+        current = path.stat()
+        if _identity(current) == _identity(judged) and current.st_mtime == judged.st_mtime:
+            log.warning("removing stale lock %s (%.0f s old)", path, time.time() - judged.st_mtime)
+            fsops.unlink(path)
     except FileNotFoundError:
         pass
-    lock = SoftFileLock(str(path), timeout=timeout_s)
+    finally:
+        fsops.unlink(breaker)
+
+
+def _remove_if_stale(path: Path, stale_s: float) -> None:
     try:
-        lock.acquire()
-    except Timeout:
-        raise LockTimeout(str(path)) from None
-    return lock
+        if time.time() - path.stat().st_mtime > stale_s:
+            fsops.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino

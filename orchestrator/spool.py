@@ -19,7 +19,7 @@ def init_run(root: str | Path, overrides: dict[str, Any] | None = None) -> tuple
     if overrides:
         config = config.with_overrides(overrides, source="--set")
     if overrides or not paths.run_config.exists():
-        fsops.write_atomic(paths.run_config, config.to_toml().encode(), paths.tmp)
+        fsops.write_atomic(paths.run_config, config.to_toml().encode(), paths.tmp, fsops.Durability.FULL)
     return paths, config
 
 

@@ -11,7 +11,9 @@ Every bad row is reported with its line number and reason; the good ones are que
 
 from __future__ import annotations
 
+import errno
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +23,11 @@ import orjson
 import pyarrow.parquet as pq
 
 from orchestrator import fsops
+from orchestrator.cancel import request_cancel
 from orchestrator.handler import AgentHandler, HandlerError, load_handler
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
+from orchestrator.sampling import sampling_problem
 from orchestrator.tickets import Ticket
 
 VERL_KEYS = ("data_source", "prompt")
@@ -58,12 +62,14 @@ class SubmitReport:
     rejected: list[RowProblem] = field(default_factory=list)
     first_job: str = ""
     last_job: str = ""
+    error: str = ""        # why nothing was queued, when queueing failed
 
     def to_json(self) -> dict[str, Any]:
         return {
             "submission_id": self.submission_id, "source": self.source, "tasks": self.tasks,
             "jobs": self.jobs, "first_job": self.first_job, "last_job": self.last_job,
             "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
+            **({"error": self.error} if self.error else {}),
         }
 
 
@@ -135,27 +141,47 @@ def new_submission_id() -> str:
 
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
-    sampling: dict[str, Any] | None = None, strict: bool = False,
+    sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
 ) -> SubmitReport:
-    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict)
+    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
-    samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False,
+    samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed)."""
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
     if not paths.is_run_dir():
         raise SubmitError(f"{paths.root} is not a run directory: create it with `hpc-rollout init {paths.root}`")
+    problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
+    if problem:
+        raise SubmitError(problem)
     report = SubmitReport(new_submission_id(), source)
     tasks = _validated_tasks(rows, handler, report)
     if strict and report.rejected:
         _record(paths, report)
         return report
+    tickets = _tickets(report, tasks, samples, dict(sampling or {}))
+    try:
+        names = stage_and_publish(paths, report.submission_id, tickets)
+    except (OSError, KeyboardInterrupt) as exc:
+        report.error = f"nothing was queued: {_describe(exc)}"
+        try:  # say what happened, if the spool takes even that
+            _record(paths, report)
+        except OSError:
+            pass
+        raise SubmitError(report.error) from None
+    report.tasks = len(tasks)
+    report.jobs = len(names)
+    report.first_job, report.last_job = (names[0], names[-1]) if names else ("", "")
+    _record(paths, report)
+    return report
+
+
+def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any]) -> Iterator[Ticket]:
     now = time.time()
-    sampling = dict(sampling or {})
     for index, task in enumerate(tasks):
         group_id = f"{report.submission_id}-{index:07d}"
         for sample in range(samples):
@@ -165,14 +191,48 @@ def submit_rows(
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
             )
-            ticket = Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
-            fsops.write_atomic(paths.init_queue / job.job_id, ticket.encode(), paths.tmp)
-            report.jobs += 1
-            report.first_job = report.first_job or job.job_id
-            report.last_job = job.job_id
-    report.tasks = len(tasks)
-    _record(paths, report)
-    return report
+            yield Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
+
+
+def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[Ticket]) -> list[str]:
+    """Queue every ticket or none: all are written (and flushed) aside first, then renamed in.
+
+    Should a rename fail midway, the tickets already queued are taken back; any a worker had
+    claimed meanwhile is cancelled, so no job of a failed submission runs to a normal end.
+    """
+    staging = paths.tmp / f".submit-{submission_id}"
+    fsops.ensure_dir(staging)
+    names: list[str] = []
+    published = 0
+    try:
+        for ticket in tickets:
+            fsops.write_new(staging / ticket.name, ticket.encode())
+            names.append(ticket.name)
+        fsops.sync_filesystem(staging)  # one flush for the whole batch, before any becomes visible
+        for name in names:
+            fsops.replace(staging / name, paths.init_queue / name)
+            published += 1
+        fsops.sync_dir(paths.init_queue)
+    except BaseException:
+        _withdraw(paths, staging, names[:published])
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
+def _withdraw(paths: SpoolPaths, staging: Path, published: list[str]) -> None:
+    started = [name for name in published if not fsops.rename(paths.init_queue / name, staging / name)]
+    if started:
+        request_cancel(paths, tuple(started), check=False)  # no submission record yet
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"no space left on the device holding {exc.filename or 'the spool'}: free some space and submit again"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport) -> list[Task]:
@@ -193,20 +253,31 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
             if isinstance(found, HandlerError):
                 raise ValueError(str(found))
             found.validate_instance(task.instance)
+            _check_storable(task.instance)
             tasks.append(task)
-        except (ValueError, TypeError) as exc:
-            report.rejected.append(RowProblem(line, str(exc)))
+        except Exception as exc:  # a handler's validation may raise anything: the row is what is wrong
+            report.rejected.append(RowProblem(line, str(exc) if isinstance(exc, (ValueError, TypeError))
+                                              else f"{type(exc).__name__}: {exc}"))
     return tasks
+
+
+def _check_storable(instance: dict[str, Any]) -> None:
+    """A job travels as JSON in its ticket: refuse at submit time what JSON cannot hold."""
+    try:
+        orjson.dumps(instance)
+    except TypeError as exc:  # bytes, Decimal, sets, nesting deeper than 254 levels...
+        raise ValueError(f"the instance cannot be stored as JSON ({exc}); use strings, numbers, "
+                         "lists and objects no deeper than 250 levels") from None
 
 
 def _record(paths: SpoolPaths, report: SubmitReport) -> None:
     fsops.write_atomic(
         paths.submissions / f"{report.submission_id}.json",
-        orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp,
+        orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp, fsops.Durability.FULL,
     )
 
 
-def parse_sampling(pairs: tuple[str, ...], file: Path | None) -> dict[str, Any]:
+def parse_sampling(pairs: tuple[str, ...], file: Path | None, unchecked: bool = False) -> dict[str, Any]:
     """--sampling key=value (values parsed as JSON when they can be) over an optional JSON file."""
     params: dict[str, Any] = {}
     if file is not None:
@@ -225,18 +296,7 @@ def parse_sampling(pairs: tuple[str, ...], file: Path | None) -> dict[str, Any]:
             params[key] = orjson.loads(value)
         except orjson.JSONDecodeError:
             params[key] = value
-    _check_sampling(params)
+    problem = sampling_problem(params, unchecked)
+    if problem:
+        raise SubmitError(problem)
     return params
-
-
-def _check_sampling(params: dict[str, Any]) -> None:
-    checks = {
-        "temperature": lambda v: isinstance(v, (int, float)) and v >= 0,
-        "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
-        "top_k": lambda v: isinstance(v, int) and v >= -1,
-        "max_tokens": lambda v: isinstance(v, int) and v >= 1,
-        "seed": lambda v: isinstance(v, int),
-    }
-    for key, ok in checks.items():
-        if key in params and (isinstance(params[key], bool) or not ok(params[key])):
-            raise SubmitError(f"sampling parameter {key}={params[key]!r} is out of range")

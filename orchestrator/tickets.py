@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from orchestrator.jobs import JobSpec, JobStatus, Stage
+from orchestrator.paths import SAFE_NAME
 
 
 class CorruptTicket(ValueError):
@@ -50,6 +51,12 @@ class Ticket:
         self.stage = stage
         self.enqueued_at = time.time()
 
+    def back_to_init(self) -> None:
+        """The job's sandbox is gone (or going): it must be prepared again, from INIT."""
+        self.state.pop("sandbox", None)
+        self.outputs.pop("init", None)
+        self.mark_enqueued(Stage.INIT)
+
     def encode(self) -> bytes:
         return orjson.dumps({
             "job": self.job.to_json(),
@@ -66,10 +73,15 @@ class Ticket:
         })
 
     @classmethod
-    def decode(cls, data: bytes) -> "Ticket":
+    def decode(cls, data: bytes, name: str | None = None) -> "Ticket":
+        """Parse a ticket; `name` is the file it was read from, which must be its job id.
+
+        The job id becomes file and directory names (claims, queues, job directories), so a
+        ticket whose id is not a safe name, or differs from its file's, is refused as corrupt.
+        """
         try:
             raw = orjson.loads(data)
-            return cls(
+            ticket = cls(
                 job=JobSpec.from_json(raw["job"]),
                 stage=Stage(raw["stage"]),
                 attempt=int(raw["attempt"]),
@@ -84,3 +96,9 @@ class Ticket:
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise CorruptTicket(f"cannot decode ticket: {exc}") from exc
+        job_id = ticket.job.job_id
+        if not isinstance(job_id, str) or not SAFE_NAME.match(job_id):
+            raise CorruptTicket(f"job id {job_id!r} is not a safe file name (letters, digits and . _ @ + -)")
+        if name is not None and job_id != name:
+            raise CorruptTicket(f"ticket file {name!r} carries job id {job_id!r}")
+        return ticket

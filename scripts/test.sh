@@ -37,8 +37,9 @@ log "installing stock vLLM in the background (pid $HPC_ROLLOUT_VLLM_SETUP_PID, l
 if [[ $(id -u) == 0 ]]; then
   # command -> Debian package. chromium renders `hpc-rollout report` pages headless in
   # tests/report (measured: about 55 s to install on a fresh Debian 12 machine, no recommends);
-  # mmdebstrap builds the task image of the math/code/swe tests without root tricks.
-  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap)
+  # mmdebstrap builds the task image of the math/code/swe tests without root tricks; strace
+  # lets the durability tests check the order of fsync calls.
+  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap [strace]=strace)
   missing=()
   for tool in "${!package_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${package_of[$tool]}"); done
   if ((${#missing[@]})); then

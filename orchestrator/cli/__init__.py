@@ -51,4 +51,6 @@ _register_all()
 
 
 def main() -> None:
-    cli(prog_name="hpc-rollout")
+    from orchestrator.cli.errors import run_guarded
+
+    run_guarded(lambda: cli(prog_name="hpc-rollout"))

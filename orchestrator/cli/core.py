@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import sys
 import time
 from datetime import datetime
@@ -15,6 +16,8 @@ from rich.console import Console
 from orchestrator.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.inspect_job import JobNotFound, inspect_job
+from orchestrator.paths import SAFE_NAME
+from orchestrator.rows import SCHEMA
 from orchestrator.shards import iter_rows
 from orchestrator.spool import init_run, open_run
 from orchestrator.submit import SubmitError, parse_sampling, submit_file
@@ -73,9 +76,12 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
               help="Sampling parameter for every job, e.g. --sampling temperature=0.7 (repeatable).")
 @click.option("--sampling-file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="JSON object of sampling parameters (--sampling wins on shared keys).")
+@click.option("--sampling-unchecked", is_flag=True,
+              help="Pass sampling parameters this tool does not know (for a server that takes them).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
-               sampling_pairs: tuple[str, ...], sampling_file: Path | None, strict: bool) -> None:
+               sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
+               strict: bool) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -95,8 +101,8 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     paths, _ = _open(run_dir)
     started = time.monotonic()
     try:
-        sampling = parse_sampling(sampling_pairs, sampling_file)
-        report = submit_file(paths, tasks_file, handler, samples, sampling, strict)
+        sampling = parse_sampling(sampling_pairs, sampling_file, sampling_unchecked)
+        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked)
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:
@@ -159,6 +165,9 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
                 out.print(f"           | {line[:200]}", markup=False)
     if report.get("error"):
         out.print(f"[red]error:[/red] {report['error']}")
+    if report.get("traceback"):
+        out.print("traceback (most recent call last is at the bottom):")
+        out.print(report["traceback"].rstrip(), markup=False)
     if report.get("artifacts"):
         out.print(f"artifacts: {report['artifacts']}")
     for log_path in report.get("logs", []):
@@ -195,6 +204,14 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, fields: str | None,
     """
     paths, _ = _open(run_dir)
     wanted = [f.strip() for f in fields.split(",")] if fields else None
+    for name in wanted or []:
+        if name not in SCHEMA.names:
+            close = difflib.get_close_matches(name, SCHEMA.names, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise click.ClickException(f"--fields: no column '{name}': {hint}columns: {', '.join(SCHEMA.names)}")
+    if cursor is not None and not (SAFE_NAME.match(cursor) and cursor.endswith(".parquet")):
+        raise click.ClickException(f"--since: '{cursor}' is not a cursor: give the shard name a previous `tail` "
+                                   "printed as `cursor: NAME` on stderr")
     try:
         while True:
             for name, rows in iter_rows(paths, cursor):

@@ -42,6 +42,9 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     scripted policy that solves them (reward 1) or the random tiny model (--policy tiny).
       hpc-rollout demo --task swe
     """
+    from orchestrator.llm.serve_cmd import require_torch
+
+    require_torch("demo")
     run_dir = run_dir or default_run_dir(Path("spool"))
     if family is not None:
         _task_demo(run_dir, family, policy, samples, workers, image)
@@ -52,7 +55,7 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
         err.print(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
-                      wait=lambda paths, launch: drain_with_progress(paths, launch, err))
+                      wait=lambda paths, launch: drain_with_progress(paths, launch, err).drained)
     _report(summary_lines(result), result.rows, result.jobs, result.run_dir)
 
 
@@ -75,7 +78,7 @@ def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: i
         err.print(f"serve-llm ({policy}) at {url}; {report.jobs} {family} jobs queued; {len(launch.pids)} workers")
 
     result = run_task_demo(run_dir, family, policy, samples, workers, image=image, on_ready=ready,
-                           wait=lambda paths, launch: drain_with_progress(paths, launch, err))
+                           wait=lambda paths, launch: drain_with_progress(paths, launch, err).drained)
     job = result.rows[0]["job_id"] if result.rows else "JOB"
     _report(task_summary_lines(result), result.rows, result.jobs, result.run_dir,
             (f"hpc-rollout inspect {result.run_dir} {job}",))

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from orchestrator.config import ConfigError
 from orchestrator.liveness import read_workers
-from orchestrator.cli.progress import drain_with_progress
+from orchestrator.cli.progress import DrainResult, drain_with_progress
 from orchestrator.local_launch import LocalLaunch, request_stop, start_local_workers
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import open_run
@@ -52,7 +52,8 @@ def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
-@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers (and end the arrays).")
+@click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers "
+              "(and end the arrays). Exit status: 0 all ok, 3 some jobs failed or timed out, 1 workers ended first.")
 @worker_flags
 @click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
 @sbatch_flags
@@ -75,6 +76,10 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     """
     paths, config = _open(run_dir)
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
+    if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:
+        from orchestrator.sandbox.apptainer import require_apptainer
+
+        require_apptainer()  # a one-line error here, not one failed job per task later
     if runtime == "local":
         err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
     if nodes is not None and local:
@@ -98,20 +103,29 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     if not wait:
         out.print(f"  stop them with: hpc-rollout stop {run_dir}")
         return
-    _wait_and_stop(paths, launch, config.shutdown.grace_s)
+    _wait_and_stop(paths, launch, config.shutdown.grace_s, run_dir)
 
 
-def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float) -> None:
-    drained = False
+def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float, run_dir: str) -> None:
+    result = None
     try:
-        drained = drain_with_progress(paths, launch, err)
+        result = drain_with_progress(paths, launch, err)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
     codes = launch.terminate(timeout_s=grace_s + 10)
-    if not drained:
+    if result is None or not result.drained:
         err.print(f"[red]workers ended before the queues drained[/red] (exit codes {codes}); see {launch.log_dir}")
         sys.exit(1)
-    out.print(f"drained: all jobs finished; workers stopped (exit codes {codes})")
+    report_drained(result, f"workers stopped (exit codes {codes})", run_dir)
+
+
+def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
+    """The last line of `launch --wait`, and its exit status (see cli/progress.py)."""
+    if result.tally.failed:
+        err.print(f"drained: {result.tally.summary()}; {stopped}. [red]{result.tally.failed} job(s) did not "
+                  f"end ok[/red]: see `hpc-rollout status {run_dir}` for the reasons")
+        sys.exit(result.exit_code)
+    out.print(f"drained: {result.tally.summary()}; {stopped}")
 
 
 @click.command("stop")

@@ -23,6 +23,10 @@ TOKENIZER = click.option("--tokenizer", default=None,
 
 
 def registry_of(run_dir: Path) -> BackendRegistry:
+    """The registry of a run directory (one with run.toml), or a one-line error saying how to make one."""
+    if not SpoolPaths.of(run_dir).is_run_dir():
+        raise click.ClickException(f"{run_dir} is not a run directory (no run.toml): create it with "
+                                   f"`hpc-rollout init {run_dir}`")
     return BackendRegistry.of(run_dir)
 
 
@@ -50,15 +54,43 @@ def backend() -> None:
 @click.option("--version", "version", type=click.IntRange(min=0), default=None,
               help="Policy version served (default: the registry's current one).")
 @click.option("--node", default=None, help="Node the server runs on (default: the URL's host).")
+@click.option("--check", is_flag=True, help="Refuse to add a URL whose GET /health does not answer 200.")
 def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: str | None,
-        version: int | None, node: str | None) -> None:
-    """Register the server at URL (replaces an entry with the same URL)."""
+        version: int | None, node: str | None, check: bool) -> None:
+    """Register the server at URL (replaces an entry with the same URL).
+
+    A URL that does not answer GET /health is added with a warning (workers mark it down until
+    it answers); with --check it is refused.
+    """
+    registry = registry_of(run_dir)
     try:
-        entry = registry_of(run_dir).add(url, protocol=protocol, model=model, tokenizer=tokenizer,
-                                         version=version, node=node)
+        problem = health_problem_now(normalize_url(url))
+        if problem and check:
+            raise click.ClickException(f"{url} does not answer ({problem}); not added (--check): start the "
+                                       "server first, or add it without --check to route to it once it answers")
+        entry = registry.add(url, protocol=protocol, model=model, tokenizer=tokenizer, version=version, node=node)
     except LLMError as exc:
         raise fail(exc) from None
     click.echo(f"added {entry.url} ({entry.protocol.value}, node {entry.node}, version {entry.policy_version})")
+    if problem:
+        click.echo(f"warning: {entry.url} does not answer yet ({problem}); workers mark it down and probe it "
+                   "until it does (use --check to refuse such URLs)", err=True)
+
+
+def health_problem_now(url: str) -> str | None:
+    """None when GET /health answers 200 within 2 s, else what went wrong."""
+    import asyncio
+
+    import httpx
+
+    from orchestrator.llm.registry import Backend
+    from orchestrator.llm.router import HEALTH_TIMEOUT_S, health_problem
+
+    async def ask() -> str | None:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+            return await health_problem(http, Backend(url))
+
+    return asyncio.run(ask())
 
 
 @backend.command("remove")
@@ -157,8 +189,9 @@ def wait(url: str, protocol: str, model: str | None, timeout_s: float, pid: int 
 def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
     """Backends with node, policy version, state and tasks in flight (all live workers)."""
     paths = SpoolPaths.of(run_dir)
+    registry = registry_of(run_dir)
     try:
-        snapshot = registry_of(run_dir).read()
+        snapshot = registry.read()
     except LLMError as exc:
         raise fail(exc) from None
     load = read_load(paths, run_lease_s(paths) if lease is None else lease)

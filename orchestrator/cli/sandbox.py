@@ -46,7 +46,7 @@ def _common(func: Any) -> Any:
         click.option("--env", multiple=True, metavar="NAME=VALUE"),
         click.option("--memory-mb", type=click.IntRange(64), help="Address-space limit per process."),
         click.option("--workspace", type=click.Path(file_okay=False),
-                     help="Host directory mounted at /workspace (default: a fresh temporary one)."),
+                     help="Host directory mounted at /workspace (default: a fresh one, size-capped, gone at exit)."),
     ]):
         func = decorator(func)
     return func
@@ -121,7 +121,8 @@ async def _open(runtime: str, options: dict[str, Any], workspace: str | None) ->
     from orchestrator.sandbox.api import start_sandbox
 
     scratch = Path(tempfile.mkdtemp(prefix="hpc-rollout-cli-"))
-    options = dict(options, workspace=workspace or str(scratch / "workspace"))
+    if workspace:
+        options = dict(options, workspace=workspace)
     try:
         sandbox = await start_sandbox(runtime, job_id=f"cli-{os.getpid()}", paths=SpoolPaths.of(scratch), **options)
         try:
@@ -144,7 +145,7 @@ async def _exec(runtime: str, options: dict[str, Any], workspace: str | None, co
 
 async def _shell(runtime: str, options: dict[str, Any], workspace: str | None) -> None:
     async with _open(runtime, options, workspace) as sandbox:
-        click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace']}); "
+        click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace'] or 'in the sandbox'}); "
                    "Ctrl-D to leave", err=True)
         loop = asyncio.get_running_loop()
         while True:

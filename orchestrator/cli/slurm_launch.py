@@ -96,9 +96,9 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, e
 
     Liveness comes from the spool; squeue only tells whether the arrays still exist at all.
     """
-    drained = False
+    drain = None
     try:
-        drained = progress_until_drained(paths, err, lambda: still_queued(result.array_ids), poll_s)
+        drain = progress_until_drained(paths, err, lambda: still_queued(result.array_ids), poll_s)
     except KeyboardInterrupt:
         err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
     request_stop(paths)
@@ -108,10 +108,12 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, e
         time.sleep(0.5)
     if still_queued(result.array_ids):
         cancel(result.array_ids)
-    if not drained:
+    if drain is None or not drain.drained:
         err.print(f"[red]the arrays ended before the queues drained[/red]; see {result.log_dir}")
         sys.exit(1)
-    out.print(f"drained: all jobs finished; arrays {' '.join(result.array_ids)} ended")
+    from orchestrator.cli.launch import report_drained
+
+    report_drained(drain, f"arrays {' '.join(result.array_ids)} ended", str(paths.root))
 
 
 def run_job_ids(paths: SpoolPaths) -> list[str]:

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 # passed through to the server untouched (seed, top_k, min_p, stop_token_ids, ...).
 MAX_TOKENS_KEYS = ("max_tokens", "max_new_tokens")
 DEFAULT_MAX_TOKENS = 256
+NO_ANSWER = "no answer within"   # how a timed-out request is described (and recognised when probing)
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,11 @@ class BackendClient(abc.ABC):
         for attempt in range(1, self.retry.attempts + 1):
             try:
                 response = await self.http.request(method, url, json=body, timeout=timeout)
+            except httpx.TimeoutException as exc:
+                # A server that takes this long is hung or overloaded: asking it again only
+                # makes the task wait longer. The backend is marked down by the session.
+                raise BackendFailed(self.backend.url, f"{NO_ANSWER} {self.retry.timeout_s:g} s "
+                                                      f"({type(exc).__name__}, request timeout)") from None
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
             else:

@@ -13,13 +13,19 @@ from typing import Any
 
 import orjson
 
+from orchestrator import fsops
 
-def write_json_atomic(path: Path, data: Any, *, indent: bool = False) -> None:
+
+def write_json_atomic(path: Path, data: Any, *, indent: bool = False, durable: bool = False) -> None:
+    """`durable`: flushed to disk, file and directory, so that it survives a node crash."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     option = orjson.OPT_INDENT_2 if indent else 0
-    tmp.write_bytes(orjson.dumps(data, option=option) + b"\n")
+    tmp.unlink(missing_ok=True)  # left by a write of this thread that failed (ENOSPC)
+    fsops.write_new(tmp, orjson.dumps(data, option=option) + b"\n", sync=durable)
     os.replace(tmp, path)
+    if durable:
+        fsops.sync_dir(path.parent)
 
 
 def read_json(path: Path) -> Any:

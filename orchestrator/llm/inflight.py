@@ -9,6 +9,7 @@ dead worker's counts vanish with its lease and nobody has to clean them up.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ import orjson
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.paths import SpoolPaths, safe_name
 
+log = logging.getLogger(__name__)
 DEFAULT_LEASE_S = 30.0
 
 
@@ -67,11 +69,16 @@ class InflightBoard:
         self.change(url, -1)
 
     def publish(self) -> None:
-        write_json_atomic(
-            self.own_file,
-            {"worker": self.worker_id, "node": self.node, "updated_at": time.time(),
-             "inflight": dict(self.inflight), "assigned": dict(self.assigned)},
-        )
+        """Write this worker's counts; a spool that cannot take them (full) only makes other
+        workers' view stale until the next change: never a reason to fail a task."""
+        try:
+            write_json_atomic(
+                self.own_file,
+                {"worker": self.worker_id, "node": self.node, "updated_at": time.time(),
+                 "inflight": dict(self.inflight), "assigned": dict(self.assigned)},
+            )
+        except OSError as exc:
+            log.warning("in-flight counts of %s not published: %s", self.worker_id, exc)
 
     def read(self, now: float | None = None) -> Load:
         """The cluster view, with this worker's own counts taken from memory."""

@@ -201,7 +201,7 @@ class BackendRegistry:
 
     def _write(self, before: Snapshot, snapshot: Snapshot) -> Snapshot:
         snapshot = replace(snapshot, updated_at=time.time())
-        write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True)
+        write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True, durable=True)
         self._cache_key = None
         try:
             append_changes(self.paths, before, snapshot)

@@ -7,10 +7,16 @@ A failed backend is marked `down` in the registry for everyone and probed again 
 `probe_after_s`; the registry is the single place that says which backends exist. A backend
 this process has not heard from for `health_check_s` answers `GET /health` before it gets a
 task, so a server that hangs or reports itself unhealthy is found before a task waits on it.
+
+Outages: when no backend is usable, a task waits (probing the `down` ones with backoff) for up to
+`outage_wait_s` before it fails, and the failure names each backend's last cause. A backend
+marked down because a request got no answer (hung, though its /health may still answer) comes
+back only after it generates one token, not merely after /health.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -20,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from orchestrator.llm.errors import NoBackendAvailable
+from orchestrator.llm.client import NO_ANSWER
+from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
 from orchestrator.llm.urls import health_url
@@ -33,7 +40,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROBE_AFTER_S = 15.0
 DEFAULT_HEALTH_CHECK_S = 30.0
+DEFAULT_REQUEST_TIMEOUT_S = 120.0
+DEFAULT_OUTAGE_WAIT_S = 300.0
 HEALTH_TIMEOUT_S = 2.0
+GENERATION_PROBE_TIMEOUT_S = 10.0
+OUTAGE_BACKOFF_S = (0.5, 8.0)
 
 
 @dataclass
@@ -45,6 +56,8 @@ class Router:
     probe_after_s: float = DEFAULT_PROBE_AFTER_S
     # 0 = never check before a pick (a bare Router, as in simulations); router_for() turns it on.
     health_check_s: float = 0.0
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    outage_wait_s: float = 0.0       # 0: fail at once when no backend is usable (router_for: run.toml)
     registry: BackendRegistry = field(init=False)
     board: InflightBoard = field(init=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
@@ -52,6 +65,8 @@ class Router:
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
     # When this process last saw each backend answer (a turn or /health).
     _healthy_at: dict[str, float] = field(default_factory=dict, repr=False)
+    # When this process last probed each down backend while tasks wait (probes are shared).
+    _probed_at: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
@@ -61,10 +76,9 @@ class Router:
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:
         """The backend a new task should use now (no side effect)."""
         now = time.time()
-        candidates = [
-            b for b in snapshot.usable()
-            if b.url not in exclude and now - self._failed_at.get(b.url, -1e18) > self.probe_after_s
-        ]
+        usable = [b for b in snapshot.usable() if now - self._failed_at.get(b.url, -1e18) > self.probe_after_s]
+        # Backends that failed this task are avoided, not banned: after an outage they may be all there is.
+        candidates = [b for b in usable if b.url not in exclude] or usable
         if not candidates:
             raise NoBackendAvailable(self._explain(snapshot, exclude))
         load = self.board.read(now)
@@ -78,11 +92,34 @@ class Router:
             ),
         )
 
-    async def acquire(self, exclude: Collection[str] = ()) -> Backend:
-        """Pick a backend for a task and count the task in flight on it (cluster-wide)."""
+    async def acquire(self, exclude: Collection[str] = (), wait_s: float | None = None) -> Backend:
+        """Pick a backend for a task and count the task in flight on it (cluster-wide).
+
+        With no usable backend, wait up to `wait_s` (default: outage_wait_s) for one to come back.
+        """
+        wait_s = self.outage_wait_s if wait_s is None else wait_s
+        started = time.monotonic()
+        delay = OUTAGE_BACKOFF_S[0]
+        waiting = False
+        while True:
+            try:
+                return await self._acquire_now(exclude, force_probe=waiting)
+            except NoBackendAvailable as exc:
+                waited = time.monotonic() - started
+                if waited + delay > wait_s:
+                    if wait_s <= 0:
+                        raise
+                    raise NoBackendAvailable(f"{exc} (waited {waited:.0f} s for one to come back)") from None
+                if not waiting:
+                    log.warning("no usable LLM backend; waiting up to %.0f s: %s", wait_s, exc)
+                waiting = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, OUTAGE_BACKOFF_S[1])
+
+    async def _acquire_now(self, exclude: Collection[str], force_probe: bool) -> Backend:
         snapshot = self.registry.read()
         if any(b.state is BackendState.DOWN for b in snapshot.backends):
-            snapshot = await self.probe_down(snapshot)
+            snapshot = await self.probe_down(snapshot, force=force_probe)
         unhealthy: list[str] = []
         while True:
             backend = self.choose(snapshot, [*exclude, *unhealthy])
@@ -94,6 +131,8 @@ class Router:
             self.board.undo(backend.url)
             unhealthy.append(backend.url)
             snapshot = self.registry.read()
+            if all(b.url in unhealthy for b in snapshot.usable()):
+                raise NoBackendAvailable(self._explain(snapshot, exclude))
 
     def note_healthy(self, url: str) -> None:
         """`url` just answered a request: no /health check needed for a while."""
@@ -104,12 +143,12 @@ class Router:
         if not self.health_check_s or time.time() - self._healthy_at.get(backend.url, -1e18) < self.health_check_s:
             return True
         async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
-            healthy = await probe(http, backend)
-        if healthy:
+            problem = await health_problem(http, backend)
+        if problem is None:
             self.note_healthy(backend.url)
         else:
-            self.mark_down(backend.url, f"GET {health_url(backend.url)} failed before a task was assigned")
-        return healthy
+            self.mark_down(backend.url, f"GET {health_url(backend.url)} failed before a task was assigned: {problem}")
+        return problem is None
 
     def release(self, url: str) -> None:
         """The task on `url` finished or moved away."""
@@ -123,30 +162,44 @@ class Router:
     def mark_down(self, url: str, reason: str) -> None:
         self._failed_at[url] = time.time()
         log.warning("backend %s marked down: %s", url, reason)
-        try:
-            self.registry.set_state(url, BackendState.DOWN, reason[:300])
-        except Exception as exc:  # the local mark still keeps this worker off it
-            log.warning("could not record %s as down in the registry: %s", url, exc)
+        self._record_state(url, BackendState.DOWN, reason[:300])  # the local mark keeps us off it anyway
 
-    async def probe_down(self, snapshot: Snapshot) -> Snapshot:
-        """Probe `down` backends whose last change is older than probe_after_s; revive healthy ones."""
+    def _record_state(self, url: str, state: BackendState, reason: str) -> None:
+        """Write a backend's state to the registry; a registry that cannot be written (a full spool,
+        a held lock) leaves it as it was, which costs waiting, never a task."""
+        try:
+            self.registry.set_state(url, state, reason)
+        except (OSError, LLMError) as exc:
+            log.warning("could not record %s as %s in the registry: %s", url, state.value, exc)
+
+    async def probe_down(self, snapshot: Snapshot, force: bool = False) -> Snapshot:
+        """Probe `down` backends whose last change is older than probe_after_s (any, when `force`:
+        tasks are waiting, at most once per backoff step); revive the healthy ones."""
         now = time.time()
         due = [
             b for b in snapshot.backends
-            if b.state is BackendState.DOWN and now - b.state_changed_at > self.probe_after_s
+            if b.state is BackendState.DOWN and (
+                now - b.state_changed_at > self.probe_after_s
+                or (force and now - self._probed_at.get(b.url, -1e18) >= OUTAGE_BACKOFF_S[0]))
         ]
         if not due:
             return snapshot
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
             for backend in due:
-                healthy = await probe(http, backend)
+                self._probed_at[backend.url] = time.time()
+                hung = NO_ANSWER in backend.reason
+                problem = await health_problem(http, backend)
+                if problem is None and hung:
+                    # /health alone proved nothing; one token, no slower than a request may be
+                    problem = await generation_problem(http, backend, min(GENERATION_PROBE_TIMEOUT_S, self.request_timeout_s))
+                healthy = problem is None
                 state = BackendState.UP if healthy else BackendState.DOWN
-                reason = "" if healthy else backend.reason
+                reason = "" if healthy else backend.reason if hung else f"probe: {problem}"
                 if healthy:
                     self._failed_at.pop(backend.url, None)
                     self.note_healthy(backend.url)
                 # Rewriting DOWN refreshes state_changed_at: the next probe waits again.
-                self.registry.set_state(backend.url, state, reason or "probe failed")
+                self._record_state(backend.url, state, reason or "probe failed")
                 log.info("probed %s: %s", backend.url, state.value)
         return self.registry.read()
 
@@ -157,18 +210,37 @@ class Router:
                 f"`hpc-rollout backend add {self.paths.root} URL`"
             )
         states = ", ".join(
-            f"{b.url} ({'failed for this task' if b.url in exclude else b.state.value})"
+            f"{b.url} ({b.state.value}{': ' + b.reason if b.reason else ''}"
+            f"{'; failed for this task' if b.url in exclude else ''})"
             for b in snapshot.backends
         )
         return f"no usable LLM backend: {states}; start one or re-add it with `hpc-rollout backend add`"
 
 
 async def probe(http: httpx.AsyncClient, backend: Backend) -> bool:
+    return await health_problem(http, backend) is None
+
+
+async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | None:
+    """None when GET /health answers 200, else what went wrong."""
     try:
         response = await http.get(health_url(backend.url))
-        return response.status_code == 200
-    except httpx.HTTPError:
-        return False
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}".rstrip(": ")
+    return None if response.status_code == 200 else f"GET /health answered HTTP {response.status_code}"
+
+
+async def generation_problem(http: httpx.AsyncClient, backend: Backend,
+                             timeout_s: float = GENERATION_PROBE_TIMEOUT_S) -> str | None:
+    """None when the backend samples one token within `timeout_s`, else why not."""
+    from orchestrator.llm.client import RetryPolicy, client_for
+
+    client = client_for(backend, http, RetryPolicy(attempts=1, timeout_s=timeout_s))
+    try:
+        await client.generate([0], {"max_tokens": 1})
+    except LLMError as exc:
+        return str(exc)
+    return None
 
 
 _routers: dict[tuple[str, str], Router] = {}
@@ -180,7 +252,8 @@ def router_for(
     """The one router of this process for (run dir, worker id): its counts live in memory.
 
     Settings come from the run's run.toml: the lease ([leases] lease_s, as the worker heartbeats
-    by it) and the health timings ([llm] health_check_s, probe_after_s).
+    by it), the health timings ([llm] health_check_s, probe_after_s) and the outage handling
+    ([llm] request_timeout_s, outage_wait_s).
     """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
@@ -191,6 +264,8 @@ def router_for(
             lease_s=(config.leases.lease_s if config else DEFAULT_LEASE_S) if lease_s is None else lease_s,
             probe_after_s=config.llm.probe_after_s if config else DEFAULT_PROBE_AFTER_S,
             health_check_s=config.llm.health_check_s if config else DEFAULT_HEALTH_CHECK_S,
+            request_timeout_s=config.llm.request_timeout_s if config else DEFAULT_REQUEST_TIMEOUT_S,
+            outage_wait_s=config.llm.outage_wait_s if config else DEFAULT_OUTAGE_WAIT_S,
         )
         _routers[key] = router
     return router

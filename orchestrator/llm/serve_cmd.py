@@ -7,6 +7,7 @@ it directly (what local_server does, so a server starts even while other CLI are
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import click
@@ -41,11 +42,15 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
       hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
       hpc-rollout serve-llm --tiny --scripted replies.jsonl --port 0   # a scripted policy
     """
+    if tiny == (model_dir is not None):
+        raise click.UsageError("give exactly one of --model DIR or --tiny")
+    require_torch("serve-llm")
+    if model_dir is not None:
+        check_model_dir(model_dir)
+    check_port_free(host, port)  # before seconds of loading, not after
     from orchestrator.llm.server import ServerOptions, serve
     from orchestrator.llm.tiny_model import tiny_model_dir
 
-    if tiny == (model_dir is not None):
-        raise click.UsageError("give exactly one of --model DIR or --tiny")
     directory = tiny_model_dir() if tiny else model_dir
     assert directory is not None
     options = ServerOptions(
@@ -55,6 +60,45 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
         scripted=scripted.absolute() if scripted else None,
     )
     asyncio.run(serve(options))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def require_torch(command: str) -> None:
+    """A one-line error when torch cannot be imported (clusters bring their own build)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(
+            f"{command} needs torch ({exc}): pip install torch, or a CPU build: "
+            "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+        ) from None
+
+
+def check_model_dir(directory: Path) -> None:
+    missing = [name for name in ("config.json",) if not (directory / name).is_file()]
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(f"a tokenizer ({' or '.join(TOKENIZER_FILES)})")
+    if missing:
+        raise click.ClickException(
+            f"--model {directory} has no {', no '.join(missing)}: point it at a Hugging Face model directory "
+            "(save_pretrained of the model and of its tokenizer), or use --tiny"
+        )
+
+
+def check_port_free(host: str, port: int) -> None:
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(
+                f"port {port} on {host} is not free ({exc.strerror}): pick another with --port N, "
+                "or --port 0 for any free one (printed on the first line)"
+            ) from None
 
 
 if __name__ == "__main__":

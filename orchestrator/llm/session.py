@@ -7,7 +7,9 @@
 The backend is picked once per task (least in flight cluster-wide) and every turn goes
 to it, so its prefix cache is reused. When it fails, it is marked down for everyone, the
 task moves to another backend for this and later turns, and the switch is recorded as a
-job event and in the turn. Each turn records the backend and the policy version the
+job event and in the turn. When none is left, the task waits for one to come back (an outage
+of the only backend costs time, not the task) for up to the router's outage_wait_s in all,
+counted from the first failure since the last answer; then it fails, naming the last cause. Each turn records the backend and the policy version the
 registry gives that backend at request time (a swap shows up from the next turn on).
 """
 
@@ -68,6 +70,8 @@ class LLMSession:
     backend: Backend | None = None
     failed: list[str] = field(default_factory=list)
     _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
+    _trouble_since: float | None = field(default=None, repr=False)  # first failure since the last answer
+    _last_failure: str = field(default="", repr=False)
     _http: httpx.AsyncClient | None = field(default=None, repr=False)
     _clients: dict[str, BackendClient] = field(default_factory=dict, repr=False)
 
@@ -89,7 +93,11 @@ class LLMSession:
     # -- the backend ------------------------------------------------------------------------
     async def ensure_backend(self) -> Backend:
         if self.backend is None:
-            self.backend = await self.router.acquire(exclude=self.failed)
+            try:
+                self.backend = await self.router.acquire(exclude=self.failed, wait_s=self._wait_left())
+            except NoBackendAvailable as exc:
+                cause = f"; last failure: {self._last_failure}" if self._last_failure else ""
+                raise NoBackendAvailable(f"task {self.job_id}: {exc}{cause}") from None
             self.event("llm_backend", backend=self.backend.url, node=self.backend.node,
                        policy_version=self.backend.policy_version)
         # Re-read the entry: a swap may have given this URL a new policy version. A removed
@@ -144,6 +152,7 @@ class LLMSession:
                 continue
             latency_s = time.monotonic() - requested
             self.router.note_healthy(backend.url)
+            self._trouble_since = None
             switched_from, self._switched_from = self._switched_from, None
             return Turn(
                 input_ids=list(prompt_ids), output_ids=completion.output_ids,
@@ -160,12 +169,23 @@ class LLMSession:
         self.backend = None
         self.failed.append(backend.url)
         self._switched_from = backend.url
+        self._last_failure = reason
+        if self._trouble_since is None:
+            self._trouble_since = time.monotonic()
         self.event("llm_backend_failed", backend=backend.url, reason=reason[:500])
-        if len(self.failed) > self.max_switches:
+        distinct = list(dict.fromkeys(self.failed))
+        out_of_time = self.router.outage_wait_s > 0 and self._wait_left() <= 0  # failing all along
+        if len(distinct) > self.max_switches or out_of_time:
             raise NoBackendAvailable(
-                f"task {self.job_id}: {len(self.failed)} backends failed ({', '.join(self.failed)}); "
-                f"last error: {reason}"
+                f"task {self.job_id}: {len(distinct)} backend(s) failed ({', '.join(distinct)}) "
+                f"over {time.monotonic() - self._trouble_since:.0f} s; last error: {reason}"
             )
+
+    def _wait_left(self) -> float:
+        """Seconds this task may still wait for a backend (outage_wait_s from the first failure)."""
+        if self._trouble_since is None:
+            return self.router.outage_wait_s
+        return self.router.outage_wait_s - (time.monotonic() - self._trouble_since)
 
 
 _tokenizer_lock = threading.Lock()
@@ -189,4 +209,4 @@ def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
     if not isinstance(router, Router):
         router = router_for(ctx.paths, ctx.worker_id, ctx.node)
     return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event,
-                      retry=retry or RetryPolicy(), max_switches=max_switches)
+                      retry=retry or RetryPolicy(timeout_s=router.request_timeout_s), max_switches=max_switches)

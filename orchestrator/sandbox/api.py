@@ -34,11 +34,12 @@ def resolve_runtime(runtime: str) -> str:
 
 
 async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **options: Any) -> Sandbox:
-    """Start a sandbox for `job_id`; its workspace is <job dir>/workspace on the shared FS.
+    """Start a sandbox for `job_id`; where its /workspace lives is said in workspace.py.
 
-    options: image, network (False), binds, env, limits {memory_mb, cpu_seconds,
-    file_size_mb, processes, open_files, tmp_mb, wall_clock_s, command_timeout_s},
-    wall_clock_s, command_timeout_s, fakeroot, workspace, start_timeout_s, cgroup.
+    options: image, network (False), binds, env, limits {memory_mb, total_memory_mb,
+    workspace_mb, cpu_seconds, file_size_mb, processes, open_files, tmp_mb, wall_clock_s,
+    command_timeout_s}, wall_clock_s, command_timeout_s, fakeroot, workspace, keep_workspace,
+    start_timeout_s, cgroup.
     """
     kind = resolve_runtime(runtime)
     opts = SandboxOptions.parse(**options)
@@ -48,7 +49,7 @@ async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **optio
         gid = 0 if opts.fakeroot else os.getgid()
         return await launch(
             "bwrap", functools.partial(bwrap.build_argv, bwrap=binary), job_id=job_id,
-            paths=paths, options=opts, use_status_fd=True,
+            paths=paths, options=opts, use_status_fd=True, tmpfs_workspace=True,
             identity=(lambda spec: bwrap.write_identity_files(spec, uid, gid)) if opts.image is None else None,
         )
     if kind == "apptainer":

@@ -83,7 +83,8 @@ def build_argv(spec: LaunchSpec, bwrap: str = "bwrap") -> list[str]:
     argv += [
         "--proc", "/proc", "--dev", "/dev",
         "--size", str(opts.limits.tmp_mb << 20), "--tmpfs", "/tmp",
-        "--bind", str(spec.workspace), WORKSPACE,
+        *(["--bind", str(spec.workspace), WORKSPACE] if spec.workspace is not None
+          else ["--size", str(opts.limits.workspace_mb << 20), "--tmpfs", WORKSPACE]),
         "--ro-bind", str(SERVER_PACKAGE), f"{INSIDE_PY}/server",
         "--ro-bind", str(PTYPROCESS_PACKAGE), f"{INSIDE_PY}/ptyprocess",
         "--bind", str(spec.socket_dir), INSIDE_RUN,

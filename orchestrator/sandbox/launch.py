@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +28,9 @@ from orchestrator.sandbox.process import (
 )
 from orchestrator.sandbox.procs import ProcessId, start_time
 from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir, remove_sandbox_dir
+from orchestrator.sandbox.limits import MiB
 from orchestrator.sandbox.spec import INSIDE_RUN, LaunchSpec
+from orchestrator.sandbox.workspace import host_workspace, kept_copy
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +78,40 @@ def _log_tail(path: Path, limit: int = 2000) -> str:
 async def launch(
     kind: str, build_argv: ArgvBuilder, *, job_id: str, paths: SpoolPaths, options: SandboxOptions,
     use_status_fd: bool = False, identity: Callable[[LaunchSpec], None] | None = None,
-    inside_workspace: str | None = WORKSPACE, pass_host_env: bool = False,
+    inside_workspace: str | None = WORKSPACE, pass_host_env: bool = False, tmpfs_workspace: bool = False,
 ) -> ProcessSandbox:
     """Start the runtime process and wait until its execution server is ready.
 
     `pass_host_env`: apptainer reads its own settings (APPTAINER_*, XDG_RUNTIME_DIR) from
     the environment and strips it with --cleanenv; bwrap and local get a minimal one.
+    `tmpfs_workspace`: the runtime mounts /workspace itself, a tmpfs of limits.workspace_mb
+    (see workspace.py); otherwise a fresh host directory is bound there.
     """
     owner = ProcessId.current()
     sandbox_id, runtime_dir = new_sandbox_dir()
     address: str | None = None
-    cgroup: Path | None = None
+    groups: cgroups.SandboxGroups | None = None
+    workspace: Path | None = options.workspace
+    created: Path | None = None
+    keep_to = ""
     try:
-        workspace = options.workspace or paths.job_dir(job_id) / "workspace"
-        workspace.mkdir(parents=True, exist_ok=True)
+        if workspace is not None:
+            workspace.mkdir(parents=True, exist_ok=True)
+        elif tmpfs_workspace:
+            keep_to = str(kept_copy(paths, job_id, sandbox_id)) if options.keep_workspace else ""
+        else:
+            workspace = created = host_workspace(paths, job_id, sandbox_id, options.keep_workspace)
+            workspace.mkdir(parents=True)
         address = loopback.allocate(owner, sandbox_id)
         if options.cgroup and kind != "local":
-            cgroup = cgroups.create(sandbox_id, options.limits.processes)
+            groups = cgroups.create(sandbox_id, options.limits.processes, options.limits.total_memory_mb * MiB)
     except BaseException:
         loopback.release(address)
-        cgroups.remove(cgroup)
+        for group in groups.paths() if groups else []:
+            cgroups.remove(group)
         remove_sandbox_dir(runtime_dir)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise
     status_r = status_w = None
     if use_status_fd:
@@ -105,13 +121,17 @@ async def launch(
         socket_dir=runtime_dir / "s", workspace=workspace, options=options,
         loopback=address, status_fd=status_w,
     )
+    memory_group = groups.memory if groups is not None and groups.memory != groups.pids else None
     record = SandboxRecord(
         id=sandbox_id, kind=kind, job_id=job_id, node=current_node(),
         runtime_dir=str(runtime_dir), socket=str(spec.socket_dir / "sock"),
         secret=secrets.token_hex(16), owner=owner.to_json(), process=[0, 0], child=None,
-        loopback=address, cgroup=str(cgroup) if cgroup else None,
-        deadline=time.time() + options.limits.wall_clock_s, workspace=str(workspace),
+        loopback=address, cgroup=str(groups.pids) if groups else None,
+        deadline=time.time() + options.limits.wall_clock_s, workspace=str(workspace) if workspace else "",
+        memory_cgroup=str(memory_group) if memory_group else None, workspace_keep=keep_to,
+        workspace_mb=options.limits.workspace_mb,
     )
+    memory_capped = groups is not None and groups.memory is not None
     proc: subprocess.Popen[bytes] | None = None
     try:
         if identity is not None:
@@ -122,15 +142,15 @@ async def launch(
             "secret": record.secret, "socket": inside_socket,
             "cwd": inside_workspace or str(workspace),
             "env": spec.sandbox_env(inside_workspace or str(workspace)),
-            "rlimits": options.limits.rlimits(), "wall_clock_s": options.limits.wall_clock_s,
+            "rlimits": options.limits.rlimits(memory_cgroup=memory_capped), "wall_clock_s": options.limits.wall_clock_s,
             "command_timeout_s": options.limits.command_timeout_s,
         }
-        procs_file = cgroups.procs_file(cgroup)
+        procs = cgroups.procs_files(groups)
         with open(runtime_dir / "server.log", "wb") as log_file:
             proc = subprocess.Popen(
-                cgroups.joining_argv(procs_file, argv) if procs_file else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                cgroups.joining_argv(procs, argv) if procs else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
                 pass_fds=(status_w,) if status_w is not None else (),
-                start_new_session=True, cwd=str(workspace),
+                start_new_session=True, cwd=str(workspace or runtime_dir),
                 env=dict(os.environ) if pass_host_env else
                 {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
             )
@@ -183,6 +203,8 @@ async def launch(
         if status_w is not None:
             os.close(status_w)
         release_resources(record)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise
 
 

@@ -3,6 +3,11 @@
 rlimits are set by the execution server on itself (inherited by every tool process, and
 an agent cannot raise a hard limit). RLIMIT_NPROC is ignored for processes whose host uid
 is root, so for root the process limit also goes through a cgroup (see cgroups.py).
+
+Totals of the sandbox as a whole: `total_memory_mb` is a cgroup's memory.max where one can be
+created; without one (a non-root user, no delegated cgroup) the documented fallback holds each
+process's address space to the total instead (RLIMIT_AS), which bounds every process but not
+their sum. `workspace_mb` is the size of /workspace, a tmpfs of that size (bubblewrap).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ MiB = 1 << 20
 # name: (default, minimum, maximum, unit)
 _BOUNDS: dict[str, tuple[float, float, float, str]] = {
     "memory_mb": (4096, 64, 1 << 20, "MiB of address space per process"),
+    "total_memory_mb": (8192, 64, 1 << 22, "MiB of memory for the whole sandbox"),
+    "workspace_mb": (2048, 1, 1 << 22, "MiB of /workspace"),
     "cpu_seconds": (900, 1, 7 * 86400, "CPU seconds per process"),
     "file_size_mb": (1024, 1, 1 << 22, "MiB per written file"),
     "processes": (256, 8, 100_000, "processes in the sandbox"),
@@ -32,6 +39,8 @@ FLOAT_LIMITS = {"wall_clock_s", "command_timeout_s"}
 @dataclass(frozen=True)
 class Limits:
     memory_mb: int = 4096
+    total_memory_mb: int = 8192
+    workspace_mb: int = 2048
     cpu_seconds: int = 900
     file_size_mb: int = 1024
     processes: int = 256
@@ -66,10 +75,14 @@ class Limits:
             checked[name] = number if name in FLOAT_LIMITS else int(number)
         return replace(base, **checked)
 
-    def rlimits(self) -> dict[str, int]:
-        """What the execution server applies to itself (names of the `resource` module)."""
+    def rlimits(self, memory_cgroup: bool = False) -> dict[str, int]:
+        """What the execution server applies to itself (names of the `resource` module).
+
+        Without a memory cgroup no process may exceed the sandbox's total on its own.
+        """
+        per_process = self.memory_mb if memory_cgroup else min(self.memory_mb, self.total_memory_mb)
         limits = {
-            "RLIMIT_AS": self.memory_mb * MiB,
+            "RLIMIT_AS": per_process * MiB,
             "RLIMIT_CPU": self.cpu_seconds,
             "RLIMIT_FSIZE": self.file_size_mb * MiB,
             "RLIMIT_NOFILE": self.open_files,

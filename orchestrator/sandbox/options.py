@@ -55,14 +55,15 @@ class SandboxOptions:
     env: tuple[tuple[str, str], ...] = ()
     limits: Limits = field(default_factory=Limits)
     fakeroot: bool = False
-    workspace: Path | None = None      # default: <job dir>/workspace
+    workspace: Path | None = None      # a host directory to bind; default: see workspace.py
+    keep_workspace: bool = False       # keep the workspace after the job (copied out at close)
     start_timeout_s: float = 30.0
     cgroup: bool = True                # use a cgroup for the process limit when one is writable
 
     @classmethod
     def parse(cls, **options: Any) -> "SandboxOptions":
         known = {
-            "image", "network", "binds", "env", "limits", "fakeroot", "workspace",
+            "image", "network", "binds", "env", "limits", "fakeroot", "workspace", "keep_workspace",
             "start_timeout_s", "cgroup", "wall_clock_s", "command_timeout_s",
         }
         unknown = sorted(set(options) - known)
@@ -95,6 +96,7 @@ class SandboxOptions:
             limits=limits,
             fakeroot=bool(options.get("fakeroot", False)),
             workspace=Path(workspace).absolute() if workspace else None,
+            keep_workspace=bool(options.get("keep_workspace", False)),
             start_timeout_s=float(options.get("start_timeout_s", 30.0)),
             cgroup=bool(options.get("cgroup", True)),
         )

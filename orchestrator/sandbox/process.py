@@ -23,7 +23,9 @@ from orchestrator.sandbox.base import Sandbox
 from orchestrator.sandbox.client import ExecClient
 from orchestrator.sandbox.errors import SandboxClosedError, SandboxError
 from orchestrator.sandbox.procs import ProcessId
+from orchestrator.sandbox.options import WORKSPACE
 from orchestrator.sandbox.records import SandboxRecord, remove_sandbox_dir
+from orchestrator.sandbox.workspace import REMOVABLE_PREFIX, copy_out
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,13 @@ def _local_tool_groups(record: SandboxRecord) -> list[ProcessId]:
 def release_resources(record: SandboxRecord) -> bool:
     """Cgroup, loopback lease and runtime directory; False if the cgroup still has processes."""
     cgroup_gone = True
-    if record.cgroup:
-        for pid in cgroups.pids_in(record.cgroup):
+    for group in record.cgroup_paths():
+        for pid in cgroups.pids_in(group):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        cgroup_gone = cgroups.remove(record.cgroup)
+        cgroup_gone = cgroups.remove(group) and cgroup_gone
     loopback.release(record.loopback, record.id)
     remove_sandbox_dir(record.runtime_dir)
     return cgroup_gone
@@ -125,7 +127,8 @@ class ProcessSandbox(Sandbox):
 
     @property
     def workspace(self) -> str:
-        return self.record.workspace
+        """The host directory holding the workspace: bound, or where a kept one is copied; else ""."""
+        return self.record.workspace or self.record.workspace_keep
 
     @property
     def closed(self) -> bool:
@@ -137,7 +140,8 @@ class ProcessSandbox(Sandbox):
         return {
             "kind": self.kind, "id": self.record.id, "node": self.record.node,
             "runtime_dir": self.record.runtime_dir, "job_id": self.record.job_id,
-            "loopback": self.record.loopback, "workspace": self.record.workspace,
+            "loopback": self.record.loopback, "workspace": self.workspace,
+            "workspace_removable": bool(self.record.workspace) and Path(self.record.workspace).name.startswith(REMOVABLE_PREFIX),
         }
 
     def alive(self) -> bool:
@@ -157,6 +161,21 @@ class ProcessSandbox(Sandbox):
                 ) from None
             raise
 
+    async def _keep_workspace(self) -> None:
+        """Copy a kept in-sandbox workspace out while the sandbox still lives (workspace.py)."""
+        if not self.record.workspace_keep or not self.record.child or not self.alive():
+            if self.record.workspace_keep:
+                log.warning("sandbox %s: workspace not kept, the sandbox is gone already", self.id)
+            return
+        source = Path(f"/proc/{self.record.child[0]}/root{WORKSPACE}")
+        cap = self.record.workspace_mb << 20
+        try:
+            report = await asyncio.to_thread(copy_out, source, Path(self.record.workspace_keep), cap)
+            log.info("sandbox %s: workspace kept in %s (%d files, %d bytes)", self.id,
+                     self.record.workspace_keep, report.files, report.bytes)
+        except OSError as exc:
+            log.warning("sandbox %s: could not keep its workspace: %s", self.id, exc)
+
     async def close(self) -> None:
         async with self._close_lock:
             if self._closed:
@@ -166,6 +185,7 @@ class ProcessSandbox(Sandbox):
             except OSError:
                 pass
             processes = self.record.processes()
+            await self._keep_workspace()
             if any(p.alive() for p in processes):
                 try:
                     await asyncio.wait_for(self.client.call("shutdown", {}, fresh=True), GRACEFUL_S)

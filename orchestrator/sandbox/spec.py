@@ -24,7 +24,7 @@ class LaunchSpec:
     job_id: str
     runtime_dir: Path          # host, private to the owner (record, log)
     socket_dir: Path           # host; bound into the sandbox at INSIDE_RUN
-    workspace: Path            # host; bound at /workspace
+    workspace: Path | None     # host directory bound at /workspace; None: the runtime mounts a tmpfs
     options: SandboxOptions
     loopback: str
     status_fd: int | None = None

@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.sandbox import cgroups, loopback
 from orchestrator.sandbox.process import CLOSING_MARK, kill_processes, reap_children, release_resources
 from orchestrator.sandbox.procs import wait_gone
-from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
+from orchestrator.sandbox.records import SandboxRecord, UntrustedRecord, sandboxes_dir, untrusted_because
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,18 @@ def sweep_orphaned_sandboxes() -> int:
     for directory in sorted(sandboxes_dir().iterdir()):
         try:
             record = SandboxRecord.load(directory)
+        except UntrustedRecord as exc:
+            if untrusted_because(directory) is not None:
+                log.warning("ignoring %s: not created by this user (%s)", directory, exc)
+                continue
+            if (directory / "record.json").exists() or not _older_than(directory, HALF_WRITTEN_GRACE_S):
+                log.warning("ignoring sandbox directory %s: %s", directory, exc)
+                continue
+            shutil.rmtree(directory, ignore_errors=True)  # ours, and its record was never written
+            continue
         except (OSError, ValueError, TypeError):
             if _older_than(directory, HALF_WRITTEN_GRACE_S):
-                shutil.rmtree(directory, ignore_errors=True)
+                shutil.rmtree(directory, ignore_errors=True)  # ours (checked), half-written long ago
             continue
         if record.process == [0, 0]:  # being started right now
             live.add(record.id)

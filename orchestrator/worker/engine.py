@@ -9,10 +9,13 @@ worker only keeps a cache of tickets it wrote itself, to skip re-reading them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import secrets
+import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from orchestrator import fsops
@@ -26,9 +29,10 @@ from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
-from orchestrator.recovery import reap_expired
+from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
 from orchestrator.rows import build_row
-from orchestrator.shards import ShardWriter
+from orchestrator.sandbox.workspace import removable_workspaces
+from orchestrator.shards import Batch, FencedOut, ShardWriter
 from orchestrator.tickets import Ticket
 from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
@@ -44,6 +48,8 @@ MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
 HEARTBEAT_FAILURES_FATAL = 5
 CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered
+COMMIT_RETRY_S = (0.5, 30.0)   # backoff of shard commits that failed (full disk, I/O error)
+EXIT_LEASE_LOST = 3    # serve() result when the worker's claims were taken over (see main.py)
 
 
 class Worker:
@@ -54,6 +60,10 @@ class Worker:
         self.node = current_node()
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
         self.started_at = time.time()
+        self.info = base_info(self.node, self.options.launch_id)
+        # The heartbeat exists before the claim directory, so recovery never takes a starting
+        # worker's directory for an abandoned one.
+        write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})
         self.box = ClaimBox(paths, self.worker_id)
         self.run_queue = paths.run_queue(self.node)
         fsops.ensure_dir(self.run_queue)
@@ -64,7 +74,6 @@ class Worker:
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
         )
-        self.info = base_info(self.node, self.options.launch_id)
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
@@ -84,10 +93,20 @@ class Worker:
         self.grace_s = config.shutdown.grace_s
         self.fatal: BaseException | None = None
         self.state = "running"
+        # Blocking spool work runs off the event loop: shard commits and recovery in one thread
+        # (one at a time), heartbeats in another (never queued behind a slow commit).
+        self.spool_io = ThreadPoolExecutor(1, thread_name_prefix="spool-io")
+        self.heartbeat_io = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+        self.committing: list[str] = []          # tickets of the shard being written right now
+        self.commit_retry_at = 0.0
+        self.commit_failures = 0
+        self.lease_lost: str | None = None       # why this worker no longer holds its claims
+        self.stray_claims: set[str] = set()
+        self.workspaces_to_remove: set[str] = set()  # jobs whose host workspaces go with their row
 
     # -- life cycle ---------------------------------------------------------------------------
     async def serve(self) -> int:
-        """Run until asked to stop; return the process exit code."""
+        """Run until asked to stop; the exit code (EXIT_LEASE_LOST when fenced out)."""
         self._heartbeat()
         self.events.emit("-", "worker_started", {"node": self.node, "pid": os.getpid(), "stages": sorted(s.value for s in self.options.stages)})
         log.info("worker %s on %s: pools %s", self.worker_id, self.node, {s.value: self.options.pool_size(s) for s in Stage})
@@ -99,6 +118,7 @@ class Worker:
             asyncio.create_task(self._every(STOP_POLL_S, self._poll_stop_request), name="stop-request"),
             asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
             asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_in_background), name="sandbox-sweep"),
+            asyncio.create_task(self._every(self.config.leases.lease_s, self._audit_claims), name="claim-audit"),
         ]
         if self.idle.enabled:
             period = poll_period(self.idle.idle_exit_s, self.config.leases.heartbeat_s)
@@ -111,7 +131,8 @@ class Worker:
             task.add_done_callback(self._essential_done)
         await self.stopping.wait()
         self.state = "draining"
-        self._heartbeat()
+        if not self.lease_lost:
+            self._heartbeat()
         for task in dispatchers:
             task.cancel()
         await asyncio.gather(*dispatchers, return_exceptions=True)
@@ -119,18 +140,48 @@ class Worker:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        self._commit_shards()
-        self.state = "stopped" if self.fatal is None else "failed"
-        self._heartbeat()
+        if not self.lease_lost:
+            await self._commit_shards()
+            leftovers = await self._in_spool_io(
+                release_own_claims, self.paths, self.worker_id, self.config.jobs.max_attempts, self.events.emit)
+            self.counters["requeued"] += leftovers
+            self.state = "stopped" if self.fatal is None else "failed"
+            self._heartbeat()
+        else:
+            self.shards.take()  # rows of claims other workers now hold: never committed
+            self.state = "fenced"
         retire(self.paths, self.worker_id)
         if self.metrics is not None:
             self.metrics.remove()
         self.events.emit("-", "worker_stopped", {"state": self.state, **self.counters})
         self.events.close()
+        self.spool_io.shutdown(wait=True)
+        self.heartbeat_io.shutdown(wait=True)
+        if self.lease_lost:
+            return EXIT_LEASE_LOST
         if self.fatal is not None:
             log.error("worker %s exits: %s", self.worker_id, self.fatal)
             return 1
         return 0
+
+    async def _in_spool_io(self, call: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.spool_io, call, *args)
+
+    def _lose_lease(self, how: str) -> None:
+        """Our claims were taken over (we were paused, partitioned or suspended past the lease).
+
+        Everything this worker holds is somebody else's now: say so, write nothing for those
+        jobs, close their sandboxes, and stop; main.py starts a fresh worker in this process.
+        """
+        if self.lease_lost:
+            return
+        self.lease_lost = how
+        dropped = self.shards.pending + len(self.committing)
+        log.error("worker %s lost its lease (%s): its claims were returned to the queues by another worker; "
+                  "dropping %d buffered row(s) and %d running stage(s), then re-registering",
+                  self.worker_id, how, dropped, len(self.running))
+        self.events.emit("-", "lease_lost", {"how": how, "dropped_rows": dropped, "running": len(self.running)})
+        self.request_stop(0.0)
 
     def request_stop(self, grace_s: float | None = None) -> None:
         """Stop claiming; finish running stages within `grace_s`, then return what is left."""
@@ -164,7 +215,7 @@ class Worker:
 
     def _evaluate_own_runs(self) -> None:
         """While draining, jobs whose RUN just finished here are evaluated here too, not left queued."""
-        if Stage.EVAL not in self.options.stages:
+        if Stage.EVAL not in self.options.stages or self.lease_lost:
             return
         for name, ticket in list(self.written.items()):
             if ticket.stage is Stage.EVAL and fsops.rename(self.paths.eval_queue / name, self.box.dir / name):
@@ -176,13 +227,14 @@ class Worker:
             ticket = self.written.pop(name)
             if ticket.stage is not Stage.RUN or ticket.status is not None:
                 continue
-            if not fsops.rename(self.run_queue / name, self.box.dir / name):
+            # Not claimed by us (it waits in the run queue): fenced or not, it may go back.
+            holding = self.paths.tmp / f".return-{name}"
+            if not fsops.rename(self.run_queue / name, holding):
                 continue  # already claimed by someone
             asyncio.get_running_loop().create_task(self._close_quietly(ticket))
-            ticket.state.pop("sandbox", None)
-            ticket.outputs.pop("init", None)
-            ticket.mark_enqueued(Stage.INIT)
-            self.box.advance(ticket, self.paths.init_queue)
+            ticket.back_to_init()
+            fsops.write_atomic(self.paths.init_queue / name, ticket.encode(), self.paths.tmp)
+            fsops.unlink(holding)
             self.events.emit(name, "returned", {"stage": "run", "to": "init"})
 
     async def _close_quietly(self, ticket: Ticket) -> None:
@@ -194,33 +246,77 @@ class Worker:
 
     # -- periodic duties ---------------------------------------------------------------------
     async def _every(self, period: float, duty: Any) -> None:
+        """Run `duty` every `period`; a spool error (full, failing) is retried next time, not fatal."""
+        failures = 0
         while True:
             await asyncio.sleep(period)
-            duty()
+            try:
+                done = duty()
+                if asyncio.iscoroutine(done):
+                    await done
+                failures = 0
+            except OSError as exc:
+                failures += 1
+                if failures == 1 or failures % 100 == 0:
+                    log.warning("%s failed (%d time(s) in a row): %s; retrying every %.1fs",
+                                getattr(duty, "__name__", duty), failures, exc, period)
+
+    def _heartbeat_record(self) -> dict[str, Any]:
+        pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
+        return {
+            **self.info, "state": self.state, "pools": pools, "counters": self.counters,
+            "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
+        }
 
     def _heartbeat(self) -> None:
-        pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
-        info = {
-            **self.info, "state": self.state, "pools": pools, "counters": self.counters,
-            "buffered_rows": self.shards.pending, "fs_ops": dict(fsops.OPS),
-        }
+        info = self._heartbeat_record()
         write_heartbeat(self.paths, self.worker_id, info)
+        self._write_metrics(info)
+
+    def _write_metrics(self, info: dict[str, Any]) -> None:
         if self.metrics is not None:
             self.metrics.write({**info, "heartbeat_at": time.time()})
 
-    def _heartbeat_checked(self) -> None:
+    def _beat_if_still_ours(self, record: dict[str, Any]) -> bool:
+        """Refresh the lease, unless recovery has taken our claim directory (then False).
+
+        On a full spool the record cannot be rewritten, but its mtime (the lease) can still be
+        refreshed: a full disk must not make every worker look dead.
+        """
+        if fsops.mtime(self.box.dir) is None:
+            return False
+        try:
+            write_heartbeat(self.paths, self.worker_id, record)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            fsops.touch(self.paths.heartbeat(self.worker_id))
+            return True
+        self._write_metrics(record)
+        return True
+
+    async def _heartbeat_checked(self) -> None:
+        if self.lease_lost:
+            return
         self._expire_cache()
+        loop = asyncio.get_running_loop()
         for attempt in range(HEARTBEAT_FAILURES_FATAL):
             try:
-                self._heartbeat()
-                return
+                held = await loop.run_in_executor(self.heartbeat_io, self._beat_if_still_ours, self._heartbeat_record())
             except OSError as exc:
                 log.warning("heartbeat failed (%d/%d): %s", attempt + 1, HEARTBEAT_FAILURES_FATAL, exc)
-                time.sleep(0.2)
+                await asyncio.sleep(0.2)
+                continue
+            if not held:
+                self._lose_lease(f"its claim directory {self.box.dir} was taken over")
+            return
         raise RuntimeError(f"spool unreachable: cannot write {self.paths.heartbeat(self.worker_id)}")
 
-    def _recover(self) -> None:
-        moved = reap_expired(self.paths, self.worker_id, self.config.leases.lease_s, self.config.jobs.max_attempts, self.events.emit)
+    async def _recover(self) -> None:
+        if self.lease_lost:
+            return
+        moved = await self._in_spool_io(reap_expired, self.paths, self.worker_id, self.config.leases.lease_s,
+                                        self.config.jobs.max_attempts, self.events.emit)
         if moved:
             self.counters["requeued"] += moved
             for stage in Stage:
@@ -282,13 +378,65 @@ class Worker:
         except Exception as exc:  # the sweep is hygiene: never let it stop the worker
             log.warning("sandbox sweep failed: %s", exc)
 
-    def _commit_shards_if_due(self) -> None:
-        if self.shards.due(idle=self.busy[Stage.EVAL] == 0):
-            self._commit_shards()
+    async def _commit_shards_if_due(self) -> None:
+        if time.monotonic() >= self.commit_retry_at and self.shards.due(idle=self.busy[Stage.EVAL] == 0):
+            await self._commit_shards()
 
-    def _commit_shards(self) -> None:
-        for name in self.shards.commit():
+    async def _commit_shards(self) -> None:
+        """Write the buffered rows as a shard (in the spool thread), then drop their tickets."""
+        batch = None if self.lease_lost else self.shards.take()
+        if batch is None:
+            return
+        self.committing = batch.tickets
+        cleanup = [name for name in batch.tickets if name in self.workspaces_to_remove]
+        try:
+            await self._in_spool_io(self._write_batch, batch, cleanup)
+        except FencedOut as exc:
+            self._lose_lease(str(exc))
+            return
+        except OSError as exc:  # full or failing spool: keep the rows, hold the claims, retry
+            self.shards.put_back(batch)
+            self.commit_failures += 1
+            delay = min(COMMIT_RETRY_S[0] * 2 ** (self.commit_failures - 1), COMMIT_RETRY_S[1])
+            self.commit_retry_at = time.monotonic() + delay
+            log.warning("cannot commit %d row(s) to %s (%s); retrying in %.1fs", len(batch.rows), self.paths.shards, exc, delay)
+            return
+        finally:
+            self.committing = []
+        self.commit_failures = 0
+        self.workspaces_to_remove.difference_update(cleanup)
+        self.counters["poisoned"] = self.shards.poisoned
+
+    def _write_batch(self, batch: Batch, remove_workspaces_of: list[str]) -> None:
+        self.shards.write(batch, staging=self.box.dir)
+        for name in batch.tickets:
             self.box.drop(name)
+        for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
+            for workspace in removable_workspaces(self.paths.job_dir(name)):
+                shutil.rmtree(workspace, ignore_errors=True)
+
+    async def _audit_claims(self) -> None:
+        """Claims no part of this worker is carrying (a bug, an error while giving one back) are
+        requeued once seen twice in a row: a claim must never sit here forever."""
+        if self.lease_lost or self.stopping.is_set():
+            return
+        held = set(await self._in_spool_io(self.box.names))
+        strays = held - set(self.running) - set(self.shards.tickets) - set(self.committing)
+        for name in strays & self.stray_claims:
+            self._requeue_claim(name, "claim held by no task of its worker")
+        self.stray_claims = strays - self.stray_claims
+
+    def _requeue_claim(self, name: str, reason: str) -> None:
+        try:
+            moved = requeue_claim(self.paths, self.box.dir / name, f"{reason} (worker {self.worker_id})",
+                                  self.config.jobs.max_attempts, self.events.emit)
+        except FileNotFoundError:
+            return  # moved on meanwhile
+        except OSError as exc:
+            log.error("job %s: could not requeue its claim (%s); the claim audit will try again", name, exc)
+            return
+        self.counters["requeued"] += moved
+        self.claimers[Stage.INIT].forget()
 
     # -- dispatching ---------------------------------------------------------------------------
     def _queue_of(self, stage: Stage) -> Any:
@@ -301,7 +449,11 @@ class Worker:
             await self.slots[stage].acquire()
             if stage is Stage.INIT:
                 await self._wait_for_room()
-            name = claimer.claim()
+            try:
+                name = claimer.claim()
+            except OSError as exc:  # the spool failing for a moment: try again later, slot freed
+                log.warning("claiming from %s failed: %s", claimer.queue, exc)
+                name = None
             if name is None:
                 self.slots[stage].release()
                 self.wake[stage].clear()
@@ -346,7 +498,11 @@ class Worker:
         ticket.stage = stage
         ticket.enqueued_at = time.time()
         if stage is Stage.EVAL:
-            self.box.save(ticket)
+            try:
+                self.box.save(ticket)
+            except BaseException:  # a full spool, say: the slot must not leak with the error
+                self.slots[stage].release()
+                raise
         self.written[ticket.name] = ticket
         self._start(stage, ticket.name, holds_slot=True)
         return True
@@ -402,6 +558,28 @@ class Worker:
             del self.written[name]
 
     async def _process(self, stage: Stage, name: str) -> None:
+        try:
+            await self._run_stage(stage, name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug or a spool error: the claim must not stay here
+            await self._engine_error(stage, name, exc)
+
+    async def _engine_error(self, stage: Stage, name: str, exc: Exception) -> None:
+        if not self.lease_lost and fsops.mtime(self.box.dir) is None:
+            self._lose_lease(f"{type(exc).__name__} while carrying job {name}: its claim directory is gone")
+        if self.lease_lost:
+            log.info("job %s: %s after this worker lost its lease; left to its new owner", name, exc)
+            return
+        log.error("job %s: worker error in %s: %s: %s", name, stage.value, type(exc).__name__, exc, exc_info=exc)
+        ticket = self._tickets_in_flight.get(name)
+        if ticket is not None and "sandbox" in ticket.state:
+            await self._close_quietly(ticket)
+        if name in self.shards.tickets or name in self.committing:
+            return  # its row is on its way: the ticket goes with the shard
+        self._requeue_claim(name, f"worker error in {stage.value}: {type(exc).__name__}: {exc}")
+
+    async def _run_stage(self, stage: Stage, name: str) -> None:
         ticket = self._cached(name, stage) or self.box.load(name)
         if ticket is None:
             return  # corrupt: quarantined by load()
@@ -442,7 +620,13 @@ class Worker:
             ticket.timings["run_ended_at"] = time.time()
         ticket.outputs[stage.value] = outcome.output
         self.events.emit(name, f"{stage.value}_finished", {"s": round(elapsed, 6), **({"status": outcome.status.value} if outcome.status else {})})
-        if outcome.status is not None and stage is not Stage.EVAL:
+        if outcome.error is not None and outcome.error.traceback:
+            self.events.emit(name, "stage_failed", {"stage": stage.value, "error": outcome.error.as_text(),
+                                                    "traceback": outcome.error.traceback})
+        if stage is Stage.RUN and outcome.error is not None and outcome.error.kind == "SandboxAttachError":
+            # The sandbox INIT prepared died with the worker that started it: prepare it again.
+            self._requeue_claim(name, f"its sandbox is gone: {outcome.error.message}")
+        elif outcome.status is not None and stage is not Stage.EVAL:
             await self._end_early(ticket, ctx, outcome.status, outcome.error, outcome.output)
         elif stage is Stage.INIT:
             ticket.node = self.node
@@ -486,6 +670,8 @@ class Worker:
     def _finish(self, ticket: Ticket, handler: AgentHandler | None, error: StageError | None,
                 ctx: JobContext | None = None, status: JobStatus | None = None) -> None:
         """Buffer the job's row; its ticket is dropped once the shard holding the row is committed."""
+        if self.lease_lost:
+            return  # the claim is another worker's now
         status = ticket.status or status or JobStatus.OK
         if error is None and ticket.error:
             error = StageError(ticket.error.get("stage", ""), ticket.error.get("kind", ""), ticket.error.get("message", ""))
@@ -500,6 +686,8 @@ class Worker:
         ticket.timings["finished_at"] = time.time()
         merged = final_fields(handler, ctx, ticket.outputs, error)
         self.shards.add(build_row(ticket, merged, status, self.worker_id), ticket.name)
+        if ticket.state.get("remove_workspaces"):
+            self.workspaces_to_remove.add(ticket.name)
         self.counters["finished"] += 1
         if status is not JobStatus.OK:
             self.counters["failed"] += 1
@@ -507,15 +695,15 @@ class Worker:
 
     async def _give_back(self, ticket: Ticket, ctx: JobContext, stage: Stage) -> None:
         """The worker stops while this stage runs: return the job to where it can resume."""
-        if stage is Stage.EVAL:
-            target = Stage.EVAL
-        else:
+        if stage is not Stage.EVAL:
             await self._close_runtime(ctx)
-            ticket.state.pop("sandbox", None)
-            ticket.outputs.pop("init", None)
-            target = Stage.INIT
+        if self.lease_lost:
+            return  # recovery returned it already; only its sandbox was ours to close
         ticket.history.append({"t": time.time(), "returned": stage.value, "worker": self.worker_id})
-        ticket.mark_enqueued(target)
-        self.box.advance(ticket, self._queue_of(target) if target is not Stage.RUN else self.run_queue)
+        if stage is Stage.EVAL:
+            ticket.mark_enqueued(Stage.EVAL)
+        else:
+            ticket.back_to_init()
+        self.box.advance(ticket, self._queue_of(ticket.stage))
         self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": target.value})
 

@@ -9,10 +9,15 @@ import threading
 
 from orchestrator.config import RunConfig
 from orchestrator.paths import SpoolPaths
-from orchestrator.worker.engine import Worker
+from dataclasses import replace
+
+from orchestrator.worker.engine import EXIT_LEASE_LOST, Worker
 from orchestrator.worker.options import WorkerOptions
 
 log = logging.getLogger(__name__)
+# A worker that lost its lease starts again as a new worker in the same process, this many
+# times at most: past that, something keeps stalling this process and it had better exit.
+MAX_REJOINS = 5
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 # Preempted: every claim back at once. One signal, because two TERMs sent back to back can reach
 # the process as one (standard signals do not queue) and leave it draining.
@@ -29,6 +34,10 @@ class WorkerController:
         self._pending: float | None = None
         self._requested = False
         self.worker_id: str | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self._requested
 
     def attach(self, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
         with self._lock:
@@ -50,18 +59,35 @@ def run_worker(
     controller: WorkerController | None = None,
     install_signal_handlers: bool = True,
 ) -> int:
-    """Run one worker until it is stopped; 0 after a clean stop, 1 when an essential part failed."""
+    """Run one worker until it is stopped; 0 after a clean stop, 1 when an essential part failed,
+    3 (EXIT_LEASE_LOST) when it lost its lease more than MAX_REJOINS times."""
     config = RunConfig.load(paths.run_config)
 
     async def main() -> int:
-        worker = Worker(paths, config, options)
         loop = asyncio.get_running_loop()
-        if install_signal_handlers:
-            for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
-                loop.add_signal_handler(signum, _on_signal, worker, signum)
-        if controller is not None:
-            controller.attach(loop, worker)
-        return await worker.serve()
+        current: list[Worker] = []
+        stop_requested: list[int] = []
+
+        def on_signal(signum: int) -> None:
+            stop_requested.append(signum)
+            _on_signal(current[-1], signum)
+
+        for rejoin in range(MAX_REJOINS + 1):
+            incarnation = options if rejoin == 0 or options.worker_id is None \
+                else replace(options, worker_id=f"{options.worker_id}-r{rejoin}")
+            worker = Worker(paths, config, incarnation)
+            current.append(worker)
+            if install_signal_handlers and rejoin == 0:
+                for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
+                    loop.add_signal_handler(signum, on_signal, signum)
+            if controller is not None:
+                controller.attach(loop, worker)
+            code = await worker.serve()
+            if code != EXIT_LEASE_LOST or stop_requested or (controller is not None and controller.requested):
+                return code
+            log.warning("worker %s was fenced out; re-registering as a new worker (%d/%d)",
+                        worker.worker_id, rejoin + 1, MAX_REJOINS)
+        return EXIT_LEASE_LOST
 
     return asyncio.run(main())
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect as pyinspect
 import logging
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
+
+import orjson
 
 from orchestrator.context import JobContext
 from orchestrator.handler import AgentHandler, StageError
@@ -13,6 +18,7 @@ from orchestrator.jobs import JobStatus, Stage
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
+MAX_TRACEBACK_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ async def execute_stage(
         output = await asyncio.wait_for(call, timeout=max(budget_s, 0.001))
         if not isinstance(output, dict):
             raise TypeError(f"{type(handler).__name__}.{stage.value}() returned {type(output).__name__}, expected dict")
+        _check_storable(handler, stage, output)
         return StageOutcome(output, None, None)
     except asyncio.TimeoutError:
         error = StageError(stage.value, "timeout", f"job time budget used up during {stage.value}")
@@ -54,9 +61,40 @@ async def execute_stage(
         error = StageError(stage.value, "cancelled", "cancelled on request (hpc-rollout cancel)")
         return StageOutcome(_hook(handler, ctx, error), JobStatus.CANCELLED, error)
     except Exception as exc:  # a handler bug must end the job, never the worker
-        error = StageError(stage.value, type(exc).__name__, str(exc)[:MAX_ERROR_CHARS])
-        log.info("job %s failed in %s: %s", ctx.job.job_id, stage.value, error.as_text())
+        where = raise_site(exc, handler)
+        error = StageError(stage.value, type(exc).__name__, f"{str(exc)[:MAX_ERROR_CHARS]} (at {where})",
+                           "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:])
+        log.warning("job %s failed in %s: %s", ctx.job.job_id, stage.value, error.as_text(), exc_info=exc)
         return StageOutcome(_hook(handler, ctx, error), JobStatus.FAILED, error)
+
+
+class UnstorableOutput(TypeError):
+    """A stage returned something a ticket (JSON) cannot carry to the next stage."""
+
+
+def _check_storable(handler: AgentHandler, stage: Stage, output: dict[str, Any]) -> None:
+    try:
+        orjson.dumps(output)
+    except TypeError as exc:  # orjson.JSONEncodeError included (too deep, a set, bytes...)
+        raise UnstorableOutput(
+            f"{type(handler).__name__}.{stage.value}() returned a value that cannot be stored in the job's "
+            f"ticket (JSON): {exc}; return lists, dicts, str, int, float, bool or None"
+        ) from None
+
+
+def raise_site(exc: BaseException, handler: AgentHandler) -> str:
+    """Where the handler's own code raised (file:line in function): the innermost frame in the
+    handler's directory, else the innermost frame at all (the error came from deeper down)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown place"
+    try:
+        home = str(Path(pyinspect.getfile(type(handler))).resolve().parent)
+    except (TypeError, OSError):
+        home = ""
+    own = [f for f in frames if home and str(Path(f.filename).resolve()).startswith(home)]
+    frame = (own or frames)[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
 
 
 def _hook(handler: AgentHandler, ctx: JobContext, error: StageError) -> dict[str, Any]:

@@ -17,7 +17,10 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
     _, again = init_run(tmp_path / "r")  # re-init keeps the settings
     assert again == config
     _, sandboxed = init_run(tmp_path / "r", {"sandbox.network": "true", "sandbox.image": "/images/swe"})
-    assert sandboxed.sandbox.defaults() == {"network": True, "fakeroot": False, "image": "/images/swe"}
+    assert sandboxed.sandbox.defaults() == {
+        "network": True, "fakeroot": False, "image": "/images/swe", "keep_workspace": False,
+        "limits": {"total_memory_mb": 8192, "workspace_mb": 2048},
+    }
 
 
 @pytest.mark.parametrize("key,value,message", [

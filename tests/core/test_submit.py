@@ -95,7 +95,9 @@ def test_parquet_input(tmp_path: Path) -> None:
 def test_sampling_parameters(tmp_path: Path) -> None:
     file = tmp_path / "s.json"
     file.write_text('{"temperature": 1.0, "max_tokens": 64}')
-    params = parse_sampling(("temperature=0.7", 'stop=["</s>"]', "note=plain"), file)
+    with pytest.raises(SubmitError, match="unknown sampling parameter 'note'"):
+        parse_sampling(("note=plain",), None)
+    params = parse_sampling(("temperature=0.7", 'stop=["</s>"]', "note=plain"), file, unchecked=True)
     assert params == {"temperature": 0.7, "max_tokens": 64, "stop": ["</s>"], "note": "plain"}
     with pytest.raises(SubmitError, match="top_p"):
         parse_sampling(("top_p=1.5",), None)
@@ -103,7 +105,7 @@ def test_sampling_parameters(tmp_path: Path) -> None:
         parse_sampling(("temperature",), None)
     paths = make_run(tmp_path / "run")
     tasks = write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}])
-    submit_file(paths, tasks, sampling=params)
+    submit_file(paths, tasks, sampling=params, sampling_unchecked=True)
     assert queued(paths)[0].job.sampling == params
 
 

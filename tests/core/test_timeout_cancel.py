@@ -74,4 +74,4 @@ def test_cancel_cli_needs_a_target(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     result = cli("cancel", str(paths.root), check=False)
     assert result.returncode != 0 and "--group" in result.stderr
-    assert request_cancel(paths, ("a-job",), ("g1",), True) == ["a-job", "group-g1", "ALL"]
+    assert request_cancel(paths, ("a-job",), ("g1",), True, check=False) == ["a-job", "group-g1", "ALL"]

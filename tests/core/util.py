@@ -78,6 +78,28 @@ def wait_drained(paths: SpoolPaths, timeout: float = 120) -> None:
     wait_until(lambda: pending_count(paths) == 0, timeout, "the queues to drain")
 
 
+def serve_in_process(paths: SpoolPaths, timeout: float = 60, **options: Any) -> Any:
+    """A worker in this process (so it can use a handler defined by the test) until nothing is pending."""
+    import asyncio
+
+    from orchestrator.config import RunConfig
+    from orchestrator.worker.engine import Worker
+    from orchestrator.worker.options import WorkerOptions
+
+    worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions(**options))
+
+    async def main() -> None:
+        serving = asyncio.create_task(worker.serve())
+        deadline = time.monotonic() + timeout
+        while pending_count(paths) and time.monotonic() < deadline and not serving.done():
+            await asyncio.sleep(0.05)
+        worker.request_stop()
+        await serving
+
+    asyncio.run(main())
+    return worker
+
+
 def rows(paths: SpoolPaths) -> list[dict[str, Any]]:
     if not any(paths.shards.glob("*.parquet")):
         return []

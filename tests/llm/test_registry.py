@@ -13,6 +13,7 @@ from orchestrator.cli import cli
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol
 from orchestrator.paths import SpoolPaths
+from orchestrator.spool import init_run
 
 
 def test_add_remove_list_round_trip(tmp_path: Path) -> None:
@@ -57,6 +58,7 @@ def test_swap_replaces_the_set_and_bumps_the_version(tmp_path: Path) -> None:
 
 
 def test_corrupt_registry_is_a_clear_error(tmp_path: Path) -> None:
+    init_run(tmp_path)  # the CLI works on run directories only
     (tmp_path / "backends.json").write_text('{"backends": [ {"url": ')
     registry = BackendRegistry.of(tmp_path)
     with pytest.raises(RegistryCorrupt, match="backend clear .* --force"):
@@ -92,6 +94,7 @@ def test_concurrent_writers_never_lose_an_entry(tmp_path: Path) -> None:
 
 
 def test_cli_add_swap_list(tmp_path: Path) -> None:
+    init_run(tmp_path)
     runner = CliRunner()
     ok = runner.invoke(cli, ["backend", "add", str(tmp_path), "http://node17:8000/v1", "--version", "3"])
     assert ok.exit_code == 0, ok.output

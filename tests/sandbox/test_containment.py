@@ -51,7 +51,7 @@ def test_no_network_egress_to_host_loopback_or_outside(spool: SpoolPaths) -> Non
 
 def test_no_write_outside_workspace(spool: SpoolPaths, tmp_path: Path) -> None:
     async def scenario() -> list[object]:
-        sb = await started(spool)
+        sb = await started(spool, keep_workspace=True)
         try:
             results = []
             for target in ("/usr/evil", "/etc/evil", "/evil", "/.hpc-rollout/py/server/evil"):
@@ -65,7 +65,7 @@ def test_no_write_outside_workspace(spool: SpoolPaths, tmp_path: Path) -> None:
     for result in denied:
         assert result.exit_code != 0 and "Read-only file system" in result.output, result
     assert allowed.exit_code == 0 and allowed.output == "tmp\n"
-    workspace = spool.job_dir("t-000001-000") / "workspace"
+    [workspace] = spool.job_dir("t-000001-000").glob("workspace-kept.*")  # copied out at close
     assert (workspace / "inside.txt").read_text() == "ok\n"
     assert not Path("/usr/evil").exists() and not Path("/evil").exists()
 

@@ -257,7 +257,7 @@ def test_local_runtime_warns_and_runs_on_host(spool: SpoolPaths, caplog: pytest.
             await sb.close()
 
     result = run(scenario())
-    workspace = spool.job_dir("l-000001-000") / "workspace"
+    [workspace] = spool.job_dir("l-000001-000").glob("workspace.*")  # fresh for each sandbox
     assert result.output == f"{workspace}\n{workspace}\n"
     assert any("WITHOUT isolation" in r.message for r in caplog.records)
 

@@ -20,7 +20,7 @@ def _ctx(spool: SpoolPaths, instance: dict[str, Any], stage: Stage, state: dict[
     job = JobSpec(job_id="s-000001-000", group_id="s-000001", instance_id="s-000001",
                   sample_index=0, handler="shell", instance=instance)
     services = WorkerServices(paths=spool, worker_id="w1", node=current_node(),
-                              runtime="bwrap")
+                              runtime="bwrap", sandbox_defaults={"keep_workspace": True})
     return JobContext(job=job, stage=stage, attempt=1, services=services, state=state)
 
 
@@ -51,7 +51,8 @@ def test_commands_run_in_the_sandbox_and_reward_one(spool: SpoolPaths, private_r
     assert [s["exit_code"] for s in result["steps"]] == [0, 0, 4]
     assert result["steps"][1]["output"] == "hi\n"
     assert scored == {"reward": 1.0}
-    assert (spool.job_dir("s-000001-000") / "workspace" / "out.txt").read_text() == "hi\n"
+    [kept] = spool.job_dir("s-000001-000").glob("workspace-kept.*")
+    assert (kept / "out.txt").read_text() == "hi\n"
     assert sandbox_processes(private_runtime) == []
 
 

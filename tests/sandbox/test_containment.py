@@ -109,7 +109,7 @@ def test_fork_bomb_is_contained_and_reported(spool: SpoolPaths) -> None:
     async def scenario() -> tuple[object, list[int], str | None]:
         sb = await started(spool, limits={"processes": 48})
         try:
-            bomb = await sb.bash(":(){ :|:& };: 2>/dev/null; sleep 1; "
+            bomb = await sb.bash(":(){ :|:& };: 2>/dev/null; sleep 3; "
                                  "python3 -c 'import os\nn = 0\ntry:\n  while True:\n"
                                  "    pid = os.fork()\n    if pid == 0: os._exit(0)\n"
                                  "    os.waitpid(pid, 0); n += 1\n"

@@ -142,6 +142,8 @@ class Worker:
         await asyncio.gather(*background, return_exceptions=True)
         if not self.lease_lost:
             await self._commit_shards()
+            if not self.shards.pending:
+                self.shards.close()   # readers stop probing this writer
             leftovers = await self._in_spool_io(
                 release_own_claims, self.paths, self.worker_id, self.config.jobs.max_attempts, self.events.emit)
             self.counters["requeued"] += leftovers

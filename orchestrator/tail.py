@@ -1,0 +1,242 @@
+"""Reading finished trajectories as they land: rows or whole groups, with a lossless cursor.
+
+    reader = spool.reader(saved_cursor)            # None: from the first shard of every writer
+    for group in reader.groups(follow=True):       # only complete groups
+        train_on(group)
+        save(str(reader.cursor))                   # with the model: resume loses and repeats nothing
+
+The reader follows each writer's shard sequence (orchestrator/shardlog.py), never the clock.
+A poll lists `shards/.writers/open/` and probes each open writer's next shard by name:
+about two stats per open writer, however many shards exist. Rows are fetched a shard at a
+time and *held* until delivered; the cursor records held rows as ranges, so a crash in the
+middle of a shard or of a group resumes exactly where the trainer stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from orchestrator import fsops
+from orchestrator.cursor import Cursor, RowKey
+from orchestrator.paths import SpoolPaths
+from orchestrator.shardlog import WriterDirectory, shard_exists, shard_name
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+# Columns a group needs whatever the caller asks for.
+GROUP_COLUMNS = ("job_id", "group_id", "group_size", "sample_index")
+# The columns a trainer needs for batches (everything but the bulky per-turn records and JSON).
+TRAINER_COLUMNS = (
+    *GROUP_COLUMNS, "instance_id", "handler", "data_source", "status", "reward", "prompt_ids",
+    "response_ids", "response_mask", "logprobs", "policy_version_min", "policy_version_max",
+    "error", "worker",
+)
+# The list of closed writers is re-read when its directory changes, and at least this often
+# (directory mtimes are coarse: two closes in one tick look like one).
+CLOSED_RELIST_S = 5.0
+
+
+@dataclass
+class RowReader:
+    """Rows of committed shards, writer by writer in sequence order; see the module doc."""
+
+    paths: SpoolPaths
+    cursor_in: Cursor | str | None = None
+    poll_s: float = 0.2
+    columns: Sequence[str] | None = None   # None: every column
+    _next: dict[str, int] = field(default_factory=dict, init=False)
+    _held: dict[RowKey, Row] = field(default_factory=dict, init=False)   # insertion order = fetch order
+    _groups: dict[str, list[RowKey]] = field(default_factory=dict, init=False)
+    _ready: deque[str] = field(default_factory=deque, init=False)
+    _open_seen: set[str] = field(default_factory=set, init=False)
+    _closed: dict[str, int] = field(default_factory=dict, init=False)
+    _closed_stamp: tuple[int, int] | None = field(default=None, init=False)
+    _closed_listed_at: float = field(default=-1e18, init=False)
+    skipped_shards: list[str] = field(default_factory=list, init=False)
+    duplicates: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.writers = WriterDirectory(self.paths)
+        start = Cursor.parse(self.cursor_in)
+        self._next = dict(start.next_seq)
+        self._refetch(start.held_keys())
+
+    # -- the cursor ---------------------------------------------------------------------------
+    @property
+    def cursor(self) -> Cursor:
+        """What has been delivered so far; pass it (or str() of it) to a new reader to resume."""
+        return Cursor.of(self._next, self._held.keys())
+
+    @property
+    def held(self) -> int:
+        """Rows fetched but not delivered yet (incomplete groups, the rest of a shard)."""
+        return len(self._held)
+
+    # -- delivery -----------------------------------------------------------------------------
+    def rows(self, follow: bool = False) -> Iterator[Row]:
+        """Every row once, oldest fetched first. With follow, wait for new shards forever."""
+        while True:
+            while self._held:
+                key = next(iter(self._held))
+                row = self._held.pop(key)
+                self._unindex(key, row)
+                yield row
+            if self.poll() == 0:
+                if not follow:
+                    return
+                time.sleep(self.poll_s)
+
+    def groups(self, follow: bool = False) -> Iterator[list[Row]]:
+        """Whole groups only, each once, when every sample of the group has its row."""
+        while True:
+            group = self.take_group()
+            if group is not None:
+                yield group
+                continue
+            if self.poll() == 0:
+                if not follow:
+                    return
+                time.sleep(self.poll_s)
+
+    def take_group(self) -> list[Row] | None:
+        """A complete group already fetched (marked delivered), or None."""
+        if not self._ready:
+            return None
+        group_id = self._ready.popleft()
+        keys = self._groups.pop(group_id)
+        rows = [self._held.pop(key) for key in keys]
+        return sorted(rows, key=lambda r: r.get("sample_index") or 0)
+
+    def next_group(self, timeout_s: float) -> list[Row] | None:
+        """The next complete group, polling for up to `timeout_s`; None when none came."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            group = self.take_group()
+            if group is not None:
+                return group
+            if self.poll() > 0:
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(self.poll_s, left))
+
+    def ready_groups(self) -> int:
+        return len(self._ready)
+
+    # -- fetching -------------------------------------------------------------------------------
+    def poll(self) -> int:
+        """Fetch every shard committed since the last poll; the number of rows fetched."""
+        fetched = 0
+        for writer in self._writers_to_probe():
+            fetched += self._follow_writer(writer)
+        return fetched
+
+    def _writers_to_probe(self) -> list[str]:
+        open_now = set(self.writers.open())
+        vanished = self._open_seen - open_now
+        self._open_seen = open_now
+        self._refresh_closed(force=bool(vanished))
+        unfinished_closed = [w for w, last in self._closed.items() if self._next.get(w, 1) <= last]
+        return sorted(open_now - set(self._closed)) + sorted(unfinished_closed)
+
+    def _refresh_closed(self, force: bool) -> None:
+        fsops.count("stat")
+        try:
+            st = self.writers.closed_dir.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        now = time.monotonic()
+        if force or stamp != self._closed_stamp or now - self._closed_listed_at > CLOSED_RELIST_S:
+            self._closed = self.writers.closed()
+            self._closed_stamp, self._closed_listed_at = stamp, now
+
+    def _follow_writer(self, writer: str) -> int:
+        fetched = 0
+        seq = self._next.get(writer, 1)
+        last = self._closed.get(writer)
+        while last is None or seq <= last:
+            rows = self._read(writer, seq)
+            if rows is None:
+                # Missing. Before a closed writer's last shard, or with a later shard present,
+                # it was committed and moved away (quarantined): skip it. Otherwise: not yet.
+                if (last is not None and seq <= last) or shard_exists(self.paths, writer, seq + 1):
+                    self._skip(writer, seq, "missing (quarantined?)")
+                    seq += 1
+                    continue
+                break
+            for index, row in enumerate(rows):
+                self._hold((writer, seq, index), row)
+            fetched += len(rows)
+            seq += 1
+            self._next[writer] = seq
+        self._next[writer] = seq
+        return fetched
+
+    def _read(self, writer: str, seq: int) -> list[Row] | None:
+        """The rows of one shard; None when it does not exist; [] when it cannot be read."""
+        path = self.paths.shards / shard_name(writer, seq)
+        fsops.count("open")
+        try:
+            columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
+            return pq.read_table(path, columns=columns).to_pylist()
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - a corrupt shard must not stop the trainer
+            if not path.exists():
+                return None
+            self._skip(writer, seq, f"unreadable: {exc}")
+            return []
+
+    def _skip(self, writer: str, seq: int, why: str) -> None:
+        name = shard_name(writer, seq)
+        self.skipped_shards.append(name)
+        log.warning("shard %s %s: its rows are skipped (see %s)", name, why, self.paths.quarantine)
+
+    def _refetch(self, keys: list[RowKey]) -> None:
+        """Rows a previous reader held when its cursor was taken: read them again."""
+        by_shard: dict[tuple[str, int], list[int]] = {}
+        for writer, seq, index in keys:
+            by_shard.setdefault((writer, seq), []).append(index)
+        for (writer, seq), indices in by_shard.items():
+            rows = self._read(writer, seq)
+            if rows is None:
+                self._skip(writer, seq, "held by the cursor but missing")
+                continue
+            for index in indices:
+                if index < len(rows):
+                    self._hold((writer, seq, index), rows[index])
+
+    # -- groups -------------------------------------------------------------------------------
+    def _hold(self, key: RowKey, row: Row) -> None:
+        group_id = row.get("group_id") or row.get("job_id") or f"{key}"
+        members = self._groups.setdefault(group_id, [])
+        if any(self._held[k].get("job_id") == row.get("job_id") for k in members):
+            self.duplicates += 1   # a job's row committed twice (recovery): deliver it once
+            log.warning("row of job %s seen twice; the second copy is dropped", row.get("job_id"))
+            return
+        self._held[key] = row
+        members.append(key)
+        if len(members) == max(int(row.get("group_size") or 1), 1):
+            self._ready.append(group_id)
+
+    def _unindex(self, key: RowKey, row: Row) -> None:
+        """A row delivered on its own (rows()): it leaves its group's index."""
+        group_id = row.get("group_id") or row.get("job_id") or f"{key}"
+        members = self._groups.get(group_id)
+        if members is None:
+            return
+        members.remove(key)
+        if not members:
+            del self._groups[group_id]
+            if group_id in self._ready:
+                self._ready.remove(group_id)

@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.llm.inflight import read_load
 from orchestrator.local_launch import request_stop
 from orchestrator.paths import SpoolPaths
-from orchestrator.tail import RowReader
+from orchestrator.shards import iter_rows
 from orchestrator.spool import init_run
 from orchestrator.submit import submit_rows
 
@@ -56,7 +56,7 @@ def launch(paths: SpoolPaths, workers: int, run_pool: int) -> subprocess.Popen[b
 
 
 def rows(paths: SpoolPaths) -> list[dict[str, Any]]:
-    return list(RowReader(paths).rows())
+    return [row for _, batch in iter_rows(paths) for row in batch]
 
 
 @dataclass

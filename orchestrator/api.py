@@ -43,10 +43,13 @@ class Spool:
 
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
                sampling: dict[str, Any] | None = None, strict: bool = False,
-               sampling_unchecked: bool = False) -> SubmitReport:
-        """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report."""
+               sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None) -> SubmitReport:
+        """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report.
+
+        `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"}.
+        """
         return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
-                           sampling_unchecked)
+                           sampling_unchecked, source_handlers)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)

@@ -19,7 +19,7 @@ from orchestrator.inspect_job import JobNotFound, inspect_job
 from orchestrator.cursor import CursorError
 from orchestrator.rows import SCHEMA
 from orchestrator.spool import init_run, open_run
-from orchestrator.submit import SubmitError, parse_sampling, submit_file
+from orchestrator.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
 from orchestrator.tail import RowReader
 
 # Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
@@ -78,9 +78,13 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
               help="JSON object of sampling parameters (--sampling wins on shared keys).")
 @click.option("--sampling-unchecked", is_flag=True,
               help="Pass sampling parameters this tool does not know (for a server that takes them).")
+@click.option("--source-handler", "source_pairs", multiple=True, metavar="DATA_SOURCE=HANDLER",
+              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable; "
+                   "adds to run.toml [data_sources]).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
+               source_pairs: tuple[str, ...],
                strict: bool) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
@@ -88,6 +92,7 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     A row is one of:
       {"handler": "echo", "instance": {...}}
       a verl row: {"data_source": "chat", "prompt": [...], "reward_model": {...}, "extra_info": {...}}
+        (a data_source that names no handler, e.g. openai/gsm8k: --source-handler openai/gsm8k=answer)
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
     --strict) and the exit status is 1 when any row was rejected.
@@ -102,7 +107,8 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     started = time.monotonic()
     try:
         sampling = parse_sampling(sampling_pairs, sampling_file, sampling_unchecked)
-        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked)
+        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
+                             parse_source_handlers(source_pairs))
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:

@@ -16,7 +16,7 @@ import shutil
 import sysconfig
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +63,19 @@ def cache_root() -> Path:
 
 def tiny_model_dir() -> Path:
     """Directory of the cached tiny model + tokenizer, built on first use."""
-    target = cache_root() / RECIPE
+    return cached_model(RECIPE, build)
+
+
+def cached_model(recipe: str, builder: Callable[[Path], None]) -> Path:
+    """cache_root()/recipe, made by `builder(staging dir)` on first use and published by rename."""
+    target = cache_root() / recipe
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{RECIPE}-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{recipe}-", dir=target.parent))
     try:
-        log.info("building the tiny model in %s (one time, offline)", target)
-        build(staging)
+        log.info("building the tiny model %s in %s (one time, offline)", recipe, target)
+        builder(staging)
         try:
             os.rename(staging, target)  # atomic publish; a concurrent builder may have won
         except OSError:
@@ -150,3 +155,50 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
             f"`tokenizer` field, or `model` when it is a directory)"
         )
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+# -- the small-vocabulary variant (the closed GRPO loop on CPU) --------------------------------
+# A ~300-token byte-level vocabulary (every digit is one token) makes a task like "answer with
+# the digit the prompt names" learnable from a random start in a few hundred GRPO steps; with
+# the 4,096-token vocabulary the cold start is far longer. Same attention shape as the tiny
+# model (hidden 64, 2 heads / 1 KV head: head size 32), so stock vLLM can serve it too.
+DIGITS_RECIPE = "tiny-digits-v1"
+DIGITS_VOCAB_SIZE = 300
+DIGITS_WORDS = ("user", "assistant", "system", "tool", "say", "digit", "the", "answer", "is", "number")
+
+
+def tiny_digits_model_dir() -> Path:
+    """Directory of the cached small-vocabulary tiny model + tokenizer, built on first use."""
+    return cached_model(DIGITS_RECIPE, build_digits)
+
+
+def build_digits(directory: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=DIGITS_VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    bpe.train_from_iterator([" ".join(DIGITS_WORDS)] * 50 + ["\n".join(DIGITS_WORDS)] * 50, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[3:],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(directory)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
+        max_position_embeddings=512, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+    )
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
+    model.save_pretrained(directory)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator.cancel import request_cancel
 from orchestrator.config import RunConfig
@@ -23,6 +23,9 @@ from orchestrator.spool import init_run, open_run
 from orchestrator.status import Snapshot, snapshot
 from orchestrator.submit import SubmitReport, submit_file, submit_rows
 from orchestrator.tail import RowReader
+
+if TYPE_CHECKING:
+    from orchestrator.llm.weights import SwapReport
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,17 @@ class Spool:
                poll_s: float = 0.2) -> RowReader:
         """Finished rows from `cursor` on (None: from the start); `columns` None reads them all."""
         return RowReader(self.paths, cursor, poll_s=poll_s, columns=columns)
+
+    def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None) -> "SwapReport":
+        """Every registered backend loads `checkpoint` while serving; then the policy version moves.
+
+        `max_policy_lag` (default: run.toml [trainer] max_policy_lag) marks samples older than
+        version - lag as stale: jobs that took them are cancelled, the sampler skips their rows.
+        """
+        from orchestrator.llm.weights import swap_weights
+
+        lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
+        return swap_weights(self.paths, checkpoint, version, lag)
 
     def status(self) -> Snapshot:
         return snapshot(self.paths, self.config)

@@ -6,5 +6,9 @@
 from __future__ import annotations
 
 from orchestrator.trainer.batch import Advantage, Batch, BatchStats, FailedPolicy, GroupBatcher
+from orchestrator.trainer.sampler import DynamicSampler, Leftovers, SampledBatch, SamplerStats
 
-__all__ = ["Advantage", "Batch", "BatchStats", "FailedPolicy", "GroupBatcher"]
+__all__ = [
+    "Advantage", "Batch", "BatchStats", "DynamicSampler", "FailedPolicy", "GroupBatcher", "Leftovers",
+    "SampledBatch", "SamplerStats",
+]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.llm.client import RetryPolicy, client_for
+from orchestrator.llm.client import RetryPolicy, client_for, new_http_client
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
 from orchestrator.paths import SpoolPaths
@@ -63,7 +63,7 @@ async def swap_weights_async(paths: SpoolPaths, checkpoint: str | Path, version:
     down = tuple(b.url for b in snapshot.backends if b.state is BackendState.DOWN)
     if not targets:
         raise ReloadFailed(f"no backend to reload in {paths.backends}: add one with `hpc-rollout backend add`")
-    async with httpx.AsyncClient() as http:
+    async with new_http_client() as http:
         outcomes = await asyncio.gather(*(_reload_one(http, b, directory, version) for b in targets))
     failed = [f"{url}: {problem}" for url, _, problem in outcomes if problem]
     if failed:

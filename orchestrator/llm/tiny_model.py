@@ -158,35 +158,37 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
 
 
 # -- the small-vocabulary variant (the closed GRPO loop on CPU) --------------------------------
-# A ~300-token byte-level vocabulary (every digit is one token) makes a task like "answer with
-# the digit the prompt names" learnable from a random start in a few hundred GRPO steps; with
-# the 4,096-token vocabulary the cold start is far longer. Same attention shape as the tiny
-# model (hidden 64, 2 heads / 1 KV head: head size 32), so stock vLLM can serve it too.
-DIGITS_RECIPE = "tiny-digits-v1"
-DIGITS_VOCAB_SIZE = 300
-DIGITS_WORDS = ("user", "assistant", "system", "tool", "say", "digit", "the", "answer", "is", "number")
+# One token per printable ASCII character (~100 tokens, every digit one token) makes a task like
+# "answer with the digit the prompt names" learnable from a random start in ~130 GRPO steps of
+# 8 x 8 samples (measured in-process here; a 300-token byte-level vocabulary needed ~210, the
+# 4,096-token BPE far more). Same attention shape as the tiny model (hidden 64, 2 heads / 1 KV
+# head: head size 32), so stock vLLM can serve it too. Other characters are dropped.
+DIGITS_RECIPE = "tiny-ascii-v1"
+ASCII_CHARACTERS = "".join(map(chr, range(32, 127))) + "\n"
 
 
 def tiny_digits_model_dir() -> Path:
-    """Directory of the cached small-vocabulary tiny model + tokenizer, built on first use."""
+    """Directory of the cached character-level tiny model + tokenizer, built on first use."""
     return cached_model(DIGITS_RECIPE, build_digits)
 
 
 def build_digits(directory: Path) -> None:
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
 
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=DIGITS_VOCAB_SIZE, special_tokens=SPECIAL_TOKENS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    bpe.train_from_iterator([" ".join(DIGITS_WORDS)] * 50 + ["\n".join(DIGITS_WORDS)] * 50, trainer=trainer)
+    specials = [*SPECIAL_TOKENS, "<unk>"]
+    # Byte-level symbols (' ' is 'Ġ', '\n' is 'Ċ'), as Qwen2 tokenizers expect: transformers loads
+    # this directory as a Qwen2 tokenizer and puts its byte-level pre-tokenizer back.
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    symbols = [byte_level.pre_tokenize_str(character)[0][0] for character in ASCII_CHARACTERS]
+    vocab = {token: index for index, token in enumerate(specials + symbols)}
+    characters = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))   # no merges: a token per character
+    characters.pre_tokenizer = byte_level
+    characters.decoder = decoders.ByteLevel()
+    characters.add_special_tokens(specials)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=characters, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>",
         additional_special_tokens=SPECIAL_TOKENS[3:],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -196,7 +198,7 @@ def build_digits(directory: Path) -> None:
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
-        max_position_embeddings=512, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+        max_position_embeddings=4096, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
     )
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config)

@@ -12,7 +12,8 @@ judged at once and replaced at once by a new prompt (no waiting for a whole batc
   * failed, when the batcher's policy is drop_group and a sample failed: left out, counted;
   * zero variance (every sample has the same reward: no GRPO signal): left out, counted;
   * otherwise informative: kept.
-`next_batch` returns as soon as K informative groups are in. Leftovers, i.e. groups still
+`next_batch` returns as soon as K informative groups are in (with drop_zero_variance=False:
+K complete groups, zero-variance ones included and counted: plain GRPO batches). Leftovers, i.e. groups still
 running and complete groups not taken yet, are carried to the next call (`leftovers="carry"`)
 or cancelled (`"cancel"`). `batch.stats.filtered_share` is the zero-variance share of the
 groups judged.
@@ -111,6 +112,7 @@ class DynamicSampler:
         source_handlers: Mapping[str, str] | None = None,
         state: Mapping[str, Any] | None = None,
         poll_s: float = 0.05,
+        drop_zero_variance: bool = True,
     ) -> None:
         if samples < 1 or informative_groups < 1:
             raise ValueError("samples and informative_groups must be >= 1")
@@ -124,6 +126,7 @@ class DynamicSampler:
         self.leftovers = parse_choice(Leftovers, leftovers, "leftovers")
         self.batcher = batcher or GroupBatcher()
         self.source_handlers = dict(source_handlers or {})
+        self.drop_zero_variance = drop_zero_variance   # False: plain GRPO batches, still counted
         self._prompts: Iterator[dict[str, Any]] = iter(itertools.cycle(prompts) if isinstance(prompts, Sequence) else prompts)
         self._retry: deque[dict[str, Any]] = deque()           # prompts of stale groups, first in line
         self._outstanding: dict[str, dict[str, Any]] = dict((state or {}).get("outstanding", {}))
@@ -134,7 +137,10 @@ class DynamicSampler:
 
     # -- the loop ---------------------------------------------------------------------------
     def next_batch(self, policy_version: int, timeout_s: float | None = None) -> SampledBatch:
-        """K informative groups (K = informative_groups), as soon as they are in."""
+        """K informative groups (K = informative_groups), as soon as they are in.
+
+        With drop_zero_variance=False, K groups whatever their rewards.
+        """
         started = time.monotonic()
         self.policy_version = policy_version
         stats = SamplerStats()
@@ -199,7 +205,7 @@ class DynamicSampler:
             rewards = [float(r["reward"]) for r in group if not is_failed(r)]
         if len(set(rewards)) <= 1:
             stats.zero_variance += 1
-            return False
+            return not self.drop_zero_variance
         stats.informative += 1
         return True
 
@@ -208,7 +214,7 @@ class DynamicSampler:
         """Groups to keep submitted: `in_flight`, or enough for K informative at the filter rate seen."""
         if self.in_flight is not None:
             return self.in_flight
-        keep_share = max(0.1, 1.0 - self.totals.filtered_share)
+        keep_share = max(0.1, 1.0 - self.totals.filtered_share) if self.drop_zero_variance else 1.0
         return min(8 * self.informative_groups, math.ceil(1.5 * self.informative_groups / keep_share))
 
     def _refill(self, stats: SamplerStats) -> None:

@@ -24,20 +24,7 @@ from benchmarks.common import emit_json, median, percentile, print_table
 from orchestrator.api import Spool
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import tiny_model_dir
-
-
-def checkpoint(target: Path, seed: int) -> Path:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir()), local_files_only=True)
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.01)
-    model.save_pretrained(target)
-    return target
+from orchestrator.llm.tiny_model import save_perturbed_copy, tiny_model_dir
 
 
 class Load:
@@ -78,7 +65,7 @@ def main() -> None:
     try:
         spool = Spool.create(base / "run")
         BackendRegistry(spool.paths).add(server.url, version=0)
-        checkpoints = [checkpoint(base / f"ckpt-{i}", i) for i in range(2)]
+        checkpoints = [save_perturbed_copy(tiny_model_dir(), base / f"ckpt-{i}", i, scale=0.01) for i in range(2)]
         idle = [spool.swap_weights(checkpoints[v % 2], version=v + 1).seconds for v in range(args.swaps)]
         with Load(server.url) as load:
             time.sleep(1.0)

@@ -204,3 +204,18 @@ def build_digits(directory: Path) -> None:
     model = AutoModelForCausalLM.from_config(config)
     model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
     model.save_pretrained(directory)
+
+
+def save_perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.05) -> Path:
+    """`source`'s model with seeded Gaussian noise on every weight, saved in `target`: another
+    checkpoint of the same shape (for reload tests and benchmarks)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(source), local_files_only=True)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * scale)
+    model.save_pretrained(target)
+    return target

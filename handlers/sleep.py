@@ -102,7 +102,7 @@ class SleepHandler(AgentHandler):
 
 def draw_reward(spec: Any, rng: random.Random) -> float:
     """A number as it is, or {"bernoulli": p} -> 1.0 with probability p; ValueError otherwise."""
-    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+    if isinstance(spec, (int, float)):   # booleans too: True pays 1.0
         return float(spec)
     if isinstance(spec, dict) and set(spec) == {"bernoulli"} and 0 <= float(spec["bernoulli"]) <= 1:
         return 1.0 if rng.random() < float(spec["bernoulli"]) else 0.0

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from orchestrator import fsops
 from orchestrator.cursor import Cursor, RowKey
 from orchestrator.paths import SpoolPaths
+from orchestrator.quarantine import READ_ERRORS, warn_skipped
 from orchestrator.shardlog import WriterDirectory, shard_exists, shard_name
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,7 @@ class RowReader:
             return table_rows(pq.read_table(path, columns=columns, use_threads=False))
         except FileNotFoundError:
             return None
-        except Exception as exc:  # noqa: BLE001 - a corrupt shard must not stop the trainer
+        except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
             if not path.exists():
                 return None
             self._skip(writer, seq, f"unreadable: {exc}")
@@ -218,7 +219,7 @@ class RowReader:
     def _skip(self, writer: str, seq: int, why: str) -> None:
         name = shard_name(writer, seq)
         self.skipped_shards.append(name)
-        log.warning("shard %s %s: its rows are skipped (see %s)", name, why, self.paths.quarantine)
+        warn_skipped(name, f"{why} (see {self.paths.quarantine})")
 
     def _refetch(self, keys: list[RowKey]) -> None:
         """Rows a previous reader held when its cursor was taken: read them again."""

@@ -126,10 +126,14 @@ def build_tokenizer() -> Any:
 
 
 def build(directory: Path) -> None:
+    save_random_model(directory, build_tokenizer())
+
+
+def save_random_model(directory: Path, tokenizer: Any) -> None:
+    """Save `tokenizer` and a seeded random Qwen2-style model for its vocabulary in `directory`."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
-    tokenizer = build_tokenizer()
     tokenizer.save_pretrained(directory)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
@@ -173,9 +177,8 @@ def tiny_digits_model_dir() -> Path:
 
 
 def build_digits(directory: Path) -> None:
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
+    from transformers import PreTrainedTokenizerFast
 
     specials = [*SPECIAL_TOKENS, "<unk>"]
     # Byte-level symbols (' ' is 'Ġ', '\n' is 'Ċ'), as Qwen2 tokenizers expect: transformers loads
@@ -192,18 +195,7 @@ def build_digits(directory: Path) -> None:
         additional_special_tokens=SPECIAL_TOKENS[3:],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(directory)
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, intermediate_size=256, tie_word_embeddings=True,
-        max_position_embeddings=4096, bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
-    )
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config)
-    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=pad)
-    model.save_pretrained(directory)
+    save_random_model(directory, tokenizer)
 
 
 def save_perturbed_copy(source: Path, target: Path, seed: int, scale: float = 0.05) -> Path:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,7 @@ class RowReader:
     _held: dict[RowKey, Row] = field(default_factory=dict, init=False)   # insertion order = fetch order
     _held_jobs: set[Any] = field(default_factory=set, init=False)
     _order: deque[RowKey] = field(default_factory=deque, init=False)   # held keys, fetch order
+    _grouping: bool = field(default=False, init=False)   # rows are indexed by group once groups are asked for
     _groups: dict[str, list[RowKey]] = field(default_factory=dict, init=False)
     _ready: deque[str] = field(default_factory=deque, init=False)
     _ready_set: set[str] = field(default_factory=set, init=False)   # _ready minus groups taken apart by rows()
@@ -98,7 +99,9 @@ class RowReader:
                 key = self._order.popleft()
                 row = self._held.pop(key, None)
                 if row is not None:   # else: delivered with its group already
-                    self._unindex(key, row)
+                    self._held_jobs.discard(row["job_id"])
+                    if self._grouping:
+                        self._unindex(key, row)
                     yield row
             if self.poll() == 0:
                 if not follow:
@@ -119,6 +122,8 @@ class RowReader:
 
     def take_group(self) -> list[Row] | None:
         """A complete group already fetched (marked delivered), or None."""
+        if not self._grouping:
+            self._start_grouping()
         while self._ready and self._ready[0] not in self._ready_set:
             self._ready.popleft()
         if not self._ready:
@@ -127,7 +132,7 @@ class RowReader:
         self._ready_set.discard(group_id)
         keys = self._groups.pop(group_id)
         rows = [self._held.pop(key) for key in keys]
-        self._held_jobs.difference_update(r.get("job_id") for r in rows)
+        self._held_jobs.difference_update(r["job_id"] for r in rows)
         return sorted(rows, key=lambda r: r.get("sample_index") or 0)
 
     def next_group(self, timeout_s: float) -> list[Row] | None:
@@ -145,6 +150,8 @@ class RowReader:
             time.sleep(min(self.poll_s, left))
 
     def ready_groups(self) -> int:
+        if not self._grouping:
+            self._start_grouping()
         return len(self._ready_set)
 
     # -- fetching -------------------------------------------------------------------------------
@@ -191,8 +198,7 @@ class RowReader:
                     seq += 1
                     continue
                 break
-            for index, row in enumerate(rows):
-                self._hold((writer, seq, index), row)
+            self._hold_all(writer, seq, enumerate(rows))
             fetched += len(rows)
             seq += 1
             self._next[writer] = seq
@@ -207,7 +213,7 @@ class RowReader:
         fsops.count("open")
         try:
             columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-            return table_rows(pq.read_table(path, columns=columns, use_threads=False))
+            return table_rows(pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False))
         except FileNotFoundError:
             return None
         except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
@@ -231,32 +237,50 @@ class RowReader:
             if rows is None:
                 self._skip(writer, seq, "held by the cursor but missing")
                 continue
-            for index in indices:
-                if index < len(rows):
-                    self._hold((writer, seq, index), rows[index])
+            self._hold_all(writer, seq, ((i, rows[i]) for i in indices if i < len(rows)))
 
     # -- groups -------------------------------------------------------------------------------
-    def _hold(self, key: RowKey, row: Row) -> None:
-        group_id = row.get("group_id") or row.get("job_id") or f"{key}"
-        members = self._groups.setdefault(group_id, [])
-        if row.get("job_id") in self._held_jobs:
-            self.duplicates += 1   # a job's row committed twice (recovery): deliver it once
-            log.warning("row of job %s seen twice; the second copy is dropped", row.get("job_id"))
-            return
-        self._held[key] = row
-        self._held_jobs.add(row.get("job_id"))
-        self._order.append(key)
-        if len(self._order) > 2 * len(self._held) + 4096:   # keys of groups delivered meanwhile
-            self._order = deque(k for k in self._order if k in self._held)
-        members.append(key)
-        if len(members) == max(int(row.get("group_size") or 1), 1):
-            self._ready.append(group_id)
-            self._ready_set.add(group_id)
+    def _hold_all(self, writer: str, seq: int, rows: Iterable[tuple[int, Row]]) -> None:
+        """Keep fetched rows until delivered (a loop tuned: it runs per row)."""
+        held, jobs, order = self._held, self._held_jobs, self._order
+        added = []
+        for index, row in rows:
+            key = (writer, seq, index)
+            job = row["job_id"]
+            if job in jobs:
+                self.duplicates += 1   # a job's row committed twice (recovery): deliver it once
+                log.warning("row of job %s seen twice; the second copy is dropped", job)
+                continue
+            held[key] = row
+            jobs.add(job)
+            order.append(key)
+            added.append(key)
+        if self._grouping:
+            self._index(added)
+        if len(order) > 2 * len(held) + 4096:   # keys of groups delivered meanwhile
+            self._order = deque(k for k in order if k in held)
+
+    def _start_grouping(self) -> None:
+        self._grouping = True
+        self._index([key for key in self._order if key in self._held])
+
+    def _index(self, keys: Iterable[RowKey]) -> None:
+        held, groups = self._held, self._groups
+        for key in keys:
+            row = held[key]
+            group_id = row["group_id"] or row["job_id"]
+            members = groups.get(group_id)
+            if members is None:
+                members = groups[group_id] = [key]
+            else:
+                members.append(key)
+            if len(members) >= (row["group_size"] or 1):
+                self._ready.append(group_id)
+                self._ready_set.add(group_id)
 
     def _unindex(self, key: RowKey, row: Row) -> None:
         """A row delivered on its own (rows()): it leaves its group's index."""
-        self._held_jobs.discard(row.get("job_id"))
-        group_id = row.get("group_id") or row.get("job_id") or f"{key}"
+        group_id = row["group_id"] or row["job_id"]
         members = self._groups.get(group_id)
         if members is None:
             return

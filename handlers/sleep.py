@@ -10,7 +10,11 @@ Instance keys (all optional):
     scale             multiplies every duration (run a profile faster)
     seed              makes the draws reproducible (per job and stage)
     fail              {"init": p, "run": p, "eval": p}: probability that the stage raises
-    reward            the reward EVAL returns (default 1.0)
+    reward            the reward EVAL returns: a number (default 1.0), or {"bernoulli": p}: 1.0
+                      with probability p, else 0.0, drawn per job (seeded: groups of a prompt
+                      with p = 0 or 1 have no reward variance, the others usually do)
+    policy_version    reported by RUN as the policy the job sampled with (a stand-in for an
+                      LLM handler in tests of the staleness bound)
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class SleepHandler(AgentHandler):
         fail = instance.get("fail", {})
         if not isinstance(fail, dict) or not all(0 <= float(p) <= 1 for p in fail.values()):
             raise ValueError(f"fail {fail!r}: expected {{stage: probability in [0, 1]}}")
+        draw_reward(instance.get("reward", 1.0), rng)
 
     async def _stage(self, ctx: JobContext, stage: str) -> dict[str, Any]:
         instance = ctx.job.instance
@@ -81,9 +86,24 @@ class SleepHandler(AgentHandler):
         return await self._stage(ctx, "init")
 
     async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
-        return await self._stage(ctx, "run")
+        out = await self._stage(ctx, "run")
+        version = ctx.job.instance.get("policy_version")
+        if isinstance(version, int):
+            out["policy_version_min"] = out["policy_version_max"] = version
+        return out
 
     async def eval(self, ctx: JobContext, result: dict[str, Any]) -> dict[str, Any]:
         out = await self._stage(ctx, "eval")
-        out["reward"] = float(ctx.job.instance.get("reward", 1.0))
+        instance = ctx.job.instance
+        rng = random.Random(f"{instance.get('seed', '')}/{ctx.job.job_id}/reward")
+        out["reward"] = draw_reward(instance.get("reward", 1.0), rng)
         return out
+
+
+def draw_reward(spec: Any, rng: random.Random) -> float:
+    """A number as it is, or {"bernoulli": p} -> 1.0 with probability p; ValueError otherwise."""
+    if isinstance(spec, (int, float)):   # booleans too: True pays 1.0
+        return float(spec)
+    if isinstance(spec, dict) and set(spec) == {"bernoulli"} and 0 <= float(spec["bernoulli"]) <= 1:
+        return 1.0 if rng.random() < float(spec["bernoulli"]) else 0.0
+    raise ValueError(f"reward {spec!r}: expected a number or {{\"bernoulli\": p}} with p in [0, 1]")

@@ -3,57 +3,29 @@
     from orchestrator.api import Spool
     spool = Spool.create("spool/run1")
     spool.submit([{"messages": [...], "user_turns": [...]}], handler="chat", samples=8)
-    reader = spool.reader()                       # resumable: reader.cursor survives restarts
+    reader = spool.reader()                       # resumable: str(reader.cursor) survives restarts
     for group in reader.groups(follow=True):      # only complete groups (all samples finished)
         train_on(group)
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from orchestrator.cancel import request_cancel
 from orchestrator.config import RunConfig
 from orchestrator.paths import SpoolPaths
-from orchestrator.shards import iter_rows
+from orchestrator.cursor import Cursor
 from orchestrator.spool import init_run, open_run
 from orchestrator.status import Snapshot, snapshot
 from orchestrator.submit import SubmitReport, submit_file, submit_rows
+from orchestrator.tail import RowReader
 
-
-@dataclass
-class RowReader:
-    """Rows of committed shards in commit order; `cursor` is the last shard consumed."""
-
-    paths: SpoolPaths
-    cursor: str | None = None
-    poll_s: float = 0.5
-    _partial: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def rows(self, follow: bool = False) -> Iterator[dict[str, Any]]:
-        while True:
-            for name, rows in iter_rows(self.paths, self.cursor):
-                yield from rows
-                self.cursor = name
-            if not follow:
-                return
-            time.sleep(self.poll_s)
-
-    def groups(self, follow: bool = False) -> Iterator[list[dict[str, Any]]]:
-        """Whole groups only: yielded once every sample of the group has its row.
-
-        Samples of a group still missing when the reader stops are kept in memory, not lost
-        from the reader's point of view, but a new reader resuming from `cursor` will not
-        see rows of shards before its cursor: persist the cursor only between groups.
-        """
-        for row in self.rows(follow):
-            members = self._partial.setdefault(row["group_id"], [])
-            members.append(row)
-            if len(members) >= (row.get("group_size") or 1):
-                yield sorted(self._partial.pop(row["group_id"]), key=lambda r: r["sample_index"])
+if TYPE_CHECKING:
+    from orchestrator.llm.weights import SwapReport
 
 
 @dataclass(frozen=True)
@@ -74,10 +46,13 @@ class Spool:
 
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
                sampling: dict[str, Any] | None = None, strict: bool = False,
-               sampling_unchecked: bool = False) -> SubmitReport:
-        """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report."""
+               sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None) -> SubmitReport:
+        """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report.
+
+        `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"}.
+        """
         return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
-                           sampling_unchecked)
+                           sampling_unchecked, source_handlers)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)
@@ -85,8 +60,21 @@ class Spool:
     def cancel(self, job_ids: Iterable[str] = (), groups: Iterable[str] = (), everything: bool = False) -> list[str]:
         return request_cancel(self.paths, tuple(job_ids), tuple(groups), everything)
 
-    def reader(self, cursor: str | None = None) -> RowReader:
-        return RowReader(self.paths, cursor)
+    def reader(self, cursor: Cursor | str | None = None, columns: Sequence[str] | None = None,
+               poll_s: float = 0.2) -> RowReader:
+        """Finished rows from `cursor` on (None: from the start); `columns` None reads them all."""
+        return RowReader(self.paths, cursor, poll_s=poll_s, columns=columns)
+
+    def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None) -> "SwapReport":
+        """Every registered backend loads `checkpoint` while serving; then the policy version moves.
+
+        `max_policy_lag` (default: run.toml [trainer] max_policy_lag) marks samples older than
+        version - lag as stale: jobs that took them are cancelled, the sampler skips their rows.
+        """
+        from orchestrator.llm.weights import swap_weights
+
+        lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
+        return swap_weights(self.paths, checkpoint, version, lag)
 
     def status(self) -> Snapshot:
         return snapshot(self.paths, self.config)

@@ -92,6 +92,13 @@ class Metrics:
     prometheus_dir: str = ""      # node-exporter textfile directory ("" = off; relative: inside the run)
 
 
+@dataclass(frozen=True)
+class Trainer:
+    # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
+    # that already sampled with such a policy are cancelled (-1: no bound).
+    max_policy_lag: int = -1
+
+
 # (min, max) per knob: values outside are refused with the range in the message.
 BOUNDS: dict[str, tuple[float, float]] = {
     "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
@@ -104,8 +111,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
     "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400),
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
+    "trainer.max_policy_lag": (-1, 1_000_000),
 }
 RUNTIMES = ("auto", "apptainer", "bwrap", "local")
+DATA_SOURCES = "data_sources"
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,9 @@ class RunConfig:
     sandbox: Sandbox = field(default_factory=Sandbox)
     llm: Llm = field(default_factory=Llm)
     metrics: Metrics = field(default_factory=Metrics)
+    trainer: Trainer = field(default_factory=Trainer)
+    # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)
+    data_sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
@@ -147,6 +159,9 @@ class RunConfig:
                 )
             if not isinstance(values, dict):
                 raise ConfigError(f"{source}: [{section}] must be a table")
+            if section == DATA_SOURCES:
+                config = config.with_overrides({f"{DATA_SOURCES}.{k}": v for k, v in values.items()}, source)
+                continue
             config = config.with_overrides({f"{section}.{k}": v for k, v in values.items()}, source)
         return config
 
@@ -155,10 +170,15 @@ class RunConfig:
         config = self
         for dotted, value in overrides.items():
             section, _, key = dotted.partition(".")
+            if section == DATA_SOURCES:
+                config = replace(config, data_sources={**config.data_sources, **_data_source(key, value, source)})
+                continue
             current = getattr(config, section, None)
             names = {f.name: f for f in fields(current)} if current is not None else {}
             if key not in names:
-                valid = ", ".join(f"{s.name}.{k.name}" for s in fields(self) for k in fields(getattr(self, s.name)))
+                valid = ", ".join(f"{s.name}.{k.name}" for s in fields(self) if s.name != DATA_SOURCES
+                                  for k in fields(getattr(self, s.name)))
+                valid += f", {DATA_SOURCES}.<data source>"
                 raise ConfigError(f"{source}: unknown setting {dotted!r}; valid: {valid}")
             assert current is not None
             updated: Any = replace(current, **{key: _check(dotted, value, getattr(current, key), source)})
@@ -167,6 +187,14 @@ class RunConfig:
 
     def to_toml(self) -> str:
         return tomli_w.dumps(asdict(self))
+
+
+def _data_source(name: str, handler: Any, source: str) -> dict[str, str]:
+    if not name:
+        raise ConfigError(f"{source}: [{DATA_SOURCES}] needs a data source name, e.g. \"openai/gsm8k\" = \"answer\"")
+    if not isinstance(handler, str) or not handler:
+        raise ConfigError(f"{source}: {DATA_SOURCES}.{name} must name a handler, got {handler!r}")
+    return {name: handler}
 
 
 def _check(dotted: str, value: Any, default: Any, source: str) -> Any:

@@ -1,8 +1,9 @@
 """Parquet trajectory shards: written hidden, renamed into place, read by anyone.
 
 A shard is written as `shards/_tmp-NAME` (pyarrow.dataset skips names starting with `_`),
-then renamed to `shards/NAME`: a reader never sees a partial file. Names sort by commit time:
-`<epoch ms>-<worker>-<seq>.parquet`; a reader's cursor is the last name it has consumed.
+then renamed to `shards/NAME`: a reader never sees a partial file. NAME is
+`<writer>-<seq>.parquet`, a per-writer sequence with no clock in it; readers follow it with
+a per-writer cursor (orchestrator/shardlog.py, orchestrator/tail.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from orchestrator import fsops
 from orchestrator.config import Shards
 from orchestrator.paths import SpoolPaths
 from orchestrator.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
+from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name, writers_of_worker
 
 
 @dataclass
@@ -34,7 +36,8 @@ class ShardWriter:
     _bytes: int = 0
     _first_at: float = 0.0
     _last_at: float = 0.0
-    _seq: int = 0
+    _seq: int = 0         # sequence number of the last shard committed
+    _writer: str = ""     # claimed at the first commit: the worker id, or <id>+N after a restart
     poisoned: int = 0     # rows replaced by `failed` rows because they could not be encoded
 
     def add(self, row: dict[str, Any], ticket_name: str) -> None:
@@ -103,23 +106,38 @@ class ShardWriter:
         shards/, so once recovery has taken the claims over (renamed the directory away), the
         rename fails and nothing is committed for them (FencedOut). None writes in shards/.
         """
-        self._seq += 1
-        draft = f"{self.worker_id}-{self._seq:06d}.parquet"
-        tmp = staging / f".shard-{draft}" if staging is not None else self.paths.shards / f"_tmp-{draft}"
+        if not self._writer:
+            self._writer = WriterDirectory(self.paths).register(self.worker_id)
+        seq = self._seq + 1   # taken only once committed: a failed try leaves no gap
+        name = shard_name(self._writer, seq)
+        tmp = staging / f".shard-{name}" if staging is not None else self.paths.shards / f"_tmp-{name}"
         table, poisoned = encode_rows(batch.rows, self.paths)
         try:
             write_durably(table, tmp)
-            # Named only now, right before the rename: a slow write must not land behind a
-            # cursor that already moved past its name (names sort by commit time).
-            name = f"{int(time.time() * 1000):013d}-{draft}"
             fsops.replace(tmp, self.paths.shards / name)
         except FileNotFoundError as exc:
             if staging is not None and not staging.is_dir():
                 raise FencedOut(f"{staging} was taken over: {len(batch.rows)} row(s) not committed") from exc
             raise
+        self._seq = seq
         fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
         self.poisoned += poisoned
         return name
+
+    def close(self) -> None:
+        """No more shards from this writer: readers stop probing it. Commit first."""
+        if self._writer:
+            WriterDirectory(self.paths).close(self._writer, self._seq)
+            self._writer = ""
+
+    @property
+    def writer(self) -> str:
+        return self._writer
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the last shard committed (0: none yet)."""
+        return self._seq
 
 
 @dataclass(frozen=True)
@@ -155,8 +173,9 @@ def write_durably(table: pa.Table, path: Path) -> None:
 
 
 def shard_names(paths: SpoolPaths) -> list[str]:
-    """Committed shards in commit order."""
-    return sorted(n for n in fsops.list_names(paths.shards) if n.endswith(".parquet") and not n.startswith("_"))
+    """Committed shards, by writer then sequence (lists the whole directory: not for polling)."""
+    named = [(parsed, n) for n in fsops.list_names(paths.shards) if (parsed := parse_shard_name(n))]
+    return [n for _, n in sorted(named)]
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
@@ -166,8 +185,10 @@ def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
     would stop every later recovery at the same place.
     """
     ids: set[str] = set()
+    writers = set(writers_of_worker(worker_id, WriterDirectory(paths).all_writers()))
     for name in shard_names(paths):
-        if f"-{worker_id}-" in name:
+        parsed = parse_shard_name(name)
+        if parsed and parsed[0] in writers:
             try:
                 ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
             except READ_ERRORS as exc:
@@ -189,11 +210,12 @@ def read_shard(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def iter_rows(paths: SpoolPaths, after: str | None = None) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(shard name, rows) of every shard committed after cursor `after`, in order."""
+def iter_rows(paths: SpoolPaths) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(shard name, rows) of every committed shard: a whole-spool scan for tests and reports.
+
+    Trainers follow new rows with orchestrator.tail.RowReader and its lossless cursor.
+    """
     for name in shard_names(paths):
-        if after is not None and name <= after:
-            continue
         try:
             rows = read_shard(paths.shards / name)
         except READ_ERRORS as exc:  # skipped (the cursor moves past it), never fatal to a reader

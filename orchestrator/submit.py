@@ -5,6 +5,10 @@ Accepted row shapes:
     {"data_source": "NAME", "prompt": [...], "reward_model": {...}, ...}    verl-style
     {...}                                                                   bare, with --handler NAME
 
+A verl row's handler is, in order: its data_source mapped by `--source-handler SRC=NAME` or
+run.toml [data_sources]; the data_source itself when a handler has that name; `--handler`.
+So a dataset whose data_source is `openai/gsm8k` submits as it is.
+
 Every bad row is reported with its line number and reason; the good ones are queued unless
 `strict`. `samples` jobs are made per task: one group, sample indices 0..samples-1.
 """
@@ -15,9 +19,9 @@ import errno
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 import pyarrow.parquet as pq
@@ -51,6 +55,7 @@ class Task:
     instance: dict[str, Any]
     instance_id: str
     data_source: str
+    fallback_handler: str | None = None   # --handler, for a verl data_source that names no handler
 
 
 @dataclass
@@ -98,14 +103,18 @@ def read_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 yield line, RowProblem(line, f"not valid JSON ({exc}); each line must be one JSON object")
 
 
-def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
+def parse_task(line: int, row: Any, default_handler: str | None, source_handlers: Mapping[str, str] | None = None) -> Task:
     """Recognise the row's shape; raise ValueError with the reason."""
     if not isinstance(row, dict):
         raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    fallback = None
     if "instance" in row and "handler" in row:
         handler, instance, data_source = row["handler"], row["instance"], str(row.get("data_source") or "")
     elif all(key in row for key in VERL_KEYS):
-        handler, instance, data_source = row["data_source"], row, str(row["data_source"])
+        data_source = str(row["data_source"])
+        mapped = (source_handlers or {}).get(data_source)
+        handler, instance = mapped or data_source, row
+        fallback = None if mapped else default_handler
     elif default_handler:
         handler, instance, data_source = default_handler, row.get("instance", row) if set(row) == {"instance"} else row, ""
     else:
@@ -120,7 +129,7 @@ def parse_task(line: int, row: Any, default_handler: str | None) -> Task:
     extra_info = instance.get("extra_info")
     extra: dict[str, Any] = extra_info if isinstance(extra_info, dict) else {}
     instance_id = instance.get("instance_id", extra.get("index", ""))
-    return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source)
+    return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source, fallback)
 
 
 _last_submission_ms = 0
@@ -142,15 +151,21 @@ def new_submission_id() -> str:
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
+    source_handlers: Mapping[str, str] | None = None,
 ) -> SubmitReport:
-    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked)
+    return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked,
+                       source_handlers)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
     samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
+    source_handlers: Mapping[str, str] | None = None,
 ) -> SubmitReport:
-    """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed)."""
+    """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed).
+
+    `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources].
+    """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
     if not paths.is_run_dir():
@@ -158,8 +173,9 @@ def submit_rows(
     problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
     if problem:
         raise SubmitError(problem)
+    mapping = {**_configured_sources(paths), **(source_handlers or {})}
     report = SubmitReport(new_submission_id(), source)
-    tasks = _validated_tasks(rows, handler, report)
+    tasks = _validated_tasks(rows, handler, report, mapping)
     if strict and report.rejected:
         _record(paths, report)
         return report
@@ -235,22 +251,45 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport) -> list[Task]:
+def _configured_sources(paths: SpoolPaths) -> dict[str, str]:
+    from orchestrator.config import ConfigError, RunConfig
+
+    try:
+        return dict(RunConfig.load(paths.run_config).data_sources)
+    except ConfigError as exc:
+        raise SubmitError(str(exc)) from None
+
+
+def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport,
+                     source_handlers: Mapping[str, str]) -> list[Task]:
     handlers: dict[str, AgentHandler | HandlerError] = {}
+
+    def find(name: str) -> AgentHandler | HandlerError:
+        if name not in handlers:
+            try:
+                handlers[name] = load_handler(name)
+            except HandlerError as exc:
+                handlers[name] = exc
+        return handlers[name]
+
     tasks: list[Task] = []
     for line, row in rows:
         if isinstance(row, RowProblem):
             report.rejected.append(row)
             continue
         try:
-            task = parse_task(line, row, handler)
-            found = handlers.get(task.handler)
-            if found is None:
-                try:
-                    found = handlers[task.handler] = load_handler(task.handler)
-                except HandlerError as exc:
-                    found = handlers[task.handler] = exc
+            task = parse_task(line, row, handler, source_handlers)
+            found = find(task.handler)
+            if isinstance(found, HandlerError) and task.fallback_handler:
+                task = replace(task, handler=task.fallback_handler)
+                found = find(task.handler)
             if isinstance(found, HandlerError):
+                if task.data_source and task.handler == task.data_source:
+                    raise ValueError(
+                        f"data_source {task.data_source!r} names no handler: map it with "
+                        f"`--source-handler {task.data_source}=HANDLER` (or [data_sources] in run.toml), "
+                        f"or pass --handler. {found}"
+                    )
                 raise ValueError(str(found))
             found.validate_instance(task.instance)
             _check_storable(task.instance)
@@ -275,6 +314,17 @@ def _record(paths: SpoolPaths, report: SubmitReport) -> None:
         paths.submissions / f"{report.submission_id}.json",
         orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2), paths.tmp, fsops.Durability.FULL,
     )
+
+
+def parse_source_handlers(pairs: tuple[str, ...]) -> dict[str, str]:
+    """--source-handler DATA_SOURCE=HANDLER pairs (the data source may contain '/' and '=')."""
+    mapping: dict[str, str] = {}
+    for pair in pairs:
+        source, sep, handler = pair.rpartition("=")
+        if not sep or not source or not handler:
+            raise SubmitError(f"--source-handler {pair!r}: expected DATA_SOURCE=HANDLER, e.g. openai/gsm8k=answer")
+        mapping[source] = handler
+    return mapping
 
 
 def parse_sampling(pairs: tuple[str, ...], file: Path | None, unchecked: bool = False) -> dict[str, Any]:

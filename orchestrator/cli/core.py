@@ -16,11 +16,11 @@ from rich.console import Console
 from orchestrator.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.inspect_job import JobNotFound, inspect_job
-from orchestrator.paths import SAFE_NAME
+from orchestrator.cursor import CursorError
 from orchestrator.rows import SCHEMA
-from orchestrator.shards import iter_rows
 from orchestrator.spool import init_run, open_run
-from orchestrator.submit import SubmitError, parse_sampling, submit_file
+from orchestrator.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
+from orchestrator.tail import RowReader
 
 # Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -78,9 +78,13 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
               help="JSON object of sampling parameters (--sampling wins on shared keys).")
 @click.option("--sampling-unchecked", is_flag=True,
               help="Pass sampling parameters this tool does not know (for a server that takes them).")
+@click.option("--source-handler", "source_pairs", multiple=True, metavar="DATA_SOURCE=HANDLER",
+              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable; "
+                   "adds to run.toml [data_sources]).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
+               source_pairs: tuple[str, ...],
                strict: bool) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
@@ -88,6 +92,7 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     A row is one of:
       {"handler": "echo", "instance": {...}}
       a verl row: {"data_source": "chat", "prompt": [...], "reward_model": {...}, "extra_info": {...}}
+        (a data_source that names no handler, e.g. openai/gsm8k: --source-handler openai/gsm8k=answer)
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
     --strict) and the exit status is 1 when any row was rejected.
@@ -102,7 +107,8 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     started = time.monotonic()
     try:
         sampling = parse_sampling(sampling_pairs, sampling_file, sampling_unchecked)
-        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked)
+        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
+                             parse_source_handlers(source_pairs))
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:
@@ -194,13 +200,18 @@ def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], 
 @click.command("tail")
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing rows as new shards are committed.")
-@click.option("--since", "cursor", metavar="CURSOR", help="Only shards committed after CURSOR (printed on stderr at the end).")
+@click.option("--since", "cursor", metavar="CURSOR", help="Resume after CURSOR (the JSON printed on stderr at the end).")
+@click.option("--cursor-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Resume from the cursor in this file (if it exists) and keep it up to date.")
 @click.option("--fields", help="Comma-separated columns to print (default: all).")
-@click.option("--poll", default=0.5, show_default=True, type=click.FloatRange(0.05, 60), help="Seconds between checks with --follow.")
-def tail_cmd(run_dir: str, follow: bool, cursor: str | None, fields: str | None, poll: float) -> None:
-    """Print finished trajectories as JSON lines, oldest first.
+@click.option("--poll", default=0.2, show_default=True, type=click.FloatRange(0.01, 60), help="Seconds between checks with --follow.")
+def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path | None, fields: str | None,
+             poll: float) -> None:
+    """Print finished trajectories as JSON lines, each row once.
 
-    The cursor printed on stderr resumes where this call stopped: `tail DIR --since CURSOR`.
+    Shards are followed writer by writer in their sequence order (never by clock). The cursor
+    printed on stderr resumes where this call stopped: `tail DIR --since 'CURSOR'`, or keep
+    it in a file with `--cursor-file`.
     """
     paths, _ = _open(run_dir)
     wanted = [f.strip() for f in fields.split(",")] if fields else None
@@ -209,26 +220,32 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, fields: str | None,
             close = difflib.get_close_matches(name, SCHEMA.names, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise click.ClickException(f"--fields: no column '{name}': {hint}columns: {', '.join(SCHEMA.names)}")
-    if cursor is not None and not (SAFE_NAME.match(cursor) and cursor.endswith(".parquet")):
-        raise click.ClickException(f"--since: '{cursor}' is not a cursor: give the shard name a previous `tail` "
-                                   "printed as `cursor: NAME` on stderr")
+    if cursor_file is not None and cursor is None and cursor_file.exists():
+        cursor = cursor_file.read_text().strip() or None
     try:
-        while True:
-            for name, rows in iter_rows(paths, cursor):
-                for row in rows:
-                    if wanted:
-                        row = {k: row.get(k) for k in wanted}
-                    click.echo(_dumps(row))
-                cursor = name
-            if not follow:
-                break
-            sys.stdout.flush()
-            time.sleep(poll)
+        reader = RowReader(paths, cursor, poll_s=poll, columns=wanted)
+    except CursorError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        for row in reader.rows(follow=follow):
+            if wanted:
+                row = {k: row.get(k) for k in wanted}
+            click.echo(_dumps(row))
+            if cursor_file is not None and not reader.held:
+                _save_cursor(cursor_file, str(reader.cursor))
     except KeyboardInterrupt:
         pass
     finally:
-        if cursor:
-            err.print(f"cursor: {cursor}")
+        final = str(reader.cursor)
+        if cursor_file is not None:
+            _save_cursor(cursor_file, final)
+        err.print(f"cursor: {final}", markup=False)
+
+
+def _save_cursor(cursor_file: Path, value: str) -> None:
+    from orchestrator import fsops
+
+    fsops.write_atomic(cursor_file.absolute(), value.encode() + b"\n", cursor_file.absolute().parent)
 
 
 def register(cli: click.Group) -> None:

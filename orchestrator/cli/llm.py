@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, S
 from orchestrator.llm.router import run_lease_s
 from orchestrator.llm.serve_cmd import serve_llm
 from orchestrator.paths import SpoolPaths
+
+if TYPE_CHECKING:
+    from orchestrator.llm.weights import SwapReport
 
 RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 PROTOCOL = click.option("--protocol", type=click.Choice([p.value for p in Protocol]), default="vllm",
@@ -42,6 +46,7 @@ def backend() -> None:
       hpc-rollout backend add spool/run1 http://node17:8000/v1 --version 3
       hpc-rollout backend list spool/run1
       hpc-rollout backend swap spool/run1 --version 4 http://node17:8000/v1 http://node18:8000/v1
+      hpc-rollout backend swap spool/run1 --reload ckpt/step-4 --version 4
     """
 
 
@@ -122,21 +127,57 @@ def clear(run_dir: Path, force: bool) -> None:
 
 @backend.command("swap")
 @RUN_DIR
-@click.argument("urls", nargs=-1, required=True)
+@click.argument("urls", nargs=-1)
 @click.option("--version", "version", type=click.IntRange(min=0), default=None,
               help="New policy version (default: current + 1).")
+@click.option("--reload", "checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Keep the backends: ask each to load the weights in this checkpoint directory while "
+                   "running; the version moves only when all have confirmed.")
+@click.option("--max-policy-lag", type=click.IntRange(min=-1), default=None,
+              help="With --reload: samples older than version - lag are stale (default: run.toml "
+                   "[trainer] max_policy_lag; -1 none).")
 @PROTOCOL
 @MODEL
 @TOKENIZER
-def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, protocol: str,
-         model: str | None, tokenizer: str | None) -> None:
-    """Replace the backend set with URLS and bump the policy version, in one atomic write."""
+def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: Path | None,
+         max_policy_lag: int | None, protocol: str, model: str | None, tokenizer: str | None) -> None:
+    """Move to a new policy: replace the backend set with URLS, or --reload a checkpoint on every backend.
+
+    \b
+      hpc-rollout backend swap spool/run1 --version 4 http://node17:8000/v1 http://node18:8000/v1
+      hpc-rollout backend swap spool/run1 --reload ckpt/step-4 --version 4
+    """
     try:
+        if checkpoint is not None:
+            if urls:
+                raise click.UsageError("give URLS (a new backend set) or --reload CKPT (the same backends), not both")
+            report = reload_and_swap(run_dir, checkpoint, version, max_policy_lag)
+            click.echo(f"policy version {report.version}: {len(report.reloaded)} backend(s) loaded "
+                       f"{report.checkpoint} in {report.seconds:.2f} s")
+            for url in report.removed:
+                click.echo(f"removed {url}: it was down and could not reload; restart it on the checkpoint and add it again")
+            return
+        if not urls:
+            raise click.UsageError("give the new backend URLS, or --reload CKPT to keep the backends")
         snapshot = registry_of(run_dir).swap(list(urls), version=version, protocol=protocol,
                                              model=model, tokenizer=tokenizer)
     except LLMError as exc:
         raise fail(exc) from None
     click.echo(f"policy version {snapshot.policy_version}: {len(snapshot.backends)} backend(s)")
+
+
+def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_policy_lag: int | None) -> "SwapReport":
+    from orchestrator.config import ConfigError, RunConfig
+    from orchestrator.llm.weights import swap_weights
+
+    paths = SpoolPaths.of(run_dir)
+    if max_policy_lag is None:
+        try:
+            max_policy_lag = RunConfig.load(paths.run_config).trainer.max_policy_lag
+        except ConfigError:
+            max_policy_lag = -1
+    target = registry_of(run_dir).read().policy_version + 1 if version is None else version
+    return swap_weights(paths, checkpoint, target, max_policy_lag)
 
 
 @backend.command("state")

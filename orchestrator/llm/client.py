@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.llm.errors import BackendFailed, RequestRejected
+from orchestrator.llm.errors import BackendFailed, ReloadUnsupported, RequestRejected
 from orchestrator.llm.registry import Backend, Protocol
 from orchestrator.llm.urls import endpoint
 
@@ -95,6 +95,17 @@ class BackendClient(abc.ABC):
             return Completion([], [], "length", "raw")
         path, body = self.build_request(info.model_id, list(prompt_ids), room, params)
         return self.parse_response(await self.request("POST", path, body))
+
+    @abc.abstractmethod
+    async def reload(self, checkpoint: str, version: int) -> None:
+        """Ask the server to load the weights in `checkpoint` (a directory it can read) now."""
+
+    def reload_unsupported(self, exc: Exception) -> "ReloadUnsupported":
+        return ReloadUnsupported(
+            f"backend {self.backend.url} cannot reload weights while running ({exc}); for vLLM start it "
+            f"with VLLM_SERVER_DEV_MODE=1, else restart it on the checkpoint through the vllm sbatch "
+            f"template and re-add it (docs/llm.md, 'Weight reload')"
+        )
 
     async def health(self) -> bool:
         try:

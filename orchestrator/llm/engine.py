@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,7 @@ class Engine:
         self.max_batch = max_batch
         self._queue: asyncio.Queue[tuple[GenRequest, asyncio.Future[GenResult]]] | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._weights_lock: asyncio.Lock | None = None   # a batch and a weight reload never overlap
         self._default_rng = torch.Generator().manual_seed(0)
 
     async def submit(self, request: GenRequest) -> GenResult:
@@ -76,7 +78,8 @@ class Engine:
             while len(batch) < self.max_batch and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                results = await asyncio.to_thread(self.generate, [r for r, _ in batch])
+                async with self.weights_lock():
+                    results = await asyncio.to_thread(self.generate, [r for r, _ in batch])
             except Exception as exc:  # answer every waiter; the server maps it to HTTP 500
                 log.exception("generation failed")
                 for _, future in batch:
@@ -86,6 +89,29 @@ class Engine:
             for (_, future), result in zip(batch, results):
                 if not future.done():
                     future.set_result(result)
+
+    def weights_lock(self) -> asyncio.Lock:
+        if self._weights_lock is None:
+            self._weights_lock = asyncio.Lock()
+        return self._weights_lock
+
+    async def reload_weights(self, directory: Path) -> float:
+        """Load new weights from a checkpoint directory between two batches; seconds it took.
+
+        The batch running now finishes on the old weights; batches after it use the new ones,
+        so no request ever mixes the two. See orchestrator/llm/reload.py.
+        """
+        from orchestrator.llm.reload import read_state_dict
+
+        started = time.monotonic()
+        state = await asyncio.to_thread(read_state_dict, Path(directory), self.model)
+        async with self.weights_lock():
+            await asyncio.to_thread(self._load_state, state)
+        return time.monotonic() - started
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        with self.torch.no_grad():
+            self.model.load_state_dict(state, strict=False)
 
     def generate(self, requests: list[GenRequest]) -> list[GenResult]:
         torch = self.torch

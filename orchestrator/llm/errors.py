@@ -29,3 +29,7 @@ class BackendFailed(LLMError):
 
 class RequestRejected(LLMError):
     """The backend answered 4xx: the request itself is wrong, retrying elsewhere will not help."""
+
+
+class ReloadUnsupported(LLMError):
+    """The backend has no weight reload endpoint (or refused the checkpoint)."""

@@ -3,10 +3,13 @@
 Writers hold `backends.json.lock` (an exclusive-create lock file, portable across nodes where
 flock is not) and replace the file atomically; readers never lock. Format:
 
-    {"format": 1, "policy_version": 4, "updated_at": 1732230000.0,
+    {"format": 1, "policy_version": 4, "min_policy_version": 3, "updated_at": 1732230000.0,
      "backends": [{"url": "http://node17:8000/v1", "protocol": "vllm", "model": "...",
                    "tokenizer": null, "policy_version": 4, "node": "node17", "state": "up",
                    "added_at": 1732230000.0, "state_changed_at": 1732230000.0, "reason": ""}]}
+
+`min_policy_version` (optional): the oldest policy whose samples are still trained on (current
+minus the trainer's max_policy_lag); jobs that sampled with an older one are cancelled.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class Snapshot:
     policy_version: int = 0
     backends: tuple[Backend, ...] = ()
     updated_at: float = 0.0
+    min_policy_version: int = 0      # samples of older policies are stale (orchestrator/trainer/staleness.py)
 
     def find(self, url: str) -> Backend | None:
         return next((b for b in self.backends if b.url == url), None)
@@ -129,12 +133,15 @@ class Snapshot:
         return tuple(b for b in self.backends if b.state is BackendState.UP)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "format": FORMAT,
             "policy_version": self.policy_version,
             "updated_at": self.updated_at,
             "backends": [b.to_json() for b in self.backends],
         }
+        if self.min_policy_version:
+            data["min_policy_version"] = self.min_policy_version
+        return data
 
 
 def parse_snapshot(raw: bytes, path: Path) -> Snapshot:
@@ -145,7 +152,8 @@ def parse_snapshot(raw: bytes, path: Path) -> Snapshot:
         if data.get("format", FORMAT) != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, this version reads {FORMAT}")
         backends = tuple(Backend.from_json(b) for b in data["backends"])
-        return Snapshot(int(data.get("policy_version", 0)), backends, float(data.get("updated_at", 0)))
+        return Snapshot(int(data.get("policy_version", 0)), backends, float(data.get("updated_at", 0)),
+                        int(data.get("min_policy_version", 0)))
     except (ValueError, KeyError, TypeError) as exc:
         raise RegistryCorrupt(
             f"backend registry {path} is corrupt ({exc}); no task is routed until it is fixed: "
@@ -232,7 +240,7 @@ class BackendRegistry:
             )
             others = tuple(b for b in snap.backends if b.url != url)
             top = max(snap.policy_version, backend.policy_version)
-            self._write(snap, Snapshot(top, others + (backend,)))
+            self._write(snap, Snapshot(top, others + (backend,), min_policy_version=snap.min_policy_version))
         return backend
 
     def remove(self, url: str) -> Backend:
@@ -248,7 +256,7 @@ class BackendRegistry:
     def clear(self) -> int:
         """Remove every backend (the policy version is kept). Also repairs a corrupt file."""
         with self._locked_tolerant() as snap:
-            self._write(snap, Snapshot(snap.policy_version, ()))
+            self._write(snap, Snapshot(snap.policy_version, (), min_policy_version=snap.min_policy_version))
         return len(snap.backends)
 
     @contextmanager
@@ -295,7 +303,25 @@ class BackendRegistry:
                 )
                 for u in dict.fromkeys(clean)
             )
-            return self._write(snap, Snapshot(new_version, backends))
+            return self._write(snap, Snapshot(new_version, backends, min_policy_version=snap.min_policy_version))
+
+    def set_versions(self, urls: Sequence[str], version: int, min_version: int | None = None,
+                     drop: Sequence[str] = ()) -> Snapshot:
+        """After a weight reload: `urls` serve policy `version`, which becomes the registry's.
+
+        Entries in `drop` (backends that could not reload) are removed: probed back to `up`
+        later they would serve old weights under the new version. `min_version` sets the
+        oldest policy still trained on (None: unchanged).
+        """
+        version = check_version(version)
+        with self._locked() as snap:
+            reloaded, dropped = set(urls), set(drop)
+            backends = tuple(
+                replace(b, policy_version=version) if b.url in reloaded else b
+                for b in snap.backends if b.url not in dropped
+            )
+            floor = snap.min_policy_version if min_version is None else check_version(min_version)
+            return self._write(snap, Snapshot(max(version, snap.policy_version), backends, min_policy_version=floor))
 
     def set_state(self, url: str, state: BackendState, reason: str = "") -> Backend | None:
         """Mark a backend up/down/draining; None when it is no longer registered."""

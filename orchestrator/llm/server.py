@@ -2,7 +2,8 @@
 
 Endpoints: GET /health, /v1/models, /model_info; POST /v1/completions (token ids in,
 `token_ids` + per-token logprobs out), /generate (SGLang's native shape), /tokenize,
-/detokenize. With a record file, every generation appends one JSON line:
+/detokenize; weight reload while serving as vLLM (/collective_rpc reload_weights) and SGLang
+(/update_weights_from_disk) do it (orchestrator/llm/reload.py). With a record file, every generation appends one JSON line:
 {"endpoint", "prompt_ids", "output_ids", "logprobs", "finish_reason", "time"}.
 """
 
@@ -23,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from orchestrator.llm.engine import Engine, GenRequest, GenResult
+from orchestrator.llm.reload import add_reload_routes
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class ReferenceServer:
         self.model_id = str(options.model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(str(options.model_dir), local_files_only=True)
         self.engine = self._engine(options)
+        self.weight_version = options.weight_version   # moved by a reload (orchestrator/llm/reload.py)
         self._record = open(options.record, "ab") if options.record else None
 
     def _engine(self, options: ServerOptions) -> Any:
@@ -105,7 +108,7 @@ class ReferenceServer:
 
     async def model_info(self, _: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_id, "is_generation": True,
-                                  "weight_version": self.options.weight_version})
+                                  "weight_version": self.weight_version})
 
     async def completions(self, http: web.Request) -> web.Response:
         body = await read_body(http)
@@ -162,7 +165,7 @@ class ReferenceServer:
         meta: dict[str, Any] = {
             "id": uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": len(prompt),
             "completion_tokens": len(result.output_ids), "cached_tokens": 0,
-            "weight_version": self.options.weight_version,
+            "weight_version": self.weight_version,
         }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [
@@ -195,6 +198,7 @@ class ReferenceServer:
             web.post("/v1/completions", self.completions), web.post("/generate", self.sglang_generate),
             web.post("/tokenize", self.tokenize), web.post("/detokenize", self.detokenize),
         ])
+        add_reload_routes(app, self)
         return app
 
 

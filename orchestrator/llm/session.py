@@ -32,6 +32,7 @@ from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.router import Router, router_for
 from orchestrator.llm.tiny_model import load_tokenizer
+from orchestrator.staleness import StalePolicy, stale_reason
 
 if TYPE_CHECKING:
     from orchestrator.context import JobContext
@@ -70,6 +71,7 @@ class LLMSession:
     max_switches: int = DEFAULT_MAX_SWITCHES
     backend: Backend | None = None
     failed: list[str] = field(default_factory=list)
+    oldest_version: int | None = None   # the oldest policy version a turn of this task used
     _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
     _trouble_since: float | None = field(default=None, repr=False)  # first failure since the last answer
     _last_failure: str = field(default="", repr=False)
@@ -139,10 +141,17 @@ class LLMSession:
 
     # -- generation ---------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
-        """Sample one reply on the task's backend, moving to another one if it fails."""
+        """Sample one reply on the task's backend, moving to another one if it fails.
+
+        Raises StalePolicy when an earlier turn of this task used a policy the trainer no
+        longer accepts (orchestrator/staleness.py): the job can only end stale.
+        """
         while True:
             sent_at = time.time()
             backend = await self.ensure_backend()
+            reason = stale_reason(self.oldest_version, self.router.registry.read().min_policy_version)
+            if reason is not None:
+                raise StalePolicy(f"task {self.job_id}: {reason}")
             client = self.client(backend)
             requested = time.monotonic()
             try:
@@ -154,6 +163,8 @@ class LLMSession:
             latency_s = time.monotonic() - requested
             self.router.note_healthy(backend.url)
             self._trouble_since = None
+            if self.oldest_version is None or backend.policy_version < self.oldest_version:
+                self.oldest_version = backend.policy_version
             switched_from, self._switched_from = self._switched_from, None
             return Turn(
                 input_ids=list(prompt_ids), output_ids=completion.output_ids,

@@ -1,6 +1,7 @@
 """SGLang's native /generate with input_ids in, output ids and logprobs out.
 
 Logprobs are SGLang's default: log_softmax(logits / T), after temperature ("processed").
+Weight reload: POST /update_weights_from_disk {model_path, weight_version}.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.llm.client import BackendClient, Completion, require
+from orchestrator.llm.errors import RequestRejected
+
 
 @dataclass
 class SGLangClient(BackendClient):
@@ -49,3 +52,12 @@ class SGLangClient(BackendClient):
             logprob_mode="processed",
             weight_version=str(version) if version is not None else None,
         )
+
+    async def reload(self, checkpoint: str, version: int) -> None:
+        body = {"model_path": checkpoint, "weight_version": str(version)}
+        try:
+            answer = await self.request("POST", "/update_weights_from_disk", body)
+        except RequestRejected as exc:
+            raise self.reload_unsupported(exc) from None
+        require(isinstance(answer, dict) and answer.get("success") is True, self.backend.url,
+                f"/update_weights_from_disk answered {str(answer)[:300]}")

@@ -2,15 +2,20 @@
 
 Token ids come from `token_ids` (vLLM >= 0.10.2 with return_token_ids) or, on older servers,
 from the `tokens` strings "token_id:N" (return_tokens_as_token_ids, vLLM >= 0.8.0).
-Logprobs are vLLM's default: before temperature/top-p ("raw").
+Logprobs are vLLM's default: before temperature/top-p ("raw"). Weight reload uses the
+dev-mode routes (VLLM_SERVER_DEV_MODE=1): /collective_rpc reload_weights, /update_weight_version.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.llm.client import BackendClient, Completion, require
+from orchestrator.llm.errors import RequestRejected
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "token_id:"
 
@@ -50,3 +55,16 @@ class VLLMClient(BackendClient):
             finish_reason=str(choice.get("finish_reason") or "stop"),
             logprob_mode="raw",
         )
+
+    async def reload(self, checkpoint: str, version: int) -> None:
+        body = {"method": "reload_weights", "kwargs": {"weights_path": checkpoint}}
+        try:
+            answer = await self.request("POST", "/collective_rpc", body)
+        except RequestRejected as exc:
+            raise self.reload_unsupported(exc) from None
+        require(isinstance(answer, dict) and "results" in answer, self.backend.url,
+                f"/collective_rpc answered {str(answer)[:200]}")
+        try:  # only reported by the server (e.g. in /model_info); older dev modes lack it
+            await self.request("POST", "/update_weight_version", {"new_version": str(version)})
+        except RequestRejected as exc:
+            log.info("backend %s keeps its weight version label: %s", self.backend.url, exc)

@@ -27,12 +27,14 @@ from orchestrator.events import EventLog
 from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
+from orchestrator.llm.registry import BackendRegistry
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
 from orchestrator.rows import build_row
 from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.shards import Batch, FencedOut, ShardWriter
+from orchestrator.staleness import STALE_KIND, stale_reason
 from orchestrator.tickets import Ticket
 from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
@@ -70,6 +72,7 @@ class Worker:
         self.events = EventLog(paths, self.worker_id)
         self.shards = ShardWriter(paths, self.worker_id, config.shards)
         self.cancels = CancelWatch(paths)
+        self.registry = BackendRegistry(paths)   # its min_policy_version says which samples are stale
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
@@ -142,6 +145,8 @@ class Worker:
         await asyncio.gather(*background, return_exceptions=True)
         if not self.lease_lost:
             await self._commit_shards()
+            if not self.shards.pending:
+                self.shards.close()   # readers stop probing this writer
             leftovers = await self._in_spool_io(
                 release_own_claims, self.paths, self.worker_id, self.config.jobs.max_attempts, self.events.emit)
             self.counters["requeued"] += leftovers
@@ -601,6 +606,9 @@ class Worker:
             return
         budget = self.config.jobs.timeout_s - ticket.counted_s()
         previous = ticket.outputs.get({Stage.RUN: "init", Stage.EVAL: "run"}.get(stage, ""), {}) or {}
+        if stage is Stage.EVAL and (stale := self._stale(previous)):
+            await self._end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, STALE_KIND, stale), {})
+            return
         self.events.emit(name, f"{stage.value}_started", {"attempt": ticket.attempt})
         started, started_mono = time.time(), time.monotonic()
         if stage is Stage.RUN:
@@ -637,6 +645,17 @@ class Worker:
                 self._advance(ticket, Stage.EVAL)
         else:
             self._finish(ticket, handler, outcome.error, ctx, outcome.status)
+
+    def _stale(self, run_output: dict[str, Any]) -> str | None:
+        """Why evaluating this RUN output is pointless: its samples are too old (None: go on)."""
+        oldest = run_output.get("policy_version_min")
+        if not isinstance(oldest, int):
+            return None
+        try:
+            floor = self.registry.read().min_policy_version
+        except Exception:  # an unreadable registry must not stop evaluation  # noqa: BLE001
+            return None
+        return stale_reason(oldest, floor)
 
     async def _close_runtime(self, ctx: JobContext) -> None:
         try:

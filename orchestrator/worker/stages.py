@@ -15,6 +15,7 @@ import orjson
 from orchestrator.context import JobContext
 from orchestrator.handler import AgentHandler, StageError
 from orchestrator.jobs import JobStatus, Stage
+from orchestrator.staleness import STALE_KIND, StalePolicy
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
@@ -59,6 +60,9 @@ async def execute_stage(
         if task is not None:
             task.uncancel()  # the cancellation is handled here: the job ends `cancelled`
         error = StageError(stage.value, "cancelled", "cancelled on request (hpc-rollout cancel)")
+        return StageOutcome(_hook(handler, ctx, error), JobStatus.CANCELLED, error)
+    except StalePolicy as exc:  # it sampled with a policy the trainer no longer takes
+        error = StageError(stage.value, STALE_KIND, str(exc)[:MAX_ERROR_CHARS])
         return StageOutcome(_hook(handler, ctx, error), JobStatus.CANCELLED, error)
     except Exception as exc:  # a handler bug must end the job, never the worker
         where = raise_site(exc, handler)

@@ -13,6 +13,7 @@ from handlers.sleep import draw_seconds
 from orchestrator.config import Shards
 from orchestrator.jobs import JobSpec, JobStatus
 from orchestrator.rows import build_row
+from orchestrator.shardlog import WriterDirectory
 from orchestrator.shards import ShardWriter, shard_names
 from orchestrator.tickets import Ticket
 from tests.core.util import make_run
@@ -49,18 +50,24 @@ def test_rolls_by_rows_bytes_and_age(tmp_path: Path) -> None:
     assert idle.due(idle=True) and not idle.due(idle=False)
 
 
-def test_shards_are_named_in_commit_order_and_never_partial(tmp_path: Path) -> None:
+def test_shards_are_named_by_writer_sequence_and_never_partial(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     writer = ShardWriter(paths, "node1-1-abcd", Shards())
     for batch in range(3):
         writer.add(row(batch), f"j{batch}")
         writer.commit()
-        time.sleep(0.002)
     names = shard_names(paths)
-    assert len(names) == 3 and names == sorted(names) and all("-node1-1-abcd-" in n for n in names)
+    assert names == [f"node1-1-abcd-{seq:08d}.parquet" for seq in (1, 2, 3)]
+    assert WriterDirectory(paths).open() == ["node1-1-abcd"]
+    writer.close()
+    assert WriterDirectory(paths).open() == [] and WriterDirectory(paths).closed() == {"node1-1-abcd": 3}
+    again = ShardWriter(paths, "node1-1-abcd", Shards())   # the same worker id after a restart
+    again.add(row(3), "j3")
+    again.commit()
+    assert again.writer == "node1-1-abcd+2" and "node1-1-abcd+2-00000001.parquet" in shard_names(paths)
     (paths.shards / "_tmp-half-written.parquet").write_bytes(b"PAR1 not finished")
     table = ds.dataset(paths.shards, format="parquet").to_table()  # the partial file is invisible
-    assert table.column("job_id").to_pylist() == ["j0000", "j0001", "j0002"]
+    assert sorted(table.column("job_id").to_pylist()) == ["j0000", "j0001", "j0002", "j0003"]
 
 
 def test_sleep_durations() -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from orchestrator.api import Spool
 from orchestrator.paths import SpoolPaths
+from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name
 from orchestrator.shards import shard_names
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_file
@@ -110,14 +111,18 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
         workers = [start_worker(paths, "--run-pool", "4", env=env) for _ in range(3)]
         victim, sleeper = workers[0], workers[1]
         try:
-            # 1. SIGKILL, with a torn last shard: a truncated copy of a shard named as the victim's.
+            # 1. SIGKILL, with a torn last shard: a truncated copy of a shard, as the victim's next one.
             wait_until(lambda: shard_names(paths) and heartbeat_of(paths, victim), 120, "first shards")
             victim_id = heartbeat_of(paths, victim)[0]  # type: ignore[index]
-            torn = f"{int(time.time() * 1000):013d}-{victim_id}-999999.parquet"
-            data = (paths.shards / shard_names(paths)[0]).read_bytes()
-            (paths.shards / torn).write_bytes(data[: len(data) // 3])
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
+            written = [parse_shard_name(n) for n in shard_names(paths)]
+            torn = shard_name(victim_id, 1 + max((seq for w, seq in filter(None, written) if w == victim_id), default=0))
+            if victim_id not in WriterDirectory(paths).all_writers():
+                (WriterDirectory(paths).open_dir / victim_id).parent.mkdir(parents=True, exist_ok=True)
+                (WriterDirectory(paths).open_dir / victim_id).touch()   # it died before its first commit
+            data = (paths.shards / shard_names(paths)[0]).read_bytes()
+            (paths.shards / torn).write_bytes(data[: len(data) // 3])
             workers.append(start_worker(paths, "--run-pool", "4", env=env))
 
             # 2. SIGSTOP past the lease: the paused worker's claims are taken over while it sleeps.

@@ -1,0 +1,108 @@
+"""`answer`: one reply of the policy to a verl row's prompt, scored by rule against its ground truth.
+
+Instance: a verl row as it is, e.g. from the gsm8k parquet of verl's examples:
+    {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "..."}],
+     "reward_model": {"style": "rule", "ground_truth": "72"}, "extra_info": {"index": 3}}
+`prompt` is a list of chat messages (rendered with the model's chat template) or a string
+(sent as raw text, no template). The rule (`match`, at the top level or in `extra_info`):
+    number    (default) the number after the last '####' of the reply, else its last number,
+              equals the ground truth as a number (gsm8k's convention)
+    prefix    the reply starts with the ground truth
+    exact     the stripped reply equals the stripped ground truth
+Reward 1.0 or 0.0. Sampling parameters come from the job; an instance "sampling" object
+overrides them for that task (e.g. max_tokens).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.handler import AgentHandler
+from orchestrator.llm.conversation import Conversation
+from orchestrator.llm.session import session_for
+
+if TYPE_CHECKING:
+    from orchestrator.context import JobContext
+
+MATCHES = ("number", "prefix", "exact")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def match_rule(instance: dict[str, Any]) -> str:
+    extra = instance.get("extra_info") if isinstance(instance.get("extra_info"), dict) else {}
+    return str(instance.get("match") or extra.get("match") or "number")
+
+
+def check_instance(instance: dict[str, Any]) -> None:
+    prompt = instance.get("prompt")
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("answer instance 'prompt' is an empty string")
+    elif not (isinstance(prompt, list) and prompt and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in prompt)):
+        raise ValueError("answer instance needs 'prompt': a string or a non-empty list of {role, content}")
+    reward_model = instance.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise ValueError("answer instance needs 'reward_model': {'ground_truth': ...} to score the reply")
+    if match_rule(instance) not in MATCHES:
+        raise ValueError(f"answer instance match {match_rule(instance)!r}; valid: {', '.join(MATCHES)}")
+    if not isinstance(instance.get("sampling", {}), dict):
+        raise ValueError("answer instance 'sampling' must be an object of sampling parameters")
+
+
+def final_number(text: str) -> float | None:
+    tail = text.rsplit("####", 1)[1] if "####" in text else text
+    found = NUMBER.findall(tail)
+    if not found:
+        return None
+    try:
+        return float((found[0] if "####" in text else found[-1]).replace(",", ""))
+    except ValueError:
+        return None
+
+
+def score(reply: str, truth: str, rule: str) -> float:
+    if rule == "prefix":
+        return float(reply.startswith(truth))
+    if rule == "exact":
+        return float(reply.strip() == truth.strip())
+    got, wanted = final_number(reply), final_number(truth)
+    return float(got is not None and wanted is not None and abs(got - wanted) < 1e-9)
+
+
+class AnswerHandler(AgentHandler):
+    name: ClassVar[str] = "answer"
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        check_instance(instance)
+
+    async def init(self, ctx: "JobContext") -> dict[str, Any]:
+        check_instance(ctx.job.instance)
+        return {}
+
+    async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
+        instance = ctx.job.instance
+        sampling = {**ctx.job.sampling, **instance.get("sampling", {})}
+        async with session_for(ctx) as llm:
+            tokenizer = await llm.tokenizer()
+            if isinstance(instance["prompt"], str):
+                prompt_ids = list(tokenizer.encode(instance["prompt"], add_special_tokens=False))
+            else:
+                prompt_ids = Conversation(tokenizer, instance["prompt"]).prompt_ids
+            turn = await llm.generate(prompt_ids, sampling)
+        return {
+            "prompt_ids": prompt_ids,
+            "response_ids": turn.output_ids,
+            "response_mask": [1] * len(turn.output_ids),
+            "logprobs": turn.logprobs,
+            "turns": [turn.to_json()],
+            "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
+            "policy_version_min": turn.policy_version,
+            "policy_version_max": turn.policy_version,
+        }
+
+    async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        instance = ctx.job.instance
+        truth = str(instance["reward_model"]["ground_truth"])
+        return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}

@@ -1,0 +1,86 @@
+"""Swapping the policy's weights: every backend reloads a checkpoint, then the version moves.
+
+    report = swap_weights(paths, "ckpt/12", version=12)      # or `backend swap DIR --reload CKPT`
+
+Each `up` or `draining` backend of the registry is asked, concurrently, to load CKPT (vLLM:
+/collective_rpc reload_weights; SGLang: /update_weights_from_disk; serve-llm speaks both).
+Only when every one has confirmed does backends.json say version N, in one atomic write, so a
+turn recorded with version N was sampled with N's weights. When one fails, nothing moves and
+ReloadFailed names who failed (those that did reload serve N labelled N-1 until a retry: their
+samples look older, never newer, than they are). Backends that are `down` cannot confirm: they
+are removed from the registry (probed back up they would serve the old weights as N); restart
+them on the checkpoint and add them again. Servers without a reload route: see docs/llm.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from orchestrator.llm.client import RetryPolicy, client_for, new_http_client
+from orchestrator.llm.errors import LLMError
+from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
+from orchestrator.paths import SpoolPaths
+
+RELOAD_RETRY = RetryPolicy(attempts=2, backoff_s=0.5, timeout_s=600.0)
+
+
+class ReloadFailed(LLMError):
+    """At least one backend did not confirm the reload; the policy version did not move."""
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    version: int
+    checkpoint: str
+    reloaded: tuple[str, ...]
+    removed: tuple[str, ...] = ()
+    seconds: float = 0.0
+    per_backend_s: dict[str, float] = field(default_factory=dict)
+
+
+def swap_weights(paths: SpoolPaths, checkpoint: str | Path, version: int, max_policy_lag: int | None = None) -> SwapReport:
+    """Reload `checkpoint` on every registered backend, then move the policy version to `version`.
+
+    `max_policy_lag` (>= 0) also sets the oldest policy still trained on to version - lag.
+    """
+    return asyncio.run(swap_weights_async(paths, checkpoint, version, max_policy_lag))
+
+
+async def swap_weights_async(paths: SpoolPaths, checkpoint: str | Path, version: int,
+                             max_policy_lag: int | None = None) -> SwapReport:
+    started = time.monotonic()
+    directory = str(Path(checkpoint).absolute())
+    if not Path(directory).is_dir():
+        raise ReloadFailed(f"checkpoint {directory} is not a directory: save the model there first")
+    registry = BackendRegistry(paths)
+    snapshot = registry.read()
+    targets = [b for b in snapshot.backends if b.state is not BackendState.DOWN]
+    down = tuple(b.url for b in snapshot.backends if b.state is BackendState.DOWN)
+    if not targets:
+        raise ReloadFailed(f"no backend to reload in {paths.backends}: add one with `hpc-rollout backend add`")
+    async with new_http_client() as http:
+        outcomes = await asyncio.gather(*(_reload_one(http, b, directory, version) for b in targets))
+    failed = [f"{url}: {problem}" for url, _, problem in outcomes if problem]
+    if failed:
+        raise ReloadFailed(
+            f"{len(failed)} of {len(targets)} backend(s) did not load {directory}; policy version stays "
+            f"{snapshot.policy_version}: " + "; ".join(failed)
+        )
+    floor = None if max_policy_lag is None or max_policy_lag < 0 else max(0, version - max_policy_lag)
+    registry.set_versions([b.url for b in targets], version, floor, drop=down)
+    return SwapReport(version, directory, tuple(b.url for b in targets), down, time.monotonic() - started,
+                      {url: seconds for url, seconds, _ in outcomes})
+
+
+async def _reload_one(http: httpx.AsyncClient, backend: Backend, directory: str, version: int) -> tuple[str, float, str]:
+    started = time.monotonic()
+    try:
+        await client_for(backend, http, RELOAD_RETRY).reload(directory, version)
+    except LLMError as exc:
+        return backend.url, time.monotonic() - started, str(exc)
+    return backend.url, time.monotonic() - started, ""

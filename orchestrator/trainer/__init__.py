@@ -1,0 +1,14 @@
+"""The trainer's side of the spool: batches, the staleness bound, the async DAPO sampler, weight swaps.
+
+    from orchestrator.trainer import GroupBatcher, DynamicSampler
+"""
+
+from __future__ import annotations
+
+from orchestrator.trainer.batch import Advantage, Batch, BatchStats, FailedPolicy, GroupBatcher
+from orchestrator.trainer.sampler import DynamicSampler, Leftovers, SampledBatch, SamplerStats
+
+__all__ = [
+    "Advantage", "Batch", "BatchStats", "DynamicSampler", "FailedPolicy", "GroupBatcher", "Leftovers",
+    "SampledBatch", "SamplerStats",
+]

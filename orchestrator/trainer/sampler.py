@@ -1,0 +1,268 @@
+"""Asynchronous dynamic sampling (DAPO, as ProRL §3.4 runs it), for any trainer.
+
+    sampler = DynamicSampler(spool, prompts, samples=8, informative_groups=32, max_policy_lag=1)
+    for step in range(steps):
+        batch = sampler.next_batch(policy_version=step)   # 32 groups whose rewards differ
+        loss = grpo_update(model, batch.tensors())
+
+The sampler keeps `in_flight` groups submitted at all times. Every group that completes is
+judged at once and replaced at once by a new prompt (no waiting for a whole batch):
+  * stale (a sample older than policy_version - max_policy_lag, or cancelled as stale by a
+    worker): left out, counted, and its prompt submitted again as a fresh group;
+  * failed, when the batcher's policy is drop_group and a sample failed: left out, counted;
+  * zero variance (every sample has the same reward: no GRPO signal): left out, counted;
+  * otherwise informative: kept.
+`next_batch` returns as soon as K informative groups are in (with drop_zero_variance=False:
+K complete groups, zero-variance ones included and counted: plain GRPO batches). Leftovers, i.e. groups still
+running and complete groups not taken yet, are carried to the next call (`leftovers="carry"`)
+or cancelled (`"cancel"`). `batch.stats.filtered_share` is the zero-variance share of the
+groups judged.
+
+State for a restart: `sampler.state()` (the reader's cursor and the groups in flight, with their
+prompts) and `DynamicSampler(..., state=saved)`; persist it with the model.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.staleness import row_is_stale
+from orchestrator.tail import TRAINER_COLUMNS
+from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
+
+if TYPE_CHECKING:
+    from orchestrator.api import Spool
+
+Row = dict[str, Any]
+
+
+class Leftovers(str, enum.Enum):
+    CARRY = "carry"     # running groups go on; complete ones wait for the next batch
+    CANCEL = "cancel"   # running groups are cancelled; complete ones are dropped (counted)
+
+
+@dataclass
+class SamplerStats:
+    informative: int = 0
+    zero_variance: int = 0
+    stale_groups: int = 0
+    stale_rows: int = 0
+    failed_groups: int = 0           # left out by the batcher's drop_group policy
+    foreign_groups: int = 0          # complete groups this sampler did not submit (skipped)
+    leftovers_cancelled: int = 0
+    submitted_groups: int = 0
+    in_flight: int = 0               # groups submitted and not judged, when the batch returned
+    mean_reward: float = float("nan")   # over every sample of every group judged (the policy's reward)
+    seconds: float = 0.0
+    _reward_sum: float = 0.0
+    _reward_count: int = 0
+
+    @property
+    def judged(self) -> int:
+        return self.informative + self.zero_variance
+
+    @property
+    def filtered_share(self) -> float:
+        """Share of judged groups dropped for zero reward variance."""
+        return self.zero_variance / self.judged if self.judged else 0.0
+
+    def add_rewards(self, rewards: Sequence[float]) -> None:
+        self._reward_sum += sum(rewards)
+        self._reward_count += len(rewards)
+        self.mean_reward = self._reward_sum / self._reward_count
+
+    def to_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        data["filtered_share"] = round(self.filtered_share, 4)
+        return data
+
+
+@dataclass
+class SampledBatch:
+    groups: list[list[Row]]
+    batch: Batch
+    stats: SamplerStats
+    policy_version: int
+
+    def tensors(self, device: Any = None) -> dict[str, Any]:
+        return self.batch.tensors(device)
+
+
+class DynamicSampler:
+    def __init__(
+        self,
+        spool: "Spool",
+        prompts: Iterable[dict[str, Any]],
+        *,
+        samples: int,
+        informative_groups: int,
+        handler: str | None = None,
+        sampling: dict[str, Any] | None = None,
+        max_policy_lag: int | None = None,
+        in_flight: int | None = None,
+        leftovers: Leftovers | str = Leftovers.CARRY,
+        batcher: GroupBatcher | None = None,
+        source_handlers: Mapping[str, str] | None = None,
+        state: Mapping[str, Any] | None = None,
+        poll_s: float = 0.05,
+        drop_zero_variance: bool = True,
+    ) -> None:
+        if samples < 1 or informative_groups < 1:
+            raise ValueError("samples and informative_groups must be >= 1")
+        self.spool = spool
+        self.samples = samples
+        self.informative_groups = informative_groups
+        self.handler = handler
+        self.sampling = dict(sampling or {})
+        self.max_policy_lag = spool.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
+        self.in_flight = in_flight
+        self.leftovers = parse_choice(Leftovers, leftovers, "leftovers")
+        self.batcher = batcher or GroupBatcher()
+        self.source_handlers = dict(source_handlers or {})
+        self.drop_zero_variance = drop_zero_variance   # False: plain GRPO batches, still counted
+        self._prompts: Iterator[dict[str, Any]] = iter(itertools.cycle(prompts) if isinstance(prompts, Sequence) else prompts)
+        self._retry: deque[dict[str, Any]] = deque()           # prompts of stale groups, first in line
+        self._outstanding: dict[str, dict[str, Any]] = dict((state or {}).get("outstanding", {}))
+        self._abandoned: set[str] = set((state or {}).get("abandoned", ()))
+        self.reader = spool.reader((state or {}).get("cursor"), columns=TRAINER_COLUMNS, poll_s=poll_s)
+        self.totals = SamplerStats()
+        self.policy_version = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+    def next_batch(self, policy_version: int, timeout_s: float | None = None) -> SampledBatch:
+        """K informative groups (K = informative_groups), as soon as they are in.
+
+        With drop_zero_variance=False, K groups whatever their rewards.
+        """
+        started = time.monotonic()
+        self.policy_version = policy_version
+        stats = SamplerStats()
+        kept: list[list[Row]] = []
+        self._refill(stats)
+        while len(kept) < self.informative_groups:
+            group = self.reader.next_group(self.reader.poll_s)
+            if group is None:
+                if not self._outstanding and self._exhausted():
+                    break   # nothing left to wait for: a short batch
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    raise TimeoutError(
+                        f"{len(kept)} of {self.informative_groups} informative groups after {timeout_s:.0f} s "
+                        f"({len(self._outstanding)} in flight): are workers running? `hpc-rollout status`"
+                    )
+                continue
+            if self._judge(group, stats):
+                kept.append(group)
+            self._refill(stats)
+        if self.leftovers is Leftovers.CANCEL:
+            self._cancel_leftovers(stats)
+        stats.in_flight = len(self._outstanding)
+        stats.seconds = time.monotonic() - started
+        self._add_to_totals(stats)
+        return SampledBatch(kept, self.batcher.build(kept), stats, policy_version)
+
+    def state(self) -> dict[str, Any]:
+        """What a restarted trainer passes back as `state=` (JSON-serialisable)."""
+        return {"cursor": str(self.reader.cursor), "outstanding": dict(self._outstanding),
+                "abandoned": sorted(self._abandoned)}
+
+    def close(self, cancel: bool = True) -> None:
+        """Stop: with `cancel`, every group still in flight is cancelled."""
+        if cancel and self._outstanding:
+            self.spool.cancel(groups=list(self._outstanding))
+            self._abandoned.update(self._outstanding)
+            self._outstanding.clear()
+
+    # -- judging ------------------------------------------------------------------------------
+    def _judge(self, group: list[Row], stats: SamplerStats) -> bool:
+        group_id = group[0].get("group_id", "")
+        if group_id in self._abandoned:
+            self._abandoned.discard(group_id)
+            return False
+        prompt = self._outstanding.pop(group_id, None)
+        if prompt is None:
+            stats.foreign_groups += 1
+            return False
+        stale = [r for r in group if row_is_stale(r, self.policy_version, self.max_policy_lag)]
+        if stale:
+            stats.stale_groups += 1
+            stats.stale_rows += len(stale)
+            self._retry.append(prompt)
+            return False
+        failed = [r for r in group if is_failed(r)]
+        rewards = [0.0 if is_failed(r) else float(r["reward"]) for r in group]
+        stats.add_rewards(rewards)
+        if failed and self.batcher.failed is FailedPolicy.DROP_GROUP:
+            stats.failed_groups += 1
+            return False
+        if self.batcher.failed is FailedPolicy.DROP_SAMPLE:
+            rewards = [float(r["reward"]) for r in group if not is_failed(r)]
+        if len(set(rewards)) <= 1:
+            stats.zero_variance += 1
+            return not self.drop_zero_variance
+        stats.informative += 1
+        return True
+
+    # -- submitting ---------------------------------------------------------------------------
+    def target_in_flight(self) -> int:
+        """Groups to keep submitted: `in_flight`, or enough for K informative at the filter rate seen."""
+        if self.in_flight is not None:
+            return self.in_flight
+        keep_share = max(0.1, 1.0 - self.totals.filtered_share) if self.drop_zero_variance else 1.0
+        return min(8 * self.informative_groups, math.ceil(1.5 * self.informative_groups / keep_share))
+
+    def _refill(self, stats: SamplerStats) -> None:
+        missing = self.target_in_flight() - len(self._outstanding)
+        prompts = []
+        while len(prompts) < missing:
+            prompt = self._retry.popleft() if self._retry else next(self._prompts, None)
+            if prompt is None:
+                break
+            prompts.append(prompt)
+        if not prompts:
+            return
+        report = self.spool.submit(prompts, handler=self.handler, samples=self.samples, sampling=self.sampling,
+                                   source_handlers=self.source_handlers)
+        if report.rejected:
+            problems = "; ".join(f"prompt {p.line}: {p.reason}" for p in report.rejected[:3])
+            raise ValueError(f"{len(report.rejected)} prompt(s) refused by submit: {problems}")
+        for index, prompt in enumerate(prompts):
+            self._outstanding[f"{report.submission_id}-{index:07d}"] = prompt
+        stats.submitted_groups += len(prompts)
+
+    def _exhausted(self) -> bool:
+        if self._retry:
+            return False
+        upcoming = next(self._prompts, None)
+        if upcoming is None:
+            return True
+        self._retry.appendleft(upcoming)
+        return False
+
+    def _cancel_leftovers(self, stats: SamplerStats) -> None:
+        while (group := self.reader.take_group()) is not None:
+            if self._outstanding.pop(group[0].get("group_id", ""), None) is not None:
+                stats.leftovers_cancelled += 1
+        if self._outstanding:
+            self.spool.cancel(groups=list(self._outstanding))
+            stats.leftovers_cancelled += len(self._outstanding)
+            self._abandoned.update(self._outstanding)
+            self._outstanding.clear()
+
+    def _add_to_totals(self, stats: SamplerStats) -> None:
+        totals = self.totals
+        for name in ("informative", "zero_variance", "stale_groups", "stale_rows", "failed_groups",
+                     "foreign_groups", "leftovers_cancelled", "submitted_groups"):
+            setattr(totals, name, getattr(totals, name) + getattr(stats, name))
+        totals._reward_sum += stats._reward_sum
+        totals._reward_count += stats._reward_count
+        if totals._reward_count:
+            totals.mean_reward = totals._reward_sum / totals._reward_count
+        totals.in_flight = stats.in_flight
+        totals.seconds += stats.seconds

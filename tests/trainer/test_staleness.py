@@ -1,0 +1,56 @@
+"""The staleness bound: stale rows are excluded and counted; jobs that can only end stale are cancelled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.api import Spool
+from orchestrator.config import ConfigError
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.staleness import row_is_stale, stale_reason
+from orchestrator.trainer import DynamicSampler
+from tests.core.util import FAST, rows, start_worker, stop_worker, wait_drained
+
+
+def test_which_rows_are_stale() -> None:
+    assert row_is_stale({"policy_version_min": 3}, current_version=5, max_policy_lag=1)
+    assert not row_is_stale({"policy_version_min": 4}, current_version=5, max_policy_lag=1)
+    assert not row_is_stale({"policy_version_min": 0}, current_version=5, max_policy_lag=-1)     # no bound
+    assert not row_is_stale({"policy_version_min": None}, current_version=5, max_policy_lag=0)   # no LLM
+    assert row_is_stale({"policy_version_min": 5, "error": "stale_policy: sampled with 4"}, 5, 1)
+    assert stale_reason(2, 3) and stale_reason(3, 3) is None and stale_reason(None, 3) is None
+    with pytest.raises(ConfigError, match="outside"):
+        Spool.create("/nonexistent/never", **{"trainer.max_policy_lag": -2})
+
+
+def test_stale_rows_are_excluded_counted_and_their_prompts_submitted_again(tmp_path: Path) -> None:
+    spool = Spool.create(tmp_path / "run", **FAST, **{"trainer.max_policy_lag": 1})
+    fresh = {"policy_version": 5, "reward": {"bernoulli": 0.5}, "seed": 1}
+    old = {"policy_version": 2, "reward": {"bernoulli": 0.5}, "seed": 2}     # 5 - 2 > lag 1
+    sampler = DynamicSampler(spool, [fresh, old], handler="sleep", samples=4, informative_groups=3, in_flight=4)
+    worker = start_worker(spool.paths)
+    try:
+        batch = sampler.next_batch(policy_version=5, timeout_s=120)
+    finally:
+        sampler.close()
+        stop_worker(worker)
+    stats = batch.stats
+    assert stats.informative == 3 and stats.stale_groups >= 1 and stats.stale_rows == 4 * stats.stale_groups
+    assert all(r["policy_version_min"] == 5 for group in batch.groups for r in group)
+    assert sampler.totals.stale_rows == stats.stale_rows
+
+
+def test_queued_jobs_that_sampled_too_old_a_policy_end_cancelled_as_stale(tmp_path: Path) -> None:
+    spool = Spool.create(tmp_path / "run", **FAST)
+    BackendRegistry(spool.paths).set_versions([], version=4, min_version=3)    # the trainer moved on: lag 1
+    spool.submit([{"policy_version": 2, "run": 0.2}, {"policy_version": 3, "run": 0.2}], handler="sleep", samples=2)
+    worker = start_worker(spool.paths)
+    try:
+        wait_drained(spool.paths)
+    finally:
+        stop_worker(worker)
+    outcome = {(r["policy_version_min"], r["status"], (r["error"] or "").split(":")[0]) for r in rows(spool.paths)}
+    assert outcome == {(2, "cancelled", "stale_policy"), (3, "ok", "")}
+    assert all(r["eval_s"] in (None, 0.0) for r in rows(spool.paths) if r["status"] == "cancelled")   # EVAL skipped

@@ -1,0 +1,245 @@
+"""`harness`: train an agent whose loop you do not own (any CLI that calls an OpenAI API).
+
+    hpc-rollout submit spool/run1 swe.jsonl --handler harness --samples 8
+    # each row: a swe/code/math task + {"harness": {"command": "mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" ..."}}
+
+INIT starts the job's sandbox the way the task's family does (swe: the repository checked out;
+code, math: an empty workspace), with a private proxy directory bound read-only at
+/run/hpc-rollout-llm, and writes the task's text to /workspace/.harness/task.md. RUN starts the
+job's proxy (orchestrator/proxy) on that directory's socket and runs `harness.command` in the
+sandbox through the relay, so the command sees OPENAI_BASE_URL and OPENAI_API_KEY of its job's
+proxy; time and call limits stop it. The row is built from the recorded calls by the chosen
+trajectory builder. EVAL is the family's own (swe: FAIL_TO_PASS/PASS_TO_PASS in a fresh
+sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's answer).
+
+`harness` settings (in the row, or for every row with `submit --set harness.KEY=VALUE`):
+    command (required), family (swe | code | math; inferred from the row when absent),
+    builder (prefix_merging | per_request), parser (tool-call parser), model_name (what
+    /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
+    max_wall_s, env (extra environment for the command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import shutil
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from handlers.code_task import CodeHandler
+from handlers.math_task import MathHandler
+from handlers.swe_task import SweHandler
+from handlers.task_rows import flatten
+from orchestrator.agent.handler import DEFAULT_PARSER, ToolAgentHandler
+from orchestrator.agent.parsers import get_parser
+from orchestrator.handler import StageError
+from orchestrator.proxy.trajectory import Builder, trajectory_fields
+
+if TYPE_CHECKING:
+    from orchestrator.context import JobContext
+    from orchestrator.proxy.recorder import CallRecorder
+
+INSIDE_DIR = "/run/hpc-rollout-llm"
+TASK_FILE = "/workspace/.harness/task.md"
+LOG_FILE = "/workspace/.harness/harness.log"
+LOG_TAIL_CHARS = 4000
+FAMILIES: dict[str, type[ToolAgentHandler]] = {"swe": SweHandler, "code": CodeHandler, "math": MathHandler}
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    command: str
+    family: str
+    builder: Builder = Builder.PREFIX_MERGING
+    parser: str = DEFAULT_PARSER
+    model_name: str = "policy"
+    max_calls: int = 30
+    max_context_tokens: int = 16384
+    max_tokens_per_call: int = 1024
+    max_wall_s: float = 1800.0
+    env: dict[str, str] = field(default_factory=dict)
+
+    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
+        "max_calls": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_tokens_per_call": (1, 1_000_000),
+        "max_wall_s": (1, 7 * 86400)}
+
+    @classmethod
+    def parse(cls, instance: dict[str, Any]) -> "HarnessSettings":
+        given = instance.get("harness")
+        if not isinstance(given, dict) or not isinstance(given.get("command"), str) or not given["command"].strip():
+            raise ValueError('a harness task needs {"harness": {"command": "..."}} (or submit --set harness.command=...)')
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(given) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown harness setting(s) {unknown}; valid: {', '.join(valid)}")
+        family = given.get("family") or infer_family(instance)
+        if family not in FAMILIES:
+            raise ValueError(f"harness family {family!r}: choose one of {', '.join(FAMILIES)}")
+        limits = FAMILIES[family].limits
+        values: dict[str, Any] = {"command": given["command"], "family": family,
+                                  "max_calls": limits.max_turns, "max_context_tokens": limits.max_context_tokens,
+                                  "max_tokens_per_call": limits.max_tokens_per_turn, "max_wall_s": limits.max_wall_s}
+        for key, (low, high) in cls.BOUNDS.items():
+            if key in given:
+                value = given[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                    raise ValueError(f"harness {key}={value!r} is outside [{low:g}, {high:g}]")
+                values[key] = type(values[key])(value)
+        if "builder" in given:
+            values["builder"] = Builder.parse(given["builder"])
+        if "parser" in given:
+            get_parser(str(given["parser"]))
+            values["parser"] = str(given["parser"])
+        if "model_name" in given:
+            values["model_name"] = str(given["model_name"])
+        env = given.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() for k in env):
+            raise ValueError("harness env must be an object of NAME: value")
+        values["env"] = {k: str(v) for k, v in env.items()}
+        return cls(**values)
+
+
+def infer_family(instance: dict[str, Any]) -> str:
+    fields_ = flatten(instance)
+    if "base_commit" in fields_:
+        return "swe"
+    if "tests" in fields_:
+        return "code"
+    if any(k in fields_ for k in ("answer", "ground_truth")):
+        return "math"
+    raise ValueError("cannot tell the task family of this row: set harness.family to one of "
+                     + ", ".join(FAMILIES))
+
+
+def task_text(messages: list[dict[str, Any]]) -> str:
+    """What the harness is asked to do: the task's user message(s)."""
+    return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+
+
+def harness_script(settings: HarnessSettings) -> str:
+    exports = "".join(f"export {name}={shlex.quote(value)}; " for name, value in sorted(settings.env.items()))
+    return (f"mkdir -p {shlex.quote(str(Path(LOG_FILE).parent))} && export HPC_ROLLOUT_TASK_FILE={TASK_FILE}; {exports}"
+            f"python3 -I {INSIDE_DIR}/relay.py --dir {INSIDE_DIR} -- bash -c {shlex.quote(settings.command)} "
+            f"> {LOG_FILE} 2>&1")
+
+
+class HarnessHandler(ToolAgentHandler):
+    name: ClassVar[str] = "harness"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._recorders: dict[str, "CallRecorder"] = {}
+
+    def family(self, instance: dict[str, Any]) -> tuple[HarnessSettings, ToolAgentHandler]:
+        settings = HarnessSettings.parse(instance)
+        return settings, FAMILIES[settings.family]()
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        _, family = self.family(instance)
+        family.messages(family.task(instance))
+
+    async def init(self, ctx: "JobContext") -> dict[str, Any]:
+        from orchestrator.proxy.server import new_proxy_dir
+        from orchestrator.sandbox.records import runtime_base
+
+        settings, family = self.family(ctx.job.instance)
+        task = family.task(ctx.job.instance)
+        proxy_dir = new_proxy_dir(runtime_base() / "px")
+        try:
+            options = family.sandbox_options(task)
+            options["binds"] = [*options.get("binds", []), f"{proxy_dir}:{INSIDE_DIR}:ro"]
+            sandbox = await ctx.open_sandbox(**options)
+            prepared = await family.setup(ctx, sandbox, task)
+            await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
+        except BaseException:
+            shutil.rmtree(proxy_dir, ignore_errors=True)
+            raise
+        ctx.event("harness_prepared", family=settings.family, proxy_dir=str(proxy_dir))
+        return {"sandbox_kind": sandbox.kind, "proxy_dir": str(proxy_dir), **prepared}
+
+    async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
+        from orchestrator.llm.session import session_for
+        from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
+        from orchestrator.proxy.server import JobProxy
+
+        instance = ctx.job.instance
+        settings, family = self.family(instance)
+        task = family.task(instance)
+        proxy_dir = Path(prepared["proxy_dir"])
+        sandbox = await ctx.sandbox()
+        sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
+        limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call)
+
+        def note(record: dict[str, Any]) -> None:
+            ctx.event("llm_call", call=len(recorder.calls), chain=record["chain"], extended=record["extended"],
+                      prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]))
+
+        try:
+            async with session_for(ctx) as llm:
+                recorder = CallRecorder(llm, await llm.tokenizer(), get_parser(settings.parser), sampling, limits, note)
+                self._recorders[ctx.job.job_id] = recorder
+                async with JobProxy(recorder, proxy_dir, model_name=settings.model_name):
+                    outcome = await self._run_command(sandbox, settings, recorder)
+        finally:
+            shutil.rmtree(proxy_dir, ignore_errors=True)
+        if recorder.failure:
+            raise RuntimeError(f"the job's model backend failed during the harness: {recorder.failure}")
+        last_chain = recorder.chains[recorder.calls[-1]["chain"]].conversation if recorder.calls else None
+        stand_in = SimpleNamespace(conversation=last_chain or SimpleNamespace(messages=[]))
+        artifacts = await family.collect(ctx, sandbox, stand_in, task)  # type: ignore[arg-type]
+        self._recorders.pop(ctx.job.job_id, None)
+        stop_reason = (recorder.stop_reason or ("timeout" if outcome.timed_out else None)
+                       or ("finished" if outcome.exit_code == 0 else "error"))
+        ctx.event("harness_stopped", reason=stop_reason, exit_code=outcome.exit_code, calls=len(recorder.calls),
+                  chains=len(recorder.chains))
+        log_tail = await self._log_tail(sandbox)
+        return {**self._trajectory(recorder, settings), **artifacts, "stop_reason": stop_reason,
+                "harness_exit_code": outcome.exit_code, "harness_log": log_tail}
+
+    async def _run_command(self, sandbox: Any, settings: HarnessSettings, recorder: "CallRecorder") -> Any:
+        """The command through the relay; a reached limit (or a dead backend) interrupts it."""
+        command = asyncio.ensure_future(sandbox.bash(harness_script(settings), timeout=settings.max_wall_s))
+        stopped = asyncio.ensure_future(recorder.stopped.wait())
+        try:
+            await asyncio.wait({command, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not command.done():
+                await sandbox.interrupt("bash")
+            return await command
+        finally:
+            stopped.cancel()
+            if not command.done():
+                command.cancel()
+
+    async def _log_tail(self, sandbox: Any) -> str:
+        fetched = await sandbox.download(LOG_FILE)
+        if fetched.error or fetched.content is None:
+            return ""
+        return fetched.content[-LOG_TAIL_CHARS:].decode("utf-8", "replace")
+
+    def _trajectory(self, recorder: "CallRecorder", settings: HarnessSettings) -> dict[str, Any]:
+        calls = recorder.calls
+        versions = [c["policy_version"] for c in calls if c.get("policy_version") is not None]
+        out = {**trajectory_fields(calls, settings.builder), "turns": calls, "malformed_calls": recorder.malformed_calls,
+               "calls": len(calls), "chains": len(recorder.chains), "refused_calls": recorder.refused,
+               "final_text": recorder.final_text(), "answer": None}
+        if versions:
+            out["policy_version_min"], out["policy_version_max"] = min(versions), max(versions)
+        return out
+
+    def run_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
+        recorder = self._recorders.pop(ctx.job.job_id, None)
+        partial: dict[str, Any] = {}
+        if recorder is not None:
+            try:
+                partial = self._trajectory(recorder, self.family(ctx.job.instance)[0])
+            except ValueError:
+                partial = {}
+        reason = {"timeout": "timeout", "cancelled": "cancelled"}.get(error.kind, "error")
+        return {**partial, "stop_reason": reason, "error": error.as_text()}
+
+    async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        _, family = self.family(ctx.job.instance)
+        return await family.eval(ctx, result)

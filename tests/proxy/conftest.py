@@ -1,0 +1,52 @@
+"""Fixtures of the proxy tests: one scripted serve-llm per module (real tokenizer, real HTTP,
+a record of every generation), a spool with it registered, and a private sandbox runtime dir
+checked for leftovers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from orchestrator.llm.local_server import LocalServer, start_server
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.paths import SpoolPaths
+from orchestrator.spool import init_run
+from tests.agents.conftest import bundled, needs_bwrap, task_image  # noqa: F401
+from tests.sandbox.conftest import private_runtime, spool  # noqa: F401  (autouse: no sandbox left behind)
+
+
+@dataclass
+class Backend:
+    server: LocalServer
+    record: Path
+    paths: SpoolPaths
+
+    def records(self) -> list[dict[str, Any]]:
+        return [orjson.loads(line) for line in self.record.read_bytes().splitlines() if line.strip()]
+
+
+def scripted_backend(tmp: Path, scripts: list[dict[str, Any]], **settings: Any) -> Iterator[Backend]:
+    script_file = tmp / "scripts.jsonl"
+    script_file.write_text("".join(json.dumps(s) + "\n" for s in scripts))
+    record = tmp / "record.jsonl"
+    server = start_server(tiny=True, record=record,
+                          extra_args=["--scripted", str(script_file), "--max-model-len", "32768"])
+    try:
+        paths, _ = init_run(tmp / "run", {"shards.idle_flush_s": 0.1, "shards.max_age_s": 0.5, **settings})
+        BackendRegistry.of(paths).add(server.url, protocol="vllm", version=3)
+        yield Backend(server, record, paths)
+    finally:
+        server.stop()
+
+
+def tool_call(name: str, **arguments: Any) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+__all__ = ["Backend", "scripted_backend", "tool_call", "needs_bwrap", "bundled", "task_image", "private_runtime", "spool"]

@@ -1,0 +1,248 @@
+"""The per-job proxy in process, against a real scripted serve-llm (real tokenizer, real HTTP):
+  * the official `openai` client (plain and streaming) gets tool calls back; every sampled id the
+    proxy recorded is what the backend says it sampled; a call that extends the last keeps its
+    ids verbatim (prefix_merging prompts are verbatim prefixes);
+  * a harness that drops early messages yields several samples, each well formed;
+  * only the job gets in: no token / a wrong token -> 401; from a real bubblewrap sandbox (no
+    network) through the relay it answers, while another job's sandbox sees neither its socket
+    nor gets in with its token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.agent.parsers import get_parser
+from orchestrator.llm.router import router_for
+from orchestrator.llm.session import LLMSession
+from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
+from orchestrator.proxy.server import JobProxy, new_proxy_dir, read_token
+from orchestrator.proxy.trajectory import Builder, build_samples
+from tests.proxy.conftest import Backend, needs_bwrap, scripted_backend, tool_call
+
+pytestmark = [pytest.mark.llm]
+
+BASH_TOOL = [{"type": "function", "function": {
+    "name": "bash", "description": "Run a command.",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+SCRIPTS = [
+    {"match": "Task fidelity.", "replies": ["Let me look." + tool_call("bash", command="ls -la"),
+                                            tool_call("bash", command="cat notes.txt"), "The answer is 42."]},
+    {"match": "Task rewrite.", "replies": [tool_call("bash", command=f"echo step {n}") for n in range(6)]},
+    {"match": "Task sandbox.", "replies": ["hello from the policy"]},
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    yield from scripted_backend(tmp_path_factory.mktemp("proxy"), SCRIPTS)
+
+
+class Job:
+    """One job's proxy on its own directory, served from a thread's event loop."""
+
+    def __init__(self, backend: Backend, directory: Path, job_id: str) -> None:
+        self.backend, self.directory, self.job_id = backend, directory, job_id
+        self.loop = asyncio.new_event_loop()
+        self.recorder: CallRecorder | None = None
+        self.proxy: JobProxy | None = None
+
+    def __enter__(self) -> "Job":
+        import threading
+
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.call(self._start())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.call(self._stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(120)
+
+    async def _start(self) -> None:
+        router = router_for(self.backend.paths, f"worker-{self.job_id}")
+        self.llm = LLMSession(router, job_id=self.job_id)
+        self.recorder = CallRecorder(self.llm, await self.llm.tokenizer(), get_parser("hermes"),
+                                     {"max_tokens": 256}, ProxyLimits(max_calls=20, max_context_tokens=30000))
+        self.proxy = JobProxy(self.recorder, self.directory)
+        await self.proxy.start()
+
+    async def _stop(self) -> None:
+        assert self.proxy is not None
+        await self.proxy.close()
+        await self.llm.close()
+
+    @property
+    def token(self) -> str:
+        return read_token(self.directory)
+
+    def http(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.directory / "proxy.sock")),
+                            base_url="http://proxy/v1", headers=headers, timeout=120)
+
+
+@pytest.fixture
+def job(backend: Backend, tmp_path: Path) -> Iterator[Job]:
+    with Job(backend, new_proxy_dir(tmp_path / "px"), "job-a") as running:
+        yield running
+
+
+def openai_client(job: Job) -> Any:
+    import openai
+
+    transport = httpx.Client(transport=httpx.HTTPTransport(uds=str(job.directory / "proxy.sock")), timeout=120)
+    return openai.OpenAI(base_url="http://proxy/v1", api_key=job.token, http_client=transport, max_retries=0)
+
+
+def assert_backend_sampled(backend: Backend, calls: list[dict[str, Any]]) -> None:
+    """Every call's ids are the backend's record of that generation, id for id."""
+    records = {tuple(r["prompt_ids"]): r for r in backend.records()}
+    for call in calls:
+        record = records[tuple(call["input_ids"])]
+        assert call["output_ids"] == record["output_ids"]
+        assert call["logprobs"] == pytest.approx(record["logprobs"])
+
+
+def assert_well_formed(samples: list[Any], calls: list[dict[str, Any]]) -> None:
+    """Each call of a sample: its input is a verbatim prefix of the sample, its output follows with mask 1."""
+    for sample in samples:
+        ids = sample.ids
+        mask = [0] * len(sample.prompt_ids) + sample.response_mask
+        assert len(sample.response_ids) == len(sample.response_mask) == len(sample.logprobs)
+        for index in sample.calls:
+            inputs, outputs = calls[index]["input_ids"], calls[index]["output_ids"]
+            assert ids[:len(inputs)] == inputs
+            assert ids[len(inputs):len(inputs) + len(outputs)] == outputs
+            assert set(mask[len(inputs):len(inputs) + len(outputs)]) == {1}
+        assert sum(sample.response_mask) == sum(len(calls[i]["output_ids"]) for i in sample.calls)
+
+
+def test_openai_client_tool_calls_streaming_and_token_fidelity(job: Job, backend: Backend) -> None:
+    client = openai_client(job)
+    messages: list[Any] = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Task fidelity."}]
+    first = client.chat.completions.create(model="policy", messages=messages, tools=BASH_TOOL)
+    call = first.choices[0].message.tool_calls[0]
+    assert (call.function.name, json.loads(call.function.arguments)) == ("bash", {"command": "ls -la"})
+    assert first.choices[0].finish_reason == "tool_calls" and first.choices[0].message.content == "Let me look."
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "notes.txt"}]
+    # Streaming: the official client reassembles the tool call from the chunks.
+    chunks = list(client.chat.completions.create(model="policy", messages=messages, tools=BASH_TOOL, stream=True,
+                                                 stream_options={"include_usage": True}))
+    streamed = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [t for d in streamed for t in d.tool_calls or ()]
+    assert [json.loads(t.function.arguments) for t in calls] == [{"command": "cat notes.txt"}]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+    assistant = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": calls[0].id, "type": "function", "function": {"name": "bash", "arguments": calls[0].function.arguments}}]}
+    messages += [assistant, {"role": "tool", "tool_call_id": calls[0].id, "content": "the answer is 42"}]
+    last = client.chat.completions.create(model="policy", messages=messages, tools=BASH_TOOL)
+    assert last.choices[0].message.content == "The answer is 42." and last.choices[0].finish_reason == "stop"
+    assert [m.id for m in client.models.list().data] == ["policy"]
+
+    recorder = job.recorder
+    assert recorder is not None
+    assert [c["extended"] for c in recorder.calls] == [False, True, True] and len(recorder.chains) == 1
+    assert {c["policy_version"] for c in recorder.calls} == {3}
+    assert_backend_sampled(backend, recorder.calls)
+    merged = build_samples(recorder.calls, Builder.PREFIX_MERGING)
+    assert len(merged) == 1 and merged[0].calls == [0, 1, 2]
+    assert_well_formed(merged, recorder.calls)
+    # The merged sequence is the conversation buffer, id for id.
+    conversation = recorder.chains[0].conversation
+    assert merged[0].ids == conversation.input_ids and merged[0].response_mask == conversation.response_mask
+    assert len(build_samples(recorder.calls, Builder.PER_REQUEST)) == 3
+
+
+def test_history_rewrite_starts_a_new_sample(job: Job, backend: Backend) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You use tools."},
+                                      {"role": "user", "content": "Task rewrite."}]
+    with job.http(job.token) as http:
+        def ask(history: list[dict[str, Any]]) -> dict[str, Any]:
+            answer = http.post("/chat/completions", json={"model": "x", "messages": history, "tools": BASH_TOOL})
+            assert answer.status_code == 200, answer.text
+            return answer.json()["choices"][0]["message"]
+
+        for step in range(4):
+            if step == 2:   # the harness "summarises": it drops the first exchange
+                messages = messages[:2] + messages[4:]
+            reply = ask(messages)
+            messages += [{**reply, "provider_specific_fields": {}},   # what litellm adds when echoing
+                         {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": f"out {step}"}]
+    recorder = job.recorder
+    assert recorder is not None
+    assert [c["extended"] for c in recorder.calls] == [False, True, False, True]
+    assert_backend_sampled(backend, recorder.calls)
+    merged = build_samples(recorder.calls, Builder.PREFIX_MERGING)
+    assert [s.calls for s in merged] == [[0, 1], [2, 3]]
+    assert_well_formed(merged, recorder.calls)
+    assert_well_formed(build_samples(recorder.calls, Builder.PER_REQUEST), recorder.calls)
+
+
+def test_requests_without_the_jobs_token_are_refused(job: Job, backend: Backend) -> None:
+    body = {"model": "x", "messages": [{"role": "user", "content": "Task sandbox."}]}
+    with job.http() as anonymous, job.http("hr-not-the-token") as wrong, job.http(job.token) as right:
+        assert anonymous.post("/chat/completions", json=body).status_code == 401
+        assert wrong.post("/chat/completions", json=body).status_code == 401
+        assert wrong.get("/models").status_code == 401
+        assert right.get("/models").status_code == 200
+        bad = right.post("/chat/completions", json={"messages": []})
+        assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+    assert job.recorder is not None and job.recorder.calls == []
+
+
+CLIENT = textwrap.dedent("""
+    import json, os, sys, urllib.request, urllib.error
+    url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
+    key = sys.argv[1] if len(sys.argv) > 1 else os.environ["OPENAI_API_KEY"]
+    body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "Task sandbox."}]}).encode()
+    request = urllib.request.Request(url, body, {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    try:
+        print("ANSWER", json.load(urllib.request.urlopen(request, timeout=60))["choices"][0]["message"]["content"])
+    except urllib.error.HTTPError as exc:
+        print("HTTP", exc.code)
+""")
+
+
+@needs_bwrap
+def test_reachable_from_its_sandbox_only(backend: Backend, tmp_path: Path, spool: Any) -> None:
+    from orchestrator.sandbox.api import start_sandbox
+
+    inside = "/run/hpc-rollout-llm"
+    (tmp_path / "client.py").write_text(CLIENT)
+
+    async def scenario(a: Job, b: Job) -> None:
+        boxes = [await start_sandbox("bwrap", job_id=j.job_id, paths=spool, network=False,
+                                     binds=[f"{j.directory}:{inside}:ro", f"{tmp_path}:/client:ro"]) for j in (a, b)]
+        try:
+            relay = f"python3 -I {inside}/relay.py --dir {inside} -- python3 /client/client.py"
+            own = await boxes[0].bash(relay, timeout=60)
+            assert "ANSWER hello from the policy" in own.output, own.output
+            # Job B's sandbox: A's socket path does not exist there, and A's token does not open B's proxy.
+            probe = await boxes[1].bash(f"test -e {a.directory}/proxy.sock && echo VISIBLE || echo ABSENT", timeout=30)
+            assert "ABSENT" in probe.output
+            stolen = await boxes[1].bash(f"{relay} {a.token}", timeout=60)
+            assert "HTTP 401" in stolen.output, stolen.output
+            offline = await boxes[0].bash("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), 3)\"",
+                                          timeout=30)
+            assert offline.exit_code != 0   # the sandbox has no network: the socket is the only way out
+        finally:
+            for box in boxes:
+                await box.close()
+
+    with Job(backend, new_proxy_dir(tmp_path / "pa"), "job-a") as a, \
+            Job(backend, new_proxy_dir(tmp_path / "pb"), "job-b") as b:
+        asyncio.run(scenario(a, b))
+        assert a.recorder is not None and b.recorder is not None
+        assert len(a.recorder.calls) == 1 and b.recorder.calls == []

@@ -16,7 +16,8 @@ sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's an
     command (required), family (swe | code | math; inferred from the row when absent),
     builder (prefix_merging | per_request), parser (tool-call parser), model_name (what
     /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
-    max_wall_s, env (extra environment for the command).
+    max_wall_s, env (extra environment for the command), binds (SRC:DST[:ro|rw] into the sandbox,
+    e.g. a harness installed on the shared filesystem).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class HarnessSettings:
     max_tokens_per_call: int = 1024
     max_wall_s: float = 1800.0
     env: dict[str, str] = field(default_factory=dict)
+    binds: tuple[str, ...] = ()        # SRC:DST[:ro|rw], e.g. a harness installed on the shared filesystem
 
     BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
         "max_calls": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_tokens_per_call": (1, 1_000_000),
@@ -99,6 +101,10 @@ class HarnessSettings:
         if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() for k in env):
             raise ValueError("harness env must be an object of NAME: value")
         values["env"] = {k: str(v) for k, v in env.items()}
+        binds = given.get("binds") or []
+        if not isinstance(binds, list) or not all(isinstance(b, str) and ":" in b for b in binds):
+            raise ValueError('harness binds must be a list of "SRC:DST[:ro|rw]" strings')
+        values["binds"] = tuple(binds)
         return cls(**values)
 
 
@@ -150,7 +156,7 @@ class HarnessHandler(ToolAgentHandler):
         proxy_dir = new_proxy_dir(runtime_base() / "px")
         try:
             options = family.sandbox_options(task)
-            options["binds"] = [*options.get("binds", []), f"{proxy_dir}:{INSIDE_DIR}:ro"]
+            options["binds"] = [*options.get("binds", []), *settings.binds, f"{proxy_dir}:{INSIDE_DIR}:ro"]
             sandbox = await ctx.open_sandbox(**options)
             prepared = await family.setup(ctx, sandbox, task)
             await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)

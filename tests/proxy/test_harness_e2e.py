@@ -1,0 +1,104 @@
+"""The `harness` handler end to end: real local workers, real bwrap sandboxes (the `tasks` image),
+a real scripted serve-llm, and a harness of its own (tests/proxy/harness/toy_agent.py: standard
+library only, it knows only OPENAI_BASE_URL / OPENAI_API_KEY / the task file). One run, one
+server, one worker launch for every case:
+  * a math task solved through the proxy -> reward 1, the row's columns as any handler's;
+  * the harness drops its first exchange -> two prefix_merging samples, each well formed;
+  * per_request -> one sample per call; a call limit stops the harness (stop_reason max_turns);
+  * every sampled id in the rows is the backend's record; no sandbox or proxy dir is left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrator.proxy.trajectory import samples_of
+from orchestrator.spool import init_run
+from tests.agents.helpers import by_instance, rows, run_workers, submit
+from tests.proxy.conftest import Backend, needs_bwrap, scripted_backend, tool_call
+from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
+from tests.sandbox.helpers import sandbox_processes
+
+pytestmark = [needs_bwrap, pytest.mark.llm]
+
+HARNESS_DIR = Path(__file__).with_name("harness")
+BOXED = "\\boxed{391}"
+CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "solve": ([tool_call("bash", command="echo $((17 * 23))"), BOXED], {}),
+    "rewrite": ([tool_call("bash", command="echo a"), tool_call("bash", command="echo b"), BOXED],
+                {"command": "python3 /harness/toy_agent.py --drop-at 2"}),
+    "per-request": ([tool_call("bash", command="echo 391"), BOXED], {"builder": "per_request"}),
+    "limit": ([tool_call("bash", command="echo again")] * 8, {"max_calls": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    scripts = [{"match": f"Task {name}.", "replies": replies} for name, (replies, _) in CASES.items()]
+    yield from scripted_backend(tmp_path_factory.mktemp("harness"), scripts)
+
+
+@pytest.fixture(scope="module")
+def harness_run(backend: Backend, task_image: Path) -> dict[str, Any]:
+    tmp = backend.paths.root.parent
+    paths, _ = init_run(backend.paths.root, {"sandbox.image": str(task_image), "sandbox.runtime": "bwrap"})
+    tasks = tmp / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({
+        "instance_id": name, "problem": f"Task {name}.", "answer": "391",
+        "harness": {"command": "python3 /harness/toy_agent.py", "binds": [f"{HARNESS_DIR}:/harness:ro"],
+                    **settings}}) + "\n" for name, (_, settings) in CASES.items()))
+    submit(paths, tasks, "harness")
+    run_workers(paths, tmp / "sandboxes", workers=1)
+    return {"rows": by_instance(rows(paths)), "backend": backend, "runtime": tmp / "sandboxes"}
+
+
+def test_a_harness_solves_a_task_through_the_proxy(harness_run: dict[str, Any]) -> None:
+    row = harness_run["rows"]["solve"]
+    assert (row["status"], row["reward"], row["handler"], row["stop_reason"]) == ("ok", 1.0, "harness", "finished")
+    result = json.loads(row["result"])
+    assert result["harness_exit_code"] == 0 and "FINAL: " + BOXED in result["harness_log"]
+    assert result["builder"] == "prefix_merging" and result["samples"] == [[0, 1]]
+    assert len(row["turns"]) == 2 and row["policy_version_min"] == row["policy_version_max"] == 3
+    # The columns hold the merged sequence: the prompt, both replies (mask 1) and the observation between.
+    assert row["prompt_ids"] == row["turns"][0]["input_ids"]
+    assert row["sampled_tokens"] == sum(len(t["output_ids"]) for t in row["turns"])
+    assert row["prompt_ids"] + row["response_ids"][:len(row["turns"][0]["output_ids"])] == \
+        row["turns"][1]["input_ids"][:len(row["prompt_ids"]) + len(row["turns"][0]["output_ids"])]
+
+
+def test_every_sampled_id_is_the_backends_and_samples_are_well_formed(harness_run: dict[str, Any]) -> None:
+    for row in harness_run["rows"].values():
+        calls = [dict(t) for t in row["turns"]]
+        assert_backend_sampled(harness_run["backend"], calls)
+        samples = samples_of(row)
+        assert_well_formed(samples, calls)
+        main = next(s for s in samples if len(calls) - 1 in s.calls)
+        assert (main.prompt_ids, main.response_ids, main.response_mask) == \
+            (row["prompt_ids"], row["response_ids"], row["response_mask"])
+
+
+def test_a_rewritten_history_yields_two_samples(harness_run: dict[str, Any]) -> None:
+    row = harness_run["rows"]["rewrite"]
+    assert row["reward"] == 1.0
+    assert json.loads(row["result"])["samples"] == [[0, 1], [2, 3]]
+    assert [len(s.calls) for s in samples_of(row)] == [2, 2]
+
+
+def test_per_request_and_the_call_limit(harness_run: dict[str, Any]) -> None:
+    per_request = harness_run["rows"]["per-request"]
+    assert json.loads(per_request["result"])["samples"] == [[0], [1]]
+    assert per_request["prompt_ids"] == per_request["turns"][1]["input_ids"]
+    assert per_request["response_mask"] == [1] * len(per_request["turns"][1]["output_ids"])
+    limited = harness_run["rows"]["limit"]
+    assert (limited["status"], limited["stop_reason"], len(limited["turns"])) == ("ok", "max_turns", 2)
+    assert limited["reward"] == 0.0 and json.loads(limited["result"])["refused_calls"] >= 1
+
+
+def test_nothing_is_left_behind(harness_run: dict[str, Any]) -> None:
+    assert sandbox_processes(harness_run["runtime"]) == []
+    assert list((harness_run["runtime"] / "rt" / "px").iterdir()) == []

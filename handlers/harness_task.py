@@ -181,7 +181,8 @@ class HarnessHandler(ToolAgentHandler):
 
         def note(record: dict[str, Any]) -> None:
             ctx.event("llm_call", call=len(recorder.calls), chain=record["chain"], extended=record["extended"],
-                      prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]))
+                      prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
+                      **({"diverged": record["diverged"]} if record["diverged"] else {}))
 
         try:
             async with session_for(ctx) as llm:

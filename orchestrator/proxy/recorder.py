@@ -94,6 +94,7 @@ class CallRecorder:
         if len(self.calls) >= self.limits.max_calls:
             raise self._stop("max_turns", f"this job allows {self.limits.max_calls} model calls; the limit is reached")
         found = self._find_chain(request)
+        diverged = None if found is not None else self._divergence(request)
         new_messages = list(request.messages)
         if found is not None:
             chain_index, chain = found
@@ -140,11 +141,23 @@ class CallRecorder:
         conversation.describe_last_assistant(described)
         chain.keys = [*request.keys, message_key(described)]
         record = {**turn.to_json(), "chain": chain_index, "extended": found is not None,
-                  "messages": len(request.messages),
+                  "messages": len(request.messages), "diverged": diverged,
                   "proxy_ms": round(rendered_ms + (time.perf_counter() - after) * 1000, 3)}
         self.calls.append(record)
         self.on_call(record)
         return Reply(message, turn.finish_reason, len(prompt), len(turn.output_ids))
+
+    def _divergence(self, request: ChatRequest) -> str | None:
+        """Why a call does not extend the last call's chain (`inspect` shows it); None for the first."""
+        if not self.calls:
+            return None
+        last = self.chains[self.calls[-1]["chain"]]
+        if last.tools_key != request.tools_key:
+            return "the tools changed"
+        for index, (old, new) in enumerate(zip(last.keys, request.keys)):
+            if old != new:
+                return f"message {index} ({old[0]}) differs: {str(old)[:200]} != {str(new)[:200]}"
+        return f"the request has {len(request.keys)} messages, the last call's chain {len(last.keys)}"
 
     def final_text(self) -> str:
         """The text of the last reply (what a math task grades when no answer was submitted)."""

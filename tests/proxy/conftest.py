@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 
 from orchestrator.llm.local_server import LocalServer, start_server
 from orchestrator.llm.registry import BackendRegistry

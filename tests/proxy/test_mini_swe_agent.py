@@ -23,7 +23,7 @@ from orchestrator.spool import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
 from tests.proxy.conftest import needs_bwrap, tool_call
-from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
+from tests.proxy.test_proxy import assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]

@@ -82,10 +82,13 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
               help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable; "
                    "adds to run.toml [data_sources]).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
+@click.option("--set", "instance_pairs", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Set a field of every task's instance, e.g. --set harness.command='mini ...' (repeatable; "
+                   "JSON values are parsed).")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
-               strict: bool) -> None:
+               strict: bool, instance_pairs: tuple[str, ...] = ()) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -102,13 +105,25 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
       hpc-rollout submit spool/run1 deepscaler.parquet --handler math --samples 8
       hpc-rollout submit spool/run1 code.jsonl --handler code --samples 8
       hpc-rollout submit spool/run1 swe_gym.jsonl --handler swe --samples 8
+      hpc-rollout submit spool/run1 swe.jsonl --handler harness --set harness.command='mini ...'
     """
     paths, _ = _open(run_dir)
     started = time.monotonic()
     try:
         sampling = parse_sampling(sampling_pairs, sampling_file, sampling_unchecked)
-        report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
-                             parse_source_handlers(source_pairs))
+        if instance_pairs:   # harness settings and the like, for every row (orchestrator/instance_settings.py)
+            from orchestrator.instance_settings import apply_settings, parse_settings
+            from orchestrator.submit import read_rows, submit_rows
+
+            try:
+                settings = parse_settings(instance_pairs)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--set") from None
+            report = submit_rows(paths, apply_settings(read_rows(tasks_file), settings), str(tasks_file), handler,
+                                 samples, sampling, strict, sampling_unchecked, parse_source_handlers(source_pairs))
+        else:
+            report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
+                                 parse_source_handlers(source_pairs))
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:

@@ -8,6 +8,7 @@
                             session), measured call by call, interleaved, on a growing tool-calling
                             conversation; a real scripted serve-llm answers both (target <= 3 ms)
   proxy_inside_median_ms    the proxy's own work per call (messages -> ids, reply parsing), from its record
+  instant_round_trip_*      client -> proxy -> a backend that answers at once -> client (the path's floor)
   merge_ratio               sequences trained on with prefix_merging / with per_request, over the
                             bundled harness runs: the tests' stdlib harness (tests/proxy/harness/
                             toy_agent.py) through the in-sandbox relay program (run on the host here)
@@ -36,7 +37,8 @@ from orchestrator.agent.parsers import get_parser
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_for
-from orchestrator.llm.session import LLMSession
+from orchestrator.llm.session import LLMSession, Turn
+from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
 from orchestrator.paths import SpoolPaths
 from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
 from orchestrator.proxy.server import RELAY_NAME, JobProxy, new_proxy_dir, read_token
@@ -90,33 +92,80 @@ def new_recorder(llm: LLMSession, tokenizer: Any) -> CallRecorder:
     return CallRecorder(llm, tokenizer, get_parser("hermes"), dict(SAMPLING), ProxyLimits(200, 30000, 256))
 
 
+async def conversation(llm: LLMSession, tmp: Path, calls: int, direct: LLMSession | None = None,
+                       bodies: list[bytes] | None = None) -> tuple[CallRecorder, list[bytes], list[float]]:
+    """One tool-calling conversation through a fresh proxy. With `direct` and the `bodies` of an
+    earlier identical pass (scripted replies: the same messages, the same ids), each call is also
+    sent straight to the backend, before the proxied one on even calls and after it on odd ones
+    (whichever goes first wakes the backend up: alternating cancels that out)."""
+    recorder = new_recorder(llm, await llm.tokenizer())
+    directory = new_proxy_dir(tmp / "px")
+    sent: list[bytes] = []
+    added: list[float] = []
+    async with JobProxy(recorder, directory):
+        client = UnixHTTP(directory / "proxy.sock", read_token(directory))
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "You use tools."},
+                                          {"role": "user", "content": "Benchmark overhead."}]
+        try:
+            for index in range(calls):
+                body = json.dumps({"model": "policy", "messages": messages, "tools": BASH, **SAMPLING}).encode()
+                sent.append(body)
+                straight = 0.0
+                if direct is not None and bodies is not None and index % 2 == 0:
+                    straight = await timed_direct(direct, bodies, index)
+                began = time.perf_counter()
+                answer = await asyncio.to_thread(client.post, "/v1/chat/completions", body)
+                proxied = time.perf_counter() - began
+                if direct is not None and bodies is not None and index % 2 == 1:
+                    straight = await timed_direct(direct, bodies, index)
+                added.append((proxied - straight) * 1000)
+                reply = answer["choices"][0]["message"]
+                messages += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"],
+                                     "content": f"total {index}\n" + "-rw-r--r-- 1 agent agent 4096 file\n" * 8}]
+        finally:
+            client.close()
+    assert all(c["extended"] for c in recorder.calls[1:]), "the benchmark conversation must extend itself"
+    return recorder, sent, added
+
+
+PROMPTS: dict[int, list[int]] = {}
+
+
+class InstantBackend:
+    """An LLM session that answers at once with the same tool call: the proxy path alone."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer_ = tokenizer
+        self.reply = list(tokenizer.encode(bash_call("ls -la /tmp"), add_special_tokens=False)) + [tokenizer.eos_token_id]
+
+    async def tokenizer(self) -> Any:
+        return self.tokenizer_
+
+    async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
+        return Turn(list(prompt_ids), list(self.reply), [0.0] * len(self.reply), "instant", 0, "stop", "raw")
+
+
+async def timed_direct(direct: LLMSession, bodies: list[bytes], index: int) -> float:
+    began = time.perf_counter()
+    await direct.generate(PROMPTS[index], dict(SAMPLING))
+    return time.perf_counter() - began
+
+
+async def instant_path(tmp: Path, calls: int, tokenizer: Any) -> list[float]:
+    """Client -> proxy -> an instant backend -> client, per call (ms): the floor of the path."""
+    _, _, round_trips = await conversation(InstantBackend(tokenizer), tmp, calls)  # type: ignore[arg-type]
+    return round_trips
+
+
 async def overhead(paths: SpoolPaths, tmp: Path, calls: int) -> tuple[list[float], list[float]]:
     router = router_for(paths, "bench-overhead")
+    async with LLMSession(router, job_id="warm-up") as llm:
+        first, bodies, _ = await conversation(llm, tmp, calls)
+    PROMPTS.update({i: c["input_ids"] for i, c in enumerate(first.calls)})
     async with LLMSession(router, job_id="proxied") as llm, LLMSession(router, job_id="direct") as direct:
-        recorder = new_recorder(llm, await llm.tokenizer())
-        directory = new_proxy_dir(tmp / "px")
-        async with JobProxy(recorder, directory):
-            client = UnixHTTP(directory / "proxy.sock", read_token(directory))
-            messages: list[dict[str, Any]] = [{"role": "system", "content": "You use tools."},
-                                              {"role": "user", "content": "Benchmark overhead."}]
-            added: list[float] = []
-            try:
-                for index in range(calls):
-                    body = json.dumps({"model": "policy", "messages": messages, "tools": BASH, **SAMPLING}).encode()
-                    began = time.perf_counter()
-                    answer = await asyncio.to_thread(client.post, "/v1/chat/completions", body)
-                    proxied = time.perf_counter() - began
-                    reply = answer["choices"][0]["message"]
-                    began = time.perf_counter()
-                    await direct.generate(recorder.calls[-1]["input_ids"], dict(SAMPLING))
-                    straight = time.perf_counter() - began
-                    added.append((proxied - straight) * 1000)
-                    messages += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"],
-                                         "content": f"total {index}\n" + "-rw-r--r-- 1 agent agent 4096 file\n" * 8}]
-            finally:
-                client.close()
-        assert all(c["extended"] for c in recorder.calls[1:]), "the benchmark conversation must extend itself"
-        return added, [c["proxy_ms"] for c in recorder.calls]
+        recorder, sent, added = await conversation(llm, tmp, calls, direct, bodies)
+    assert sent == bodies and [c["input_ids"] for c in recorder.calls] == [c["input_ids"] for c in first.calls]
+    return added, [c["proxy_ms"] for c in recorder.calls]
 
 
 async def harness_runs(paths: SpoolPaths, tmp: Path) -> list[dict[str, Any]]:
@@ -155,6 +204,8 @@ def main() -> None:
         paths, _ = init_run(tmp / "run")
         BackendRegistry.of(paths).add(server.url, protocol="vllm", version=0)
         added, inside = asyncio.run(overhead(paths, tmp, args.calls))
+        tokenizer = load_tokenizer(str(tiny_model_dir()))
+        instant = asyncio.run(instant_path(tmp, args.calls, tokenizer))
         runs = asyncio.run(harness_runs(paths, tmp))
     finally:
         server.stop()
@@ -162,7 +213,10 @@ def main() -> None:
     print_table("proxy overhead per call (ms): proxied minus direct, same prompt ids",
                 ["figure", "median", "p90", "calls"],
                 [["added by the proxy", median(added), percentile(added, 0.9), len(added)],
-                 ["inside the proxy (render + parse)", median(inside), percentile(inside, 0.9), len(inside)]])
+                 ["inside the proxy (render + parse)", median(inside), percentile(inside, 0.9), len(inside)],
+                 ["round trip with an instant backend", median(instant), percentile(instant, 0.9), len(instant)]])
+    load = os.getloadavg()[0]
+    print(f"  (load average {load:.1f} on {os.cpu_count()} cores: on a busy machine waits for a core dominate)")
     rows = []
     totals = {Builder.PER_REQUEST: 0, Builder.PREFIX_MERGING: 0}
     for drop in (False, True):
@@ -178,7 +232,9 @@ def main() -> None:
     print_table("sequences to train on, bundled math problems through the toy harness",
                 ["harness", "runs", "per_request", "prefix_merging", "ratio"], rows)
     emit_json({"proxy_overhead_median_ms": round(median(added), 3), "proxy_overhead_p90_ms": round(percentile(added, 0.9), 3),
-               "proxy_inside_median_ms": round(median(inside), 3), "merge_ratio": round(merge_ratio, 4),
+               "proxy_inside_median_ms": round(median(inside), 3),
+               "instant_round_trip_median_ms": round(median(instant), 3),
+               "instant_round_trip_p10_ms": round(percentile(instant, 0.1), 3), "load_average": round(load, 2), "merge_ratio": round(merge_ratio, 4),
                "calls_per_request": totals[Builder.PER_REQUEST], "sequences_prefix_merging": totals[Builder.PREFIX_MERGING],
                "target_overhead_ms": 3.0})
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from orchestrator.llm.local_server import LocalServer, start_server
 from orchestrator.llm.registry import BackendRegistry
@@ -44,8 +45,12 @@ def scripted_backend(tmp: Path, scripts: list[dict[str, Any]], **settings: Any) 
         server.stop()
 
 
-def tool_call(name: str, **arguments: Any) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+@pytest.fixture(scope="session")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    """One scripted server for the proxy tests and the harness runs (their scripts match apart)."""
+    from tests.proxy.scripts import all_scripts
+
+    yield from scripted_backend(tmp_path_factory.mktemp("proxy"), all_scripts())
 
 
-__all__ = ["Backend", "scripted_backend", "tool_call", "needs_bwrap", "bundled", "task_image", "private_runtime", "spool"]
+__all__ = ["Backend", "scripted_backend", "needs_bwrap", "bundled", "task_image", "private_runtime", "spool"]

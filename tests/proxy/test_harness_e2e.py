@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,36 +19,21 @@ import pytest
 from orchestrator.proxy.trajectory import samples_of
 from orchestrator.spool import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
-from tests.proxy.conftest import Backend, needs_bwrap, scripted_backend, tool_call
+from tests.proxy.conftest import Backend, needs_bwrap
+from tests.proxy.scripts import BOXED, CASES
 from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]
 
 HARNESS_DIR = Path(__file__).with_name("harness")
-BOXED = "\\boxed{391}"
-CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
-    "solve": ([tool_call("bash", command="echo $((17 * 23))"), BOXED], {}),
-    "rewrite": ([tool_call("bash", command="echo a"), tool_call("bash", command="echo b"), BOXED],
-                {"command": "python3 /harness/toy_agent.py --drop-at 2"}),
-    "per-request": ([tool_call("bash", command="echo 391"), BOXED], {"builder": "per_request"}),
-    "limit": ([tool_call("bash", command="echo again")] * 8, {"max_calls": 2}),
-}
-
-
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    scripts = [{"match": f"Task {name}.", "replies": replies} for name, (replies, _) in CASES.items()]
-    yield from scripted_backend(tmp_path_factory.mktemp("harness"), scripts)
-
-
 @pytest.fixture(scope="module")
 def harness_run(backend: Backend, task_image: Path) -> dict[str, Any]:
     tmp = backend.paths.root.parent
     paths, _ = init_run(backend.paths.root, {"sandbox.image": str(task_image), "sandbox.runtime": "bwrap"})
     tasks = tmp / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({
-        "instance_id": name, "problem": f"Task {name}.", "answer": "391",
+        "instance_id": name, "problem": f"Harness {name}.", "answer": "391",
         "harness": {"command": "python3 /harness/toy_agent.py", "binds": [f"{HARNESS_DIR}:/harness:ro"],
                     **settings}}) + "\n" for name, (_, settings) in CASES.items()))
     submit(paths, tasks, "harness")

@@ -22,7 +22,8 @@ from orchestrator.proxy.trajectory import samples_of
 from orchestrator.spool import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
-from tests.proxy.conftest import needs_bwrap, tool_call
+from tests.proxy.conftest import needs_bwrap
+from tests.proxy.scripts import tool_call
 from tests.proxy.test_proxy import assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 

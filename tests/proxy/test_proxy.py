@@ -26,25 +26,10 @@ from orchestrator.llm.session import LLMSession
 from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
 from orchestrator.proxy.server import JobProxy, new_proxy_dir, read_token
 from orchestrator.proxy.trajectory import Builder, build_samples
-from tests.proxy.conftest import Backend, needs_bwrap, scripted_backend, tool_call
+from tests.proxy.conftest import Backend, needs_bwrap
+from tests.proxy.scripts import BASH_TOOL
 
 pytestmark = [pytest.mark.llm]
-
-BASH_TOOL = [{"type": "function", "function": {
-    "name": "bash", "description": "Run a command.",
-    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
-SCRIPTS = [
-    {"match": "Task fidelity.", "replies": ["Let me look." + tool_call("bash", command="ls -la"),
-                                            tool_call("bash", command="cat notes.txt"), "The answer is 42."]},
-    {"match": "Task rewrite.", "replies": [tool_call("bash", command=f"echo step {n}") for n in range(6)]},
-    {"match": "Task sandbox.", "replies": ["hello from the policy"]},
-]
-
-
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
-    yield from scripted_backend(tmp_path_factory.mktemp("proxy"), SCRIPTS)
-
 
 class Job:
     """One job's proxy on its own directory, served from a thread's event loop."""

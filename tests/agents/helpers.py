@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,31 @@ from orchestrator.submit import submit_file
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 
-def task_image_path() -> Path:
-    """The bundled tasks' image (HPC_ROLLOUT_TASK_IMAGE, else built once into the cache)."""
-    from handlers.bundled.image import bundled_image
+BACKGROUND_BUILD_PID = "HPC_ROLLOUT_TASK_IMAGE_BUILD_PID"   # set by scripts/test.sh
+BACKGROUND_BUILD_LOG = "HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG"
 
-    return bundled_image()
+
+def task_image_path(wait_s: float = 1800.0) -> Path:
+    """The bundled tasks' image (HPC_ROLLOUT_TASK_IMAGE, else built once into the cache).
+
+    When scripts/test.sh builds it in the background, wait for that build to end first; then
+    the cache holds it (or building it again here reports why it failed, with the log's tail).
+    """
+    from handlers.bundled.image import bundled_image
+    from orchestrator.sandbox.procs import start_time
+
+    builder = os.environ.get(BACKGROUND_BUILD_PID, "")
+    if builder.isdigit() and not os.environ.get("HPC_ROLLOUT_TASK_IMAGE"):
+        deadline = time.monotonic() + wait_s
+        while start_time(int(builder)) is not None:
+            assert time.monotonic() < deadline, f"the background task image build (pid {builder}) still runs after {wait_s:.0f} s"
+            time.sleep(1.0)
+    try:
+        return bundled_image()
+    except Exception as error:
+        log = Path(os.environ.get(BACKGROUND_BUILD_LOG, "/nonexistent"))
+        tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
+        raise AssertionError(f"no task image: {error}\n--- {log} (the background build)\n{tail}") from error
 
 
 def new_run(tmp_path: Path, image: Path, backend_url: str, **settings: Any) -> SpoolPaths:

@@ -20,7 +20,7 @@ STOP_REASONS = {"finished", "max_turns", "context_full", "timeout", "error", "ca
 
 
 def test_random_model_every_job_ends_with_a_row_and_a_stop_reason(
-        tmp_path: Path, task_image: Path, bundled: Bundled) -> None:
+        tmp_path: Path, task_image: Path, bundled: Bundled, private_runtime: Path) -> None:
     tight = {"max_turns": 2, "max_context_tokens": 1200, "max_wall_s": 60, "tool_timeout_s": 5}
 
     def limited(row: dict) -> dict:
@@ -32,7 +32,9 @@ def test_random_model_every_job_ends_with_a_row_and_a_stop_reason(
         for family, count in (("math", 1), ("code", 1), ("swe", 1)):
             subset = select(bundled.tasks(family), tmp_path / f"{family}.jsonl", count, limited)
             jobs += submit(paths, subset, family, samples=1, max_tokens=48, temperature=1.0)
-        run_workers(paths, tmp_path / "sandboxes")
+        # Sandboxes in the short runtime dir: under tmp_path (longer with pytest-xdist's
+        # popen-gwN/) their socket paths could pass the 108-byte limit.
+        run_workers(paths, private_runtime)
     found = rows(paths)
     assert len(found) == jobs
     for row in found:
@@ -44,5 +46,5 @@ def test_random_model_every_job_ends_with_a_row_and_a_stop_reason(
         assert len(row["prompt_ids"]) + len(row["response_ids"]) <= 1200 + 48
     # code and swe nudge a reply without a call; with 2 turns they stop at the limit or earlier
     assert {r["stop_reason"] for r in found if r["handler"] != "math"} <= {"max_turns", "context_full", "finished"}
-    assert sandbox_processes(tmp_path / "sandboxes") == []
+    assert sandbox_processes(private_runtime) == []
     assert json.loads(found[0]["instance"])["agent"] == tight

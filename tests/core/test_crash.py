@@ -27,20 +27,29 @@ def test_sigkill_mid_run_every_job_ends_exactly_once(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shards.max_rows": 7})
     profile = {"init": 0.02, "run": {"uniform": [0.05, 0.4]}, "eval": 0.02, "seed": 3}
     submitted = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 80))
-    steady = start_worker(paths, "--run-pool", "4")
     rng = random.Random(7)
     killed = 0
+    victims = []
+    steady = None
     try:
         for _ in range(3):  # a victim worker killed at a random moment, three times over
             victim = start_worker(paths, "--run-pool", "6", "--eval-pool", "2")
-            wait_until(lambda: claims_of(paths, victim) > 0, 30, "the victim to hold claims")
+            victims.append(victim)
+            wait_until(lambda: claims_of(paths, victim) > 0, 120, "the victim to hold claims")
             time.sleep(rng.uniform(0.0, 0.5))
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
             killed += 1
+        # The steady worker comes last: started first, it could finish every job before a
+        # slow-starting victim (a loaded machine) claimed any. It returns the victims' claims.
+        steady = start_worker(paths, "--run-pool", "4")
         wait_drained(paths, timeout=120)
     finally:
-        assert stop_worker(steady) == 0
+        for victim in victims:  # a victim that never got claims must not outlive the test
+            if victim.poll() is None:
+                os.killpg(victim.pid, signal.SIGKILL)
+                victim.wait()
+        assert steady is None or stop_worker(steady) == 0
     got = rows(paths)
     counts = Counter(r["job_id"] for r in got)
     assert killed == 3

@@ -28,6 +28,11 @@ cleanup() {
     log "stopping the unfinished task image build (no test waited for it)"
     kill -TERM -- "-$builder" 2>/dev/null || true
   fi
+  local harness=${HPC_ROLLOUT_HARNESS_INSTALL_PID:-}
+  if [[ -n $harness ]] && kill -0 "$harness" 2>/dev/null; then
+    log "stopping the unfinished mini-swe-agent install (no test waited for it)"
+    kill -TERM -- "-$harness" 2>/dev/null || true
+  fi
   if ((started_slurm)) && [[ ${KEEP_SLURM:-0} != 1 ]]; then
     log "stopping the Slurm cluster this script started"
     bash scripts/slurm-down.sh >/dev/null 2>&1 || true
@@ -98,6 +103,13 @@ if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
   export HPC_ROLLOUT_TASK_IMAGE_BUILD_PID=$!
   log "task image: building in the background if not cached (pid $HPC_ROLLOUT_TASK_IMAGE_BUILD_PID, log $HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG)"
 fi
+
+# mini-swe-agent, the third-party harness of tests/proxy (~710 MB into a venv of the system
+# python3, 2-6 min, cached): also in the background; its tests run last and wait for it.
+export HPC_ROLLOUT_HARNESS_INSTALL_LOG=${TMPDIR:-/tmp}/hpc-rollout-harness-install-$$.log
+setsid python -m tests.proxy.mini_swe_agent >"$HPC_ROLLOUT_HARNESS_INSTALL_LOG" 2>&1 &
+export HPC_ROLLOUT_HARNESS_INSTALL_PID=$!
+log "mini-swe-agent: installing in the background if not cached (pid $HPC_ROLLOUT_HARNESS_INSTALL_PID, log $HPC_ROLLOUT_HARNESS_INSTALL_LOG)"
 
 # Two pytest workers (pytest-xdist): much of the suite waits (Slurm, servers starting, sandboxes,
 # sleeps), so a second worker fills the idle core. tests/conftest.py groups the tests so that

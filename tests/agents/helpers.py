@@ -16,6 +16,7 @@ from orchestrator.paths import SpoolPaths
 from orchestrator.shards import iter_rows
 from orchestrator.spool import init_run
 from orchestrator.submit import submit_file
+from tests.background import log_tail, wait_for_background
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
@@ -31,20 +32,13 @@ def task_image_path(wait_s: float = 1800.0) -> Path:
     the cache holds it (or building it again here reports why it failed, with the log's tail).
     """
     from handlers.bundled.image import bundled_image
-    from orchestrator.sandbox.procs import start_time
 
-    builder = os.environ.get(BACKGROUND_BUILD_PID, "")
-    if builder.isdigit() and not os.environ.get("HPC_ROLLOUT_TASK_IMAGE"):
-        deadline = time.monotonic() + wait_s
-        while start_time(int(builder)) is not None:
-            assert time.monotonic() < deadline, f"the background task image build (pid {builder}) still runs after {wait_s:.0f} s"
-            time.sleep(1.0)
+    if not os.environ.get("HPC_ROLLOUT_TASK_IMAGE"):
+        wait_for_background(BACKGROUND_BUILD_PID, "task image build", wait_s)
     try:
         return bundled_image()
     except Exception as error:
-        log = Path(os.environ.get(BACKGROUND_BUILD_LOG, "/nonexistent"))
-        tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
-        raise AssertionError(f"no task image: {error}\n--- {log} (the background build)\n{tail}") from error
+        raise AssertionError(f"no task image: {error}\n{log_tail(BACKGROUND_BUILD_LOG)}") from error
 
 
 def new_run(tmp_path: Path, image: Path, backend_url: str, **settings: Any) -> SpoolPaths:

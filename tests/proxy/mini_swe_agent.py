@@ -5,7 +5,8 @@ top-level directory: a path inside the image, e.g. under /root, cannot be made i
 tree) and run with that venv's python, which finds its packages from the path it is called by.
 
 The install takes 2-6 min and ~710 MB (litellm, openai, datasets, textual, ...); set
-MINI_SWE_AGENT_VENV to reuse one made elsewhere.
+MINI_SWE_AGENT_VENV to reuse one made elsewhere. scripts/test.sh starts it in the background
+(`python -m tests.proxy.mini_swe_agent`); the tests wait for that install before looking.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
+from tests.background import log_tail, wait_for_background
 
 VERSION = "2.4.6"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -31,6 +34,19 @@ def venv_path() -> Path:
         return Path(configured)
     base = os.environ.get("HPC_ROLLOUT_CACHE")
     return (Path(base) if base else Path.home() / ".cache" / "hpc-rollout") / "harness" / f"mini-swe-agent-{VERSION}"
+
+
+BACKGROUND_INSTALL_PID = "HPC_ROLLOUT_HARNESS_INSTALL_PID"   # set by scripts/test.sh
+BACKGROUND_INSTALL_LOG = "HPC_ROLLOUT_HARNESS_INSTALL_LOG"
+
+
+def installed_for_tests() -> Path:
+    """The venv, after the background install of scripts/test.sh (if any) has ended."""
+    wait_for_background(BACKGROUND_INSTALL_PID, "mini-swe-agent install")
+    try:
+        return ensure_installed()
+    except Exception as error:
+        raise AssertionError(f"no mini-swe-agent: {error}\n{log_tail(BACKGROUND_INSTALL_LOG)}") from error
 
 
 def ensure_installed() -> Path:
@@ -63,3 +79,7 @@ def command() -> str:
     return (f"{INSIDE}/bin/python {INSIDE}/bin/mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" --yolo --exit-immediately "
             "-c mini.yaml -c model.model_kwargs.api_base=$OPENAI_BASE_URL "
             "-c model.model_kwargs._skip_mcp_handler=true -o /workspace/.harness/trajectory.json")
+
+
+if __name__ == "__main__":
+    print(ensure_installed())

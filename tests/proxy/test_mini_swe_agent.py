@@ -54,8 +54,8 @@ def harness_rows(tmp: Path, image: Path, swe_row: dict[str, Any], venv: Path, se
 
 
 @pytest.fixture(scope="module")
-def venv() -> Path:
-    return mini_swe_agent.ensure_installed()
+def mini_swe_agent_venv() -> Path:
+    return mini_swe_agent.installed_for_tests()
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +72,14 @@ def check_fidelity(row: dict[str, Any], served: list[dict[str, Any]]) -> None:
 
 
 def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, task_image: Path, swe_row: dict[str, Any],
-                                                   venv: Path) -> None:
+                                                   mini_swe_agent_venv: Path) -> None:
     title = swe_row["problem_statement"].splitlines()[0]
     fix = f"cd /workspace/repo && git apply <<'PATCH'\n{swe_row['patch'].rstrip(chr(10))}\nPATCH"
     scripts = tmp_path / "scripts.jsonl"
     scripts.write_text(json.dumps({"match": title, "replies": [
         "I will apply the fix." + tool_call("bash", command=fix),
         "Now I submit." + tool_call("bash", command=SUBMIT)]}) + "\n")
-    row, served = harness_rows(tmp_path, task_image, swe_row, venv, ["--scripted", str(scripts)], {"max_calls": 6})
+    row, served = harness_rows(tmp_path, task_image, swe_row, mini_swe_agent_venv, ["--scripted", str(scripts)], {"max_calls": 6})
     result = json.loads(row["result"])
     assert (row["status"], row["reward"], row["stop_reason"]) == ("ok", 1.0, "finished"), row["error"] or result.get("harness_log")
     assert result["harness_exit_code"] == 0 and result["resolved"] is True
@@ -88,8 +88,8 @@ def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, task_image: Pa
 
 
 def test_mini_swe_agent_with_the_random_model_fails_cleanly(tmp_path: Path, task_image: Path,
-                                                           swe_row: dict[str, Any], venv: Path) -> None:
-    row, served = harness_rows(tmp_path, task_image, swe_row, venv, [],
+                                                           swe_row: dict[str, Any], mini_swe_agent_venv: Path) -> None:
+    row, served = harness_rows(tmp_path, task_image, swe_row, mini_swe_agent_venv, [],
                                {"max_calls": 3, "max_tokens_per_call": 24})
     result = json.loads(row["result"])
     assert (row["status"], row["reward"]) == ("ok", 0.0), row["error"] or result.get("harness_log")

@@ -86,13 +86,12 @@ def health_problem_now(url: str) -> str | None:
     """None when GET /health answers 200 within 2 s, else what went wrong."""
     import asyncio
 
-    import httpx
-
+    from orchestrator.llm.client import new_http_client
     from orchestrator.llm.registry import Backend
     from orchestrator.llm.router import HEALTH_TIMEOUT_S, health_problem
 
     async def ask() -> str | None:
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
             return await health_problem(http, Backend(url))
 
     return asyncio.run(ask())

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from orchestrator.llm.client import NO_ANSWER
+from orchestrator.llm.client import NO_ANSWER, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
@@ -142,7 +142,7 @@ class Router:
         """True unless a due /health check of `backend` fails (then it is marked down)."""
         if not self.health_check_s or time.time() - self._healthy_at.get(backend.url, -1e18) < self.health_check_s:
             return True
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
             problem = await health_problem(http, backend)
         if problem is None:
             self.note_healthy(backend.url)
@@ -184,7 +184,7 @@ class Router:
         ]
         if not due:
             return snapshot
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as http:
+        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
             for backend in due:
                 self._probed_at[backend.url] = time.time()
                 hung = NO_ANSWER in backend.reason

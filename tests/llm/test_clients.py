@@ -13,7 +13,7 @@ import pytest
 from orchestrator.llm.client import RetryPolicy, client_for
 from orchestrator.llm.errors import BackendFailed, RequestRejected
 from orchestrator.llm.local_server import local_server
-from orchestrator.llm.registry import Backend, BackendRegistry, Protocol
+from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Protocol
 from orchestrator.llm.router import Router
 from orchestrator.llm.session import LLMSession
 from tests.llm.helpers import heartbeat, run_dir
@@ -131,8 +131,8 @@ def test_bad_request_is_not_retried() -> None:
             asyncio.run(generate(backend, [1], {}))
 
 
-def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A TLS context loads the CA bundle (tens of ms of CPU): once per worker, not once per task."""
+def count_ca_bundle_loads(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every load of a CA bundle into a TLS context from now on (what building one costs)."""
     import ssl
 
     loads: list[object] = []
@@ -143,6 +143,12 @@ def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.Monk
         original(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    return loads
+
+
+def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS context loads the CA bundle (tens of ms of CPU): once per worker, not once per task."""
+    loads = count_ca_bundle_loads(monkeypatch)
     paths = run_dir(tmp_path)
     heartbeat(paths, "w1")
     with StandIn() as server:
@@ -156,3 +162,26 @@ def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.Monk
 
         asyncio.run(tasks())
     assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for 4 tasks"
+
+
+def test_router_health_checks_and_probes_share_the_tls_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/health before a pick and probes of down backends use the sessions' TLS context too."""
+    loads = count_ca_bundle_loads(monkeypatch)
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    with StandIn() as server:
+        registry = BackendRegistry.of(paths)
+        registry.add(server.url, protocol="sglang", model="m")
+        router = Router(paths, "w1", node="here", health_check_s=1e-9, probe_after_s=0.0)
+
+        async def checks_and_probes() -> None:
+            for _ in range(3):   # each pick is due a /health check
+                router.release((await router.acquire()).url)
+            for _ in range(2):
+                registry.set_state(server.url, BackendState.DOWN, "test")
+                assert (await router.probe_down(registry.read())).find(server.url).state is BackendState.UP
+
+        asyncio.run(checks_and_probes())
+        checks = server.health_checks
+    assert checks == 5
+    assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for {checks} health checks"

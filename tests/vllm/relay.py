@@ -3,6 +3,9 @@
     with RecordingRelay(vllm.url) as relay:     # relay.url: register this instead of vllm.url
         ...
     relay.completions()                         # every /v1/completions exchange, in order
+    with relay.holding_answers():               # vLLM answers, the relay keeps the answers of
+        ...                                     # /v1/completions until the block ends
+
 
 Every request is forwarded unchanged (method, path, query, body) and every answer returned
 unchanged; each exchange is kept as parsed JSON. The truth a test checks against is then
@@ -11,7 +14,10 @@ vLLM's own response body, not our client's reading of it.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +59,8 @@ class RecordingRelay:
     url: str = ""
     _server: AppThread | None = field(default=None, repr=False)
     _session: aiohttp.ClientSession | None = field(default=None, repr=False)
+    _holding: bool = field(default=False, repr=False)
+    held: int = 0       # completions answered by the server whose answers the relay holds now
 
     async def _forward(self, request: web.Request) -> web.Response:
         assert self._session is not None
@@ -63,6 +71,11 @@ class RecordingRelay:
             payload = await answer.read()
             status, content_type = answer.status, answer.content_type
         self.exchanges.append(Exchange(request.method, request.path, _parse(body), status, _parse(payload)))
+        if request.path == COMPLETIONS and self._holding:
+            self.held += 1
+            while self._holding:   # sampled already: the caller's request stays in flight
+                await asyncio.sleep(0.01)
+            self.held -= 1
         return web.Response(status=status, body=payload, content_type=content_type)
 
     async def _open(self, _: web.Application) -> None:
@@ -71,6 +84,15 @@ class RecordingRelay:
     async def _close(self, _: web.Application) -> None:
         assert self._session is not None
         await self._session.close()
+
+    @contextmanager
+    def holding_answers(self) -> Iterator[None]:
+        """Completions keep being sampled, their answers wait in the relay until the block ends."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
 
     def completions(self) -> list[Exchange]:
         """The answered /v1/completions exchanges, oldest first."""

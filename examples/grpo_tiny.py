@@ -79,13 +79,14 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     spool = Spool.create(args.out / "spool", **SETTINGS)
-    server = start_server(tiny=False, model_dir=base, log_path=args.out / "serve-llm.log",
-                          extra_args=["--max-batch", "256"])
-    launch = None
+    # The worker starts first: it imports while the server loads the model (no job comes before both).
+    launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
+    server = None
     history: list[dict] = []
     try:
+        server = start_server(tiny=False, model_dir=base, log_path=args.out / "serve-llm.log",
+                              extra_args=["--max-batch", "256"])
         BackendRegistry(spool.paths).add(server.url, version=0)
-        launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local"), verbose=0)
         sampler = DynamicSampler(
             spool, digit_prompts(), samples=args.samples, informative_groups=args.groups,
             source_handlers={"toy/digits": "answer"}, sampling={"temperature": 1.0, "max_tokens": 3},
@@ -120,9 +121,9 @@ def main() -> int:
                 break
         sampler.close()
     finally:
-        if launch is not None:
-            launch.terminate(timeout_s=30)
-        server.stop()
+        launch.terminate(timeout_s=30)
+        if server is not None:
+            server.stop()
     (args.out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     plot(history, args.out / "reward.png")
     first = sum(h["reward"] for h in history[:10]) / max(1, len(history[:10]))

@@ -450,10 +450,15 @@ class Worker:
     async def _dispatch(self, stage: Stage) -> None:
         claimer = self.claimers[stage]
         backoff = MIN_IDLE_BACKOFF_S
-        while True:
+        # Checked, not only cancelled: Python 3.11's wait_for swallows a cancellation that lands
+        # as the awaited event is set, and the dispatcher would claim on after a stop.
+        while not self.stopping.is_set():
             await self.slots[stage].acquire()
             if stage is Stage.INIT:
                 await self._wait_for_room()
+            if self.stopping.is_set():
+                self.slots[stage].release()
+                return
             try:
                 name = claimer.claim()
             except OSError as exc:  # the spool failing for a moment: try again later, slot freed

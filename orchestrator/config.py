@@ -85,6 +85,7 @@ class Llm:
     probe_after_s: float = 15.0   # a `down` backend is probed again after this long
     request_timeout_s: float = 120.0  # one generation request; past it the backend is marked down
     outage_wait_s: float = 300.0  # a task waits this long for a backend to come back (within its budget)
+    view_s: float = 1.0           # runs of > 16 workers: others' in-flight counts re-read this often (0: every pick)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
-    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400),
+    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400), "llm.view_s": (0, 3600),
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }

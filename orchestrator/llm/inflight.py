@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from orchestrator import fsops
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.paths import SpoolPaths, safe_name
 
@@ -92,45 +93,79 @@ def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float, now: float) -> b
 
 
 def _alive(heartbeat: str, lease_s: float, now: float) -> bool:
+    fsops.count("stat")
     try:
         return now - os.stat(heartbeat).st_mtime < lease_s
     except FileNotFoundError:
         return False
 
 
-def read_load(
-    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
-    own: InflightBoard | None = None,
-) -> Load:
-    """Sum in-flight counts of live workers and lifetime assignments of all workers.
+@dataclass(frozen=True)
+class WorkerCounts:
+    """One worker's published counts, as a scan of the boards found them."""
 
-    `own` (the caller's board) is counted from memory and alive by definition.
+    inflight: dict[str, int]
+    assigned: dict[str, int]
+    alive: bool
+
+
+def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+                skip: str = "") -> dict[str, WorkerCounts]:
+    """Every worker's board (one open and one heartbeat stat each): 2 W + 1 metadata operations.
+
+    Routing does not call this per decision on a large run: see orchestrator/llm/load_view.py.
     """
     now = time.time() if now is None else now
-    inflight: Counter[str] = Counter(own.inflight if own else {})
-    assigned: Counter[str] = Counter(own.assigned if own else {})
-    live = 1 if own else 0
-    workers_dir = str(paths.workers)  # plain strings: this loop runs on every routing decision
+    workers_dir = str(paths.workers)  # plain strings: this loop is the hot part of a scan
+    fsops.count("list")
     try:
         entries = list(os.scandir(paths.backends_inflight))
     except FileNotFoundError:
         entries = []
+    found: dict[str, WorkerCounts] = {}
     for entry in entries:
         name = entry.name
         if not name.endswith(".json") or name.startswith("."):
             continue
         worker = name[: -len(".json")]
-        if own is not None and worker == own.worker_id:
+        if worker == skip:
             continue
+        fsops.count("open")
         try:
             with open(entry.path, "rb") as handle:
                 data = orjson.loads(handle.read())
         except (OSError, orjson.JSONDecodeError):
             continue  # vanished or being replaced: absent for this decision
-        for url, n in (data.get("assigned") or {}).items():
-            assigned[url] += int(n)
-        if _alive(os.path.join(workers_dir, name), lease_s, now):
+        found[worker] = WorkerCounts(
+            {url: int(n) for url, n in (data.get("inflight") or {}).items()},
+            {url: int(n) for url, n in (data.get("assigned") or {}).items()},
+            _alive(os.path.join(workers_dir, name), lease_s, now),
+        )
+    return found
+
+
+def total_load(workers: dict[str, WorkerCounts], own: InflightBoard | None = None) -> Load:
+    """Sum in-flight counts of live workers and lifetime assignments of all workers.
+
+    `own` (the caller's board) is counted from memory and alive by definition; its published
+    entry in `workers`, if any, is ignored.
+    """
+    inflight: Counter[str] = Counter(own.inflight if own else {})
+    assigned: Counter[str] = Counter(own.assigned if own else {})
+    live = 1 if own else 0
+    for worker, counts in workers.items():
+        if own is not None and worker == own.worker_id:
+            continue
+        assigned.update(counts.assigned)
+        if counts.alive:
             live += 1
-            for url, n in (data.get("inflight") or {}).items():
-                inflight[url] += int(n)
+            inflight.update(counts.inflight)
     return Load(dict(inflight), dict(assigned), live)
+
+
+def read_load(
+    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+    own: InflightBoard | None = None,
+) -> Load:
+    """The exact cluster view: every worker's board read now (2 W + 1 operations)."""
+    return total_load(scan_boards(paths, lease_s, now=now, skip=own.worker_id if own else ""), own)

@@ -1,0 +1,70 @@
+"""Metadata operations per decision stay flat as the run grows (counted, never timed).
+
+Each test builds the same situation at two sizes (workers W, shards S) with real files and
+compares the operations the engine counts in orchestrator.fsops.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from orchestrator import fsops
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import Router
+from orchestrator.paths import SpoolPaths
+from tests.core.util import make_run
+
+
+def ops_of(call, *args, **kwargs) -> tuple[int, object]:
+    before = sum(fsops.OPS.values())
+    result = call(*args, **kwargs)
+    return sum(fsops.OPS.values()) - before, result
+
+
+def simulated_workers(paths: SpoolPaths, workers: int, urls: list[str]) -> None:
+    """W workers with a live heartbeat and an in-flight board each (what routing reads)."""
+    for w in range(workers):
+        worker = f"sim{w:04d}"
+        paths.heartbeat(worker).write_bytes(b"{}")
+        board = {"worker": worker, "node": f"n{w}", "inflight": {urls[w % len(urls)]: 1}, "assigned": {urls[w % len(urls)]: 3}}
+        (paths.backends_inflight / f"{worker}.json").write_bytes(orjson.dumps(board))
+
+
+def pick_ops(tmp_path: Path, workers: int, picks: int = 20) -> tuple[float, dict[str, int]]:
+    paths = make_run(tmp_path / f"w{workers}")
+    urls = [f"http://b{i}:8000/v1" for i in range(4)]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    simulated_workers(paths, workers, urls)
+    router = Router(paths, "me", node="n-me")
+    router.choose(router.registry.read())   # the first decision of a process may read everything once
+    total = 0
+    for _ in range(picks):
+        spent, _ = ops_of(lambda: router.choose(router.registry.read()))
+        total += spent
+    return total / picks, router.view.load(router.board).inflight
+
+
+def test_routing_decision_cost_is_flat_in_workers(tmp_path: Path) -> None:
+    small, small_load = pick_ops(tmp_path, 10)
+    large, large_load = pick_ops(tmp_path, 400)
+    # the large run's view still counts every worker's tasks in flight
+    assert sum(large_load.values()) == 400 and sum(small_load.values()) == 10
+    assert large <= 1.5 * small, (small, large)
+
+
+def test_small_runs_route_on_exact_counts(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    urls = ["http://a:1/v1", "http://b:1/v1"]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    w1, w2 = Router(paths, "w1", node="x"), Router(paths, "w2", node="y")
+    picks = Counter()
+    for router in (w1, w2, w1, w2):
+        backend = router.choose(router.registry.read())
+        router.board.change(backend.url, +1)
+        picks[backend.url] += 1
+    assert picks == Counter({urls[0]: 2, urls[1]: 2})   # each saw the other's task at once

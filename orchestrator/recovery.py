@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import orjson
+
 from orchestrator import fsops
 from orchestrator.claims import enqueue
 from orchestrator.jobs import JobStatus, Stage
@@ -34,7 +36,7 @@ def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, 
     moved = 0
     for worker in workers:
         if not worker.alive and worker.worker_id != me:
-            moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit)
+            moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit, worker.info.get("shards"))
             retire(paths, worker.worker_id)
     moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
@@ -75,11 +77,12 @@ def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, 
     return moved
 
 
-def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit) -> int:
+def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit,
+                 progress: dict | None = None) -> int:
     reap_dir = paths.active / f"{REAP_PREFIX}{dead}--{me}"
     if not fsops.rename(paths.claims(dead), reap_dir):
         return 0  # no claims, or another worker is on it
-    return _return_claims(paths, reap_dir, dead, max_attempts, emit)
+    return _return_claims(paths, reap_dir, dead, max_attempts, emit, progress)
 
 
 def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_attempts: int, emit: Emit) -> int:
@@ -96,14 +99,24 @@ def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_att
             continue
         mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
         if fsops.rename(paths.active / entry, mine):
-            moved += _return_claims(paths, mine, dead, max_attempts, emit)
+            moved += _return_claims(paths, mine, dead, max_attempts, emit, _retired_progress(paths, dead))
     return moved
 
 
-def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit) -> int:
+def _retired_progress(paths: SpoolPaths, dead: str) -> dict | None:
+    """The shard progress in a dead worker's last heartbeat (already moved to workers/gone/)."""
+    try:
+        info = orjson.loads(fsops.read_bytes(paths.workers / "gone" / f"{dead}.json"))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return info.get("shards") if isinstance(info, dict) else None
+
+
+def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit,
+                   progress: dict | None = None) -> int:
     # Shards are committed by a rename out of the claim directory, so once it is renamed here
     # the dead worker can commit nothing more (fencing): what it committed is all there is.
-    done = committed_job_ids(paths, dead)
+    done = committed_job_ids(paths, dead, progress if isinstance(progress, dict) else None)
     reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
         else f"left behind by worker {dead} when it stopped"
     moved = 0
@@ -184,8 +197,9 @@ def _rescue_orphaned_run_queues(
 
 
 def _hidden_entries(directory: Path) -> list[str]:
-    fsops.count("list")
     try:
-        return [n for n in os.listdir(directory) if n.startswith(".")]
+        names = os.listdir(directory)
     except FileNotFoundError:
-        return []
+        names = []
+    fsops.listed(len(names))
+    return [n for n in names if n.startswith(".")]

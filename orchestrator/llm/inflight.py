@@ -117,11 +117,11 @@ def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: flo
     """
     now = time.time() if now is None else now
     workers_dir = str(paths.workers)  # plain strings: this loop is the hot part of a scan
-    fsops.count("list")
     try:
         entries = list(os.scandir(paths.backends_inflight))
     except FileNotFoundError:
         entries = []
+    fsops.listed(len(entries))
     found: dict[str, WorkerCounts] = {}
     for entry in entries:
         name = entry.name

@@ -271,6 +271,7 @@ class Worker:
         return {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
+            "shards": self.shards.progress(),
         }
 
     def _heartbeat(self) -> None:
@@ -416,6 +417,8 @@ class Worker:
         self.shards.write(batch, staging=self.box.dir)
         for name in batch.tickets:
             self.box.drop(name)
+        if self.shards.dropped_through == self.shards.last_seq - 1:   # no earlier shard left tickets behind
+            self.shards.dropped_through = self.shards.last_seq
         for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
             for workspace in removable_workspaces(self.paths.job_dir(name)):
                 shutil.rmtree(workspace, ignore_errors=True)

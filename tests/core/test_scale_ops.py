@@ -6,12 +6,22 @@ compares the operations the engine counts in orchestrator.fsops.
 
 from __future__ import annotations
 
+import os
+import time
 from collections import Counter
 from pathlib import Path
 
 import orjson
 
 from orchestrator import fsops
+from orchestrator.claims import ClaimBox
+from orchestrator.config import Shards
+from orchestrator.jobs import JobSpec, JobStatus, Stage
+from orchestrator.liveness import write_heartbeat
+from orchestrator.recovery import reap_expired
+from orchestrator.rows import build_row
+from orchestrator.shards import ShardWriter
+from orchestrator.tickets import Ticket
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
 from orchestrator.paths import SpoolPaths
@@ -68,3 +78,42 @@ def test_small_runs_route_on_exact_counts(tmp_path: Path) -> None:
         router.board.change(backend.url, +1)
         picks[backend.url] += 1
     assert picks == Counter({urls[0]: 2, urls[1]: 2})   # each saw the other's task at once
+
+
+def dead_worker_with_shards(root: Path, shards: int) -> tuple[SpoolPaths, str]:
+    """A worker that committed `shards` shards (one row each), then died between committing the
+    last one and dropping its ticket; two more tickets were still claimed. Its heartbeat is old."""
+    paths = make_run(root)
+    dead = "node9-1-dead"
+    box = ClaimBox(paths, dead)
+    writer = ShardWriter(paths, dead, Shards())
+    for index in range(shards):
+        name = f"job-{index:06d}"
+        box.save(ticket(name))
+        writer.add(build_row(ticket(name), {}, JobStatus.OK, dead), name)
+        writer.write(writer.take(), staging=box.dir)
+        if index < shards - 1:
+            box.drop(name)
+            writer.dropped_through = writer.last_seq
+    for name in ("job-late-1", "job-late-2"):
+        box.save(ticket(name))
+    write_heartbeat(paths, dead, {"node": "node9", "shards": writer.progress()})
+    old = time.time() - 60
+    os.utime(paths.heartbeat(dead), (old, old))
+    return paths, dead
+
+
+def test_restart_recovery_cost_is_flat_in_shards(tmp_path: Path) -> None:
+    costs = {}
+    for shards in (3, 60):
+        paths, _ = dead_worker_with_shards(tmp_path / f"s{shards}", shards)
+        spent, moved = ops_of(reap_expired, paths, "me-1-live", 2.0, 3, lambda *a: None)
+        assert moved == 2   # the two late tickets; the last shard's ticket is known as committed
+        assert sorted(fsops.list_names(paths.eval_queue)) == ["job-late-1", "job-late-2"]
+        costs[shards] = spent
+    assert costs[60] <= costs[3] + 2, costs
+
+
+def ticket(name: str) -> Ticket:
+    job = JobSpec(job_id=name, group_id=name, instance_id=name, sample_index=0, handler="echo", instance={})
+    return Ticket(job=job, stage=Stage.EVAL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from pathlib import Path
 from typing import Callable
@@ -19,7 +20,7 @@ import orjson
 from orchestrator import fsops
 from orchestrator.claims import enqueue
 from orchestrator.jobs import JobStatus, Stage
-from orchestrator.liveness import WorkerRecord, read_workers, retire
+from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
 from orchestrator.shards import committed_job_ids
 from orchestrator.tickets import CorruptTicket, Ticket
@@ -27,10 +28,43 @@ from orchestrator.tickets import CorruptTicket, Ticket
 log = logging.getLogger(__name__)
 Emit = Callable[[str, str, dict], None]
 REAP_PREFIX = ".reap-"
+RING_ABOVE = 16   # workers: beyond, a scan checks its ring successors instead of every heartbeat
 
 
-def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
-    """Return every expired worker's claims to their queues; the number of tickets moved."""
+def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit,
+                 rng: random.Random | None = None) -> int:
+    """Return expired workers' claims to their queues; the number of tickets moved.
+
+    Up to RING_ABOVE workers every heartbeat is read (a full scan, 2 W + a few operations).
+    Beyond, each worker checks its successors in the sorted ring of heartbeat names until it
+    finds a live one (usually one stat), so every dead worker is found by the live worker
+    before it within a scan period; the rarer duties of a full scan (claims with no heartbeat
+    at all, run queues of nodes with no live worker) are done by a random worker now and then,
+    about one full scan per lease for the whole run.
+    """
+    names = sorted(n[: -len(".json")] for n in fsops.list_names(paths.workers) if n.endswith(".json"))
+    if len(names) <= RING_ABOVE or (rng or random).random() < 1 / (3 * len(names)):
+        return _full_scan(paths, me, lease_s, max_attempts, emit)
+    return _ring_scan(paths, me, names, lease_s, max_attempts, emit)
+
+
+def _ring_scan(paths: SpoolPaths, me: str, names: list[str], lease_s: float, max_attempts: int, emit: Emit) -> int:
+    ring = sorted(set(names) | {me})
+    start = ring.index(me)
+    moved = 0
+    for step in range(1, len(ring)):
+        worker = ring[(start + step) % len(ring)]
+        if is_alive(paths, worker, lease_s):
+            break
+        moved += _reap_worker(paths, worker, me, max_attempts, emit, _heartbeat_progress(paths.heartbeat(worker)))
+        retire(paths, worker)
+    listed = set(names) | {me}
+    moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
+    moved += _resume_abandoned_reaps(paths, me, listed, max_attempts, emit)
+    return moved
+
+
+def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
     workers = read_workers(paths, lease_s)
     alive = {w.worker_id for w in workers if w.alive} | {me}
     moved = 0
@@ -105,8 +139,13 @@ def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_att
 
 def _retired_progress(paths: SpoolPaths, dead: str) -> dict | None:
     """The shard progress in a dead worker's last heartbeat (already moved to workers/gone/)."""
+    return _heartbeat_progress(paths.workers / "gone" / f"{dead}.json")
+
+
+def _heartbeat_progress(heartbeat: Path) -> dict | None:
+    """The shard progress (ShardWriter.progress) a heartbeat file carries, if any."""
     try:
-        info = orjson.loads(fsops.read_bytes(paths.workers / "gone" / f"{dead}.json"))
+        info = orjson.loads(fsops.read_bytes(heartbeat))
     except (OSError, orjson.JSONDecodeError):
         return None
     return info.get("shards") if isinstance(info, dict) else None

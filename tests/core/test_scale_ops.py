@@ -7,15 +7,17 @@ compares the operations the engine counts in orchestrator.fsops.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 
 from orchestrator import fsops
 from orchestrator.claims import ClaimBox
-from orchestrator.config import Shards
+from orchestrator.config import ConfigError, RunConfig, Shards
 from orchestrator.jobs import JobSpec, JobStatus, Stage
 from orchestrator.liveness import write_heartbeat
 from orchestrator.recovery import reap_expired
@@ -117,3 +119,41 @@ def test_restart_recovery_cost_is_flat_in_shards(tmp_path: Path) -> None:
 def ticket(name: str) -> Ticket:
     job = JobSpec(job_id=name, group_id=name, instance_id=name, sample_index=0, handler="echo", instance={})
     return Ticket(job=job, stage=Stage.EVAL)
+
+
+def live_heartbeats(paths: SpoolPaths, workers: int) -> list[str]:
+    names = [f"node{w:04d}-1-abcd" for w in range(workers)]
+    for name in names:
+        write_heartbeat(paths, name, {"node": name[:8]})
+        ClaimBox(paths, name)
+    return names
+
+
+def test_recovery_scan_cost_is_flat_in_workers(tmp_path: Path) -> None:
+    costs = {}
+    for workers in (10, 200):
+        paths = make_run(tmp_path / f"w{workers}")
+        names = live_heartbeats(paths, workers)
+        costs[workers], moved = ops_of(reap_expired, paths, names[3], 30.0, 3, lambda *a: None, random.Random(1))
+        assert moved == 0
+    assert costs[200] <= 1.5 * costs[10], costs
+
+
+def test_the_ring_finds_dead_workers_after_the_scanning_one(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    names = live_heartbeats(paths, 40)
+    old = time.time() - 60
+    for dead in names[11:13]:   # two dead in a row after names[10]
+        ClaimBox(paths, dead).save(ticket(f"job-of-{dead}"))
+        os.utime(paths.heartbeat(dead), (old, old))
+    assert reap_expired(paths, names[20], 30.0, 3, lambda *a: None, random.Random(1)) == 0   # not its neighbours
+    assert reap_expired(paths, names[10], 30.0, 3, lambda *a: None, random.Random(1)) == 2
+    assert sorted(fsops.list_names(paths.eval_queue)) == [f"job-of-{d}" for d in names[11:13]]
+    assert not paths.heartbeat(names[11]).exists() and paths.heartbeat(names[13]).exists()
+
+
+def test_a_lease_shorter_than_three_heartbeats_is_refused() -> None:
+    assert RunConfig().leases.lease_s >= 3 * RunConfig().leases.heartbeat_s
+    with pytest.raises(ConfigError, match=r"leases.lease_s = 20 is shorter than 3 heartbeats .*heartbeat_s = 10"):
+        RunConfig().with_overrides({"leases.heartbeat_s": 10, "leases.lease_s": 20})
+    assert RunConfig().with_overrides({"leases.heartbeat_s": 20, "leases.lease_s": 60}).leases.lease_s == 60

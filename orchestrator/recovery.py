@@ -32,7 +32,7 @@ RING_ABOVE = 16   # workers: beyond, a scan checks its ring successors instead o
 
 
 def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit,
-                 rng: random.Random | None = None) -> int:
+                 rng: random.Random | None = None, seen: Callable[[int], None] | None = None) -> int:
     """Return expired workers' claims to their queues; the number of tickets moved.
 
     Up to RING_ABOVE workers every heartbeat is read (a full scan, 2 W + a few operations).
@@ -40,9 +40,11 @@ def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, 
     finds a live one (usually one stat), so every dead worker is found by the live worker
     before it within a scan period; the rarer duties of a full scan (claims with no heartbeat
     at all, run queues of nodes with no live worker) are done by a random worker now and then,
-    about one full scan per lease for the whole run.
+    about one full scan per lease for the whole run. `seen` is told how many heartbeats there are.
     """
     names = sorted(n[: -len(".json")] for n in fsops.list_names(paths.workers) if n.endswith(".json"))
+    if seen is not None:
+        seen(len(names))
     if len(names) <= RING_ABOVE or (rng or random).random() < 1 / (3 * len(names)):
         return _full_scan(paths, me, lease_s, max_attempts, emit)
     return _ring_scan(paths, me, names, lease_s, max_attempts, emit)

@@ -45,6 +45,11 @@ class InflightBoard:
     lease_s: float = DEFAULT_LEASE_S
     inflight: Counter[str] = field(default_factory=Counter)
     assigned: Counter[str] = field(default_factory=Counter)
+    # 0: publish every change (small runs: others read the boards at every decision). On a large
+    # run others see a summary rebuilt every few seconds, so publishing more often is wasted.
+    publish_every_s: float = 0.0
+    _published_at: float = field(default=-1e18, repr=False)
+    _unpublished: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         safe_name(self.worker_id, "worker id")
@@ -60,7 +65,13 @@ class InflightBoard:
             del self.inflight[url]
         if delta > 0:
             self.assigned[url] += delta
-        self.publish()
+        self._unpublished = True
+        self.publish_if_due()
+
+    def publish_if_due(self) -> None:
+        """Publish changes not yet published, unless the last publication is too recent."""
+        if self._unpublished and time.monotonic() - self._published_at >= self.publish_every_s:
+            self.publish()
 
     def undo(self, url: str) -> None:
         """Take back a +1 whose task never started on `url` (it failed its health check)."""
@@ -72,6 +83,7 @@ class InflightBoard:
     def publish(self) -> None:
         """Write this worker's counts; a spool that cannot take them (full) only makes other
         workers' view stale until the next change: never a reason to fail a task."""
+        self._published_at, self._unpublished = time.monotonic(), False
         try:
             write_json_atomic(
                 self.own_file,

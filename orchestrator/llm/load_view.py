@@ -91,6 +91,12 @@ class ClusterView:
             self._read_at = now
         return total_load(self._summary.workers, own)
 
+    @property
+    def publish_every_s(self) -> float:
+        """How often a worker's own board is worth publishing: others read it only through the summary."""
+        summary = self._summary
+        return rebuild_period_s(len(summary.workers), self.view_s) if self._large(summary) and summary else 0.0
+
     def _large(self, summary: Summary | None) -> bool:
         return self.view_s > 0 and summary is not None and len(summary.workers) > EXACT_UP_TO
 

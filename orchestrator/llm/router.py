@@ -86,6 +86,8 @@ class Router:
         if not candidates:
             raise NoBackendAvailable(self._explain(snapshot, exclude))
         load = self.view.load(self.board, now)
+        self.board.publish_every_s = self.view.publish_every_s
+        self.board.publish_if_due()
         return min(
             candidates,
             key=lambda b: (

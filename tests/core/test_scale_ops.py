@@ -157,3 +157,38 @@ def test_a_lease_shorter_than_three_heartbeats_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"leases.lease_s = 20 is shorter than 3 heartbeats .*heartbeat_s = 10"):
         RunConfig().with_overrides({"leases.heartbeat_s": 10, "leases.lease_s": 20})
     assert RunConfig().with_overrides({"leases.heartbeat_s": 20, "leases.lease_s": 60}).leases.lease_s == 60
+
+
+def test_large_runs_poll_cancel_and_stop_less_often(tmp_path: Path) -> None:
+    from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, CANCEL_POLL_S, STOP_POLL_LARGE_S, STOP_POLL_S, Worker
+    from orchestrator.worker.options import WorkerOptions
+
+    periods = {}
+    for workers in (3, 40):
+        paths = make_run(tmp_path / f"w{workers}")
+        live_heartbeats(paths, workers - 1)
+        worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
+        reap_expired(paths, worker.worker_id, 30.0, 3, lambda *a: None, random.Random(1), worker._count_workers)
+        periods[workers] = (worker._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+                            worker._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S))
+        worker.spool_io.shutdown()
+        worker.heartbeat_io.shutdown()
+    assert periods == {3: (CANCEL_POLL_S, STOP_POLL_S), 40: (CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S)}
+
+
+def test_on_a_large_run_a_worker_publishes_its_board_at_most_once_per_rebuild_period(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    urls = [f"http://b{i}:8000/v1" for i in range(4)]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    simulated_workers(paths, 100, urls)
+    router = Router(paths, "me", node="n-me")
+    router.choose(router.registry.read())
+    assert router.board.publish_every_s > 0
+    spent = 0
+    for _ in range(50):
+        cost, backend = ops_of(lambda: router.choose(router.registry.read()))
+        spent += cost + ops_of(router.board.change, backend.url, +1)[0] + ops_of(router.release, backend.url)[0]
+    assert spent <= 50 * 1 + 2 * 2, spent   # a registry stat per pick, the board once or twice
+    board = orjson.loads((paths.backends_inflight / "me.json").read_bytes())
+    assert board["assigned"] and sum(board["assigned"].values()) <= 50

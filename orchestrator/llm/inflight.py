@@ -66,7 +66,10 @@ class InflightBoard:
         if delta > 0:
             self.assigned[url] += delta
         self._unpublished = True
-        self.publish_if_due()
+        if not self.inflight:   # idle now: say so at once, or others would route around a phantom load
+            self.publish()
+        else:
+            self.publish_if_due()
 
     def publish_if_due(self) -> None:
         """Publish changes not yet published, unless the last publication is too recent."""

@@ -344,8 +344,9 @@ def main() -> None:
         total = sum(ops for _, ops, _ in terms)
         print_table(f"steady state, {nodes} nodes x {slots} RUN slots, RUN mean {run_s:g} s (defaults of run.toml)",
                     ["term", "ops/s", "from"], [[t, ops, how] for t, ops, how in terms] + [["total", total, ""]])
-    finally:
+    except BaseException:
         shutil.rmtree(base, ignore_errors=True)
+        raise
     emit_json({
         "pick_ops_w1000_over_w10": round(picks[big_w]["ops"] / picks[10]["ops"], 3),
         "pick_ops_w10": round(picks[10]["ops"], 2), "pick_ops_w1000": round(picks[big_w]["ops"], 2),
@@ -359,6 +360,7 @@ def main() -> None:
         "recovery_ops_w1000_over_w10": round(recovery[big_w] / recovery[10], 2),
         "sizes": {"W": big_w, "Q": big_q, "S": big_s},
     })
+    shutil.rmtree(base, ignore_errors=True)   # after the figures: 3e5 files take a while to remove
 
 
 if __name__ == "__main__":

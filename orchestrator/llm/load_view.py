@@ -74,6 +74,7 @@ class ClusterView:
     view_s: float = DEFAULT_VIEW_S
     _summary: Summary | None = field(default=None, repr=False)
     _read_at: float = field(default=-1e18, repr=False)
+    _others: tuple[str, Load] | None = field(default=None, repr=False)   # (own worker id, the others' sums)
 
     @property
     def summary_file(self) -> Any:
@@ -89,7 +90,13 @@ class ClusterView:
         if self._summary is None or now - self._read_at >= self._period():
             self._summary = self._current(now)
             self._read_at = now
-        return total_load(self._summary.workers, own)
+            self._others = None
+        if self._others is None or self._others[0] != own.worker_id:
+            # The other workers' sums change only with the summary: add them up once per read.
+            others = {w: c for w, c in self._summary.workers.items() if w != own.worker_id}
+            self._others = (own.worker_id, total_load(others))
+        base = self._others[1]
+        return Load(_plus(base.inflight, own.inflight), _plus(base.assigned, own.assigned), base.live_workers + 1)
 
     @property
     def publish_every_s(self) -> float:
@@ -145,3 +152,10 @@ class ClusterView:
         held_since = fsops.mtime(self.lock_file)
         if held_since is not None and now - held_since > STALE_LOCK_S:
             fsops.unlink(self.lock_file)   # two breakers at once only cost one extra rebuild
+
+
+def _plus(counts: dict[str, int], own: dict[str, int]) -> dict[str, int]:
+    total = dict(counts)
+    for url, n in own.items():
+        total[url] = total.get(url, 0) + n
+    return total

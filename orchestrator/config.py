@@ -41,8 +41,10 @@ class Jobs:
 
 @dataclass(frozen=True)
 class Leases:
-    heartbeat_s: float = 2.0    # how often a worker refreshes workers/<id>.json
-    lease_s: float = 30.0       # claims of a worker silent this long go back to their queue
+    # Each beat is ~3 metadata operations (a stat, a create, a rename): with 1,000 nodes a 5 s
+    # period costs the metadata server ~600 operations/s; 2 s would cost 1,500 (docs/scale.md).
+    heartbeat_s: float = 5.0    # how often a worker refreshes workers/<id>.json
+    lease_s: float = 30.0       # claims of a worker silent this long go back to their queue (>= 3 beats)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class Llm:
     probe_after_s: float = 15.0   # a `down` backend is probed again after this long
     request_timeout_s: float = 120.0  # one generation request; past it the backend is marked down
     outage_wait_s: float = 300.0  # a task waits this long for a backend to come back (within its budget)
+    view_s: float = 1.0           # runs of > 16 workers: others' in-flight counts re-read this often (0: every pick)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
     "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
-    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400),
+    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400), "llm.view_s": (0, 3600),
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }
@@ -183,10 +186,22 @@ class RunConfig:
             assert current is not None
             updated: Any = replace(current, **{key: _check(dotted, value, getattr(current, key), source)})
             config = replace(config, **{section: updated})
+        _check_leases(config.leases, source)
         return config
 
     def to_toml(self) -> str:
         return tomli_w.dumps(asdict(self))
+
+
+MIN_BEATS_PER_LEASE = 3   # one late or lost heartbeat must not cost a worker its claims
+
+
+def _check_leases(leases: Leases, source: str) -> None:
+    if leases.lease_s < MIN_BEATS_PER_LEASE * leases.heartbeat_s:
+        raise ConfigError(
+            f"{source}: leases.lease_s = {leases.lease_s:g} is shorter than {MIN_BEATS_PER_LEASE} heartbeats "
+            f"(leases.heartbeat_s = {leases.heartbeat_s:g}): a single late beat would hand a live worker's claims "
+            f"to others; raise lease_s to at least {MIN_BEATS_PER_LEASE * leases.heartbeat_s:g} or lower heartbeat_s")
 
 
 def _data_source(name: str, handler: Any, source: str) -> dict[str, str]:

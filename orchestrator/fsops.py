@@ -21,10 +21,19 @@ from pathlib import Path
 # Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list,
 # mkdir) and of flushes (fsync, fsync_dir, syncfs).
 OPS: Counter[str] = Counter()
+# Names returned by directory listings: a listing is one operation, but a metadata server sends a
+# large directory in several replies (the scale model, docs/scale.md, charges one per 1,000 names).
+LISTED: Counter[str] = Counter()
 
 
 def count(kind: str, n: int = 1) -> None:
     OPS[kind] += n
+
+
+def listed(names: int) -> None:
+    """One directory listing that returned `names` entries."""
+    OPS["list"] += 1
+    LISTED["names"] += names
 
 
 class Durability(enum.Enum):
@@ -161,11 +170,12 @@ def _unlink_quietly(path: Path) -> None:
 
 def list_names(directory: Path) -> list[str]:
     """Visible entries of `directory` (names starting with '.' are in-flight temporaries)."""
-    count("list")
     try:
-        return [name for name in os.listdir(directory) if not name.startswith(".")]
+        names = os.listdir(directory)
     except FileNotFoundError:
-        return []
+        names = []
+    listed(len(names))
+    return [name for name in names if not name.startswith(".")]
 
 
 def mtime(path: Path) -> float | None:

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator import fsops
+
 # Ticket, worker and node names become file names: keep them to a safe alphabet.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,199}$")
 
@@ -96,9 +98,7 @@ class SpoolPaths:
         return self.queue / f"run@{safe_name(node, 'node name')}"
 
     def run_queues(self) -> list[Path]:
-        if not self.queue.is_dir():
-            return []
-        return sorted(p for p in self.queue.iterdir() if p.name.startswith("run@"))
+        return sorted(self.queue / name for name in fsops.list_names(self.queue) if name.startswith("run@"))
 
     @property
     def active(self) -> Path:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from pathlib import Path
 from typing import Callable
 
+import orjson
+
 from orchestrator import fsops
 from orchestrator.claims import enqueue
 from orchestrator.jobs import JobStatus, Stage
-from orchestrator.liveness import WorkerRecord, read_workers, retire
+from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
 from orchestrator.shards import committed_job_ids
 from orchestrator.tickets import CorruptTicket, Ticket
@@ -25,16 +28,51 @@ from orchestrator.tickets import CorruptTicket, Ticket
 log = logging.getLogger(__name__)
 Emit = Callable[[str, str, dict], None]
 REAP_PREFIX = ".reap-"
+RING_ABOVE = 16   # workers: beyond, a scan checks its ring successors instead of every heartbeat
 
 
-def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
-    """Return every expired worker's claims to their queues; the number of tickets moved."""
+def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit,
+                 rng: random.Random | None = None, seen: Callable[[int], None] | None = None) -> int:
+    """Return expired workers' claims to their queues; the number of tickets moved.
+
+    Up to RING_ABOVE workers every heartbeat is read (a full scan, 2 W + a few operations).
+    Beyond, each worker checks its successors in the sorted ring of heartbeat names until it
+    finds a live one (usually one stat), so every dead worker is found by the live worker
+    before it within a scan period; the rarer duties of a full scan (claims with no heartbeat
+    at all, run queues of nodes with no live worker) are done by a random worker now and then,
+    about one full scan per lease for the whole run. `seen` is told how many heartbeats there are.
+    """
+    names = sorted(n[: -len(".json")] for n in fsops.list_names(paths.workers) if n.endswith(".json"))
+    if seen is not None:
+        seen(len(names))
+    if len(names) <= RING_ABOVE or (rng or random).random() < 1 / (3 * len(names)):
+        return _full_scan(paths, me, lease_s, max_attempts, emit)
+    return _ring_scan(paths, me, names, lease_s, max_attempts, emit)
+
+
+def _ring_scan(paths: SpoolPaths, me: str, names: list[str], lease_s: float, max_attempts: int, emit: Emit) -> int:
+    ring = sorted(set(names) | {me})
+    start = ring.index(me)
+    moved = 0
+    for step in range(1, len(ring)):
+        worker = ring[(start + step) % len(ring)]
+        if is_alive(paths, worker, lease_s):
+            break
+        moved += _reap_worker(paths, worker, me, max_attempts, emit, _heartbeat_progress(paths.heartbeat(worker)))
+        retire(paths, worker)
+    listed = set(names) | {me}
+    moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
+    moved += _resume_abandoned_reaps(paths, me, listed, max_attempts, emit)
+    return moved
+
+
+def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
     workers = read_workers(paths, lease_s)
     alive = {w.worker_id for w in workers if w.alive} | {me}
     moved = 0
     for worker in workers:
         if not worker.alive and worker.worker_id != me:
-            moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit)
+            moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit, worker.info.get("shards"))
             retire(paths, worker.worker_id)
     moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
@@ -75,11 +113,12 @@ def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, 
     return moved
 
 
-def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit) -> int:
+def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit,
+                 progress: dict | None = None) -> int:
     reap_dir = paths.active / f"{REAP_PREFIX}{dead}--{me}"
     if not fsops.rename(paths.claims(dead), reap_dir):
         return 0  # no claims, or another worker is on it
-    return _return_claims(paths, reap_dir, dead, max_attempts, emit)
+    return _return_claims(paths, reap_dir, dead, max_attempts, emit, progress)
 
 
 def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_attempts: int, emit: Emit) -> int:
@@ -96,14 +135,29 @@ def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_att
             continue
         mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
         if fsops.rename(paths.active / entry, mine):
-            moved += _return_claims(paths, mine, dead, max_attempts, emit)
+            moved += _return_claims(paths, mine, dead, max_attempts, emit, _retired_progress(paths, dead))
     return moved
 
 
-def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit) -> int:
+def _retired_progress(paths: SpoolPaths, dead: str) -> dict | None:
+    """The shard progress in a dead worker's last heartbeat (already moved to workers/gone/)."""
+    return _heartbeat_progress(paths.workers / "gone" / f"{dead}.json")
+
+
+def _heartbeat_progress(heartbeat: Path) -> dict | None:
+    """The shard progress (ShardWriter.progress) a heartbeat file carries, if any."""
+    try:
+        info = orjson.loads(fsops.read_bytes(heartbeat))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return info.get("shards") if isinstance(info, dict) else None
+
+
+def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: int, emit: Emit,
+                   progress: dict | None = None) -> int:
     # Shards are committed by a rename out of the claim directory, so once it is renamed here
     # the dead worker can commit nothing more (fencing): what it committed is all there is.
-    done = committed_job_ids(paths, dead)
+    done = committed_job_ids(paths, dead, progress if isinstance(progress, dict) else None)
     reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
         else f"left behind by worker {dead} when it stopped"
     moved = 0
@@ -184,8 +238,9 @@ def _rescue_orphaned_run_queues(
 
 
 def _hidden_entries(directory: Path) -> list[str]:
-    fsops.count("list")
     try:
-        return [n for n in os.listdir(directory) if n.startswith(".")]
+        names = os.listdir(directory)
     except FileNotFoundError:
-        return []
+        names = []
+    fsops.listed(len(names))
+    return [n for n in names if n.startswith(".")]

@@ -21,7 +21,7 @@ from orchestrator import fsops
 from orchestrator.config import Shards
 from orchestrator.paths import SpoolPaths
 from orchestrator.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
-from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name, writers_of_worker
+from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_exists, shard_name, writers_of_worker
 
 
 @dataclass
@@ -38,6 +38,9 @@ class ShardWriter:
     _last_at: float = 0.0
     _seq: int = 0         # sequence number of the last shard committed
     _writer: str = ""     # claimed at the first commit: the worker id, or <id>+N after a restart
+    # Every ticket of shards 1..dropped_through is dropped from the claim directory. Published in
+    # the heartbeat, it lets recovery read only the shards after it (see committed_job_ids).
+    dropped_through: int = 0
     poisoned: int = 0     # rows replaced by `failed` rows because they could not be encoded
 
     def add(self, row: dict[str, Any], ticket_name: str) -> None:
@@ -134,6 +137,10 @@ class ShardWriter:
     def writer(self) -> str:
         return self._writer
 
+    def progress(self) -> dict[str, Any]:
+        """What the heartbeat says about this writer's shards (read by recovery)."""
+        return {"writer": self._writer, "dropped_through": self.dropped_through} if self._writer else {}
+
     @property
     def last_seq(self) -> int:
         """Sequence number of the last shard committed (0: none yet)."""
@@ -178,22 +185,44 @@ def shard_names(paths: SpoolPaths) -> list[str]:
     return [n for _, n in sorted(named)]
 
 
-def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
+def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any] | None = None) -> set[str]:
     """Job ids in the shards one worker committed (to avoid writing a row twice on recovery).
+
+    `progress` is the worker's last heartbeat's word on its shards (ShardWriter.progress): when it
+    names the worker's only writer, the tickets still claimed can only be in the shards after
+    `dropped_through`, found by name (a stat each) -- a few operations however many shards the
+    run holds. Otherwise every shard of the worker is read.
 
     A shard that cannot be read is quarantined: its rows are lost either way, and leaving it
     would stop every later recovery at the same place.
     """
+    writers = writers_of_worker(worker_id, WriterDirectory(paths).all_writers())
+    names = _shards_after(paths, writers, progress)
+    if names is None:
+        wanted = set(writers)
+        names = [n for n in shard_names(paths) if (parsed := parse_shard_name(n)) and parsed[0] in wanted]
     ids: set[str] = set()
-    writers = set(writers_of_worker(worker_id, WriterDirectory(paths).all_writers()))
-    for name in shard_names(paths):
-        parsed = parse_shard_name(name)
-        if parsed and parsed[0] in writers:
-            try:
-                ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
-            except READ_ERRORS as exc:
-                quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
+    for name in names:
+        fsops.count("open")
+        try:
+            ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+        except READ_ERRORS as exc:
+            quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
     return ids
+
+
+def _shards_after(paths: SpoolPaths, writers: list[str], progress: dict[str, Any] | None) -> list[str] | None:
+    """The shards of the one writer after its `dropped_through`, or None when that is not known."""
+    if not progress or not writers:
+        return [] if not writers else None
+    writer, dropped = progress.get("writer"), progress.get("dropped_through")
+    if writers != [writer] or not isinstance(dropped, int) or dropped < 0:
+        return None
+    names, seq = [], dropped + 1
+    while shard_exists(paths, writer, seq):
+        names.append(shard_name(writer, seq))
+        seq += 1
+    return names
 
 
 def count_rows(paths: SpoolPaths) -> int:

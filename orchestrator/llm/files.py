@@ -18,12 +18,19 @@ from orchestrator import fsops
 
 def write_json_atomic(path: Path, data: Any, *, indent: bool = False, durable: bool = False) -> None:
     """`durable`: flushed to disk, file and directory, so that it survives a node crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     option = orjson.OPT_INDENT_2 if indent else 0
-    tmp.unlink(missing_ok=True)  # left by a write of this thread that failed (ENOSPC)
-    fsops.write_new(tmp, orjson.dumps(data, option=option) + b"\n", sync=durable)
-    os.replace(tmp, path)
+    content = orjson.dumps(data, option=option) + b"\n"
+    # Two metadata operations (create, rename) when all is well: this runs per task started.
+    try:
+        fsops.write_new(tmp, content, sync=durable)
+    except FileNotFoundError:  # first write into a new directory
+        fsops.ensure_dir(path.parent)
+        fsops.write_new(tmp, content, sync=durable)
+    except FileExistsError:  # left by a write of this thread that failed (ENOSPC)
+        fsops.unlink(tmp)
+        fsops.write_new(tmp, content, sync=durable)
+    fsops.replace(tmp, path)
     if durable:
         fsops.sync_dir(path.parent)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from orchestrator import fsops
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.paths import SpoolPaths, safe_name
 
@@ -44,6 +45,11 @@ class InflightBoard:
     lease_s: float = DEFAULT_LEASE_S
     inflight: Counter[str] = field(default_factory=Counter)
     assigned: Counter[str] = field(default_factory=Counter)
+    # 0: publish every change (small runs: others read the boards at every decision). On a large
+    # run others see a summary rebuilt every few seconds, so publishing more often is wasted.
+    publish_every_s: float = 0.0
+    _published_at: float = field(default=-1e18, repr=False)
+    _unpublished: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         safe_name(self.worker_id, "worker id")
@@ -59,7 +65,16 @@ class InflightBoard:
             del self.inflight[url]
         if delta > 0:
             self.assigned[url] += delta
-        self.publish()
+        self._unpublished = True
+        if not self.inflight:   # idle now: say so at once, or others would route around a phantom load
+            self.publish()
+        else:
+            self.publish_if_due()
+
+    def publish_if_due(self) -> None:
+        """Publish changes not yet published, unless the last publication is too recent."""
+        if self._unpublished and time.monotonic() - self._published_at >= self.publish_every_s:
+            self.publish()
 
     def undo(self, url: str) -> None:
         """Take back a +1 whose task never started on `url` (it failed its health check)."""
@@ -71,6 +86,7 @@ class InflightBoard:
     def publish(self) -> None:
         """Write this worker's counts; a spool that cannot take them (full) only makes other
         workers' view stale until the next change: never a reason to fail a task."""
+        self._published_at, self._unpublished = time.monotonic(), False
         try:
             write_json_atomic(
                 self.own_file,
@@ -92,45 +108,79 @@ def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float, now: float) -> b
 
 
 def _alive(heartbeat: str, lease_s: float, now: float) -> bool:
+    fsops.count("stat")
     try:
         return now - os.stat(heartbeat).st_mtime < lease_s
     except FileNotFoundError:
         return False
 
 
-def read_load(
-    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
-    own: InflightBoard | None = None,
-) -> Load:
-    """Sum in-flight counts of live workers and lifetime assignments of all workers.
+@dataclass(frozen=True)
+class WorkerCounts:
+    """One worker's published counts, as a scan of the boards found them."""
 
-    `own` (the caller's board) is counted from memory and alive by definition.
+    inflight: dict[str, int]
+    assigned: dict[str, int]
+    alive: bool
+
+
+def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+                skip: str = "") -> dict[str, WorkerCounts]:
+    """Every worker's board (one open and one heartbeat stat each): 2 W + 1 metadata operations.
+
+    Routing does not call this per decision on a large run: see orchestrator/llm/load_view.py.
     """
     now = time.time() if now is None else now
-    inflight: Counter[str] = Counter(own.inflight if own else {})
-    assigned: Counter[str] = Counter(own.assigned if own else {})
-    live = 1 if own else 0
-    workers_dir = str(paths.workers)  # plain strings: this loop runs on every routing decision
+    workers_dir = str(paths.workers)  # plain strings: this loop is the hot part of a scan
     try:
         entries = list(os.scandir(paths.backends_inflight))
     except FileNotFoundError:
         entries = []
+    fsops.listed(len(entries))
+    found: dict[str, WorkerCounts] = {}
     for entry in entries:
         name = entry.name
         if not name.endswith(".json") or name.startswith("."):
             continue
         worker = name[: -len(".json")]
-        if own is not None and worker == own.worker_id:
+        if worker == skip:
             continue
+        fsops.count("open")
         try:
             with open(entry.path, "rb") as handle:
                 data = orjson.loads(handle.read())
         except (OSError, orjson.JSONDecodeError):
             continue  # vanished or being replaced: absent for this decision
-        for url, n in (data.get("assigned") or {}).items():
-            assigned[url] += int(n)
-        if _alive(os.path.join(workers_dir, name), lease_s, now):
+        found[worker] = WorkerCounts(
+            {url: int(n) for url, n in (data.get("inflight") or {}).items()},
+            {url: int(n) for url, n in (data.get("assigned") or {}).items()},
+            _alive(os.path.join(workers_dir, name), lease_s, now),
+        )
+    return found
+
+
+def total_load(workers: dict[str, WorkerCounts], own: InflightBoard | None = None) -> Load:
+    """Sum in-flight counts of live workers and lifetime assignments of all workers.
+
+    `own` (the caller's board) is counted from memory and alive by definition; its published
+    entry in `workers`, if any, is ignored.
+    """
+    inflight: Counter[str] = Counter(own.inflight if own else {})
+    assigned: Counter[str] = Counter(own.assigned if own else {})
+    live = 1 if own else 0
+    for worker, counts in workers.items():
+        if own is not None and worker == own.worker_id:
+            continue
+        assigned.update(counts.assigned)
+        if counts.alive:
             live += 1
-            for url, n in (data.get("inflight") or {}).items():
-                inflight[url] += int(n)
+            inflight.update(counts.inflight)
     return Load(dict(inflight), dict(assigned), live)
+
+
+def read_load(
+    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+    own: InflightBoard | None = None,
+) -> Load:
+    """The exact cluster view: every worker's board read now (2 W + 1 operations)."""
+    return total_load(scan_boards(paths, lease_s, now=now, skip=own.worker_id if own else ""), own)

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from orchestrator import fsops
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
@@ -179,6 +180,7 @@ class BackendRegistry:
     def read(self) -> Snapshot:
         """The current registry; re-parsed only when the file changed (one stat otherwise)."""
         path = self.paths.backends
+        fsops.count("stat")
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -186,7 +188,7 @@ class BackendRegistry:
             return self._cache
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._cache_key:
-            self._cache = parse_snapshot(path.read_bytes(), path)
+            self._cache = parse_snapshot(fsops.read_bytes(path), path)
             self._cache_key = key
         return self._cache
 

@@ -29,6 +29,7 @@ import httpx
 from orchestrator.llm.client import NO_ANSWER, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
+from orchestrator.llm.load_view import DEFAULT_VIEW_S, ClusterView
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
 from orchestrator.llm.urls import health_url
 from orchestrator.paths import SpoolPaths, current_node
@@ -58,8 +59,10 @@ class Router:
     health_check_s: float = 0.0
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     outage_wait_s: float = 0.0       # 0: fail at once when no backend is usable (router_for: run.toml)
+    view_s: float = DEFAULT_VIEW_S   # on a large run, other workers' counts are re-read this often
     registry: BackendRegistry = field(init=False)
     board: InflightBoard = field(init=False)
+    view: ClusterView = field(init=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
     # Backends this process saw fail, skipped until the registry write catches up everywhere.
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
@@ -71,6 +74,7 @@ class Router:
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
         self.board = InflightBoard(self.paths, self.worker_id, self.node, self.lease_s)
+        self.view = ClusterView(self.paths, self.lease_s, self.view_s)
 
     # -- the decision ---------------------------------------------------------------------
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:
@@ -81,7 +85,9 @@ class Router:
         candidates = [b for b in usable if b.url not in exclude] or usable
         if not candidates:
             raise NoBackendAvailable(self._explain(snapshot, exclude))
-        load = self.board.read(now)
+        load = self.view.load(self.board, now)
+        self.board.publish_every_s = self.view.publish_every_s
+        self.board.publish_if_due()
         return min(
             candidates,
             key=lambda b: (
@@ -253,7 +259,7 @@ def router_for(
 
     Settings come from the run's run.toml: the lease ([leases] lease_s, as the worker heartbeats
     by it), the health timings ([llm] health_check_s, probe_after_s) and the outage handling
-    ([llm] request_timeout_s, outage_wait_s).
+    ([llm] request_timeout_s, outage_wait_s) and the cluster view ([llm] view_s).
     """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
@@ -266,6 +272,7 @@ def router_for(
             health_check_s=config.llm.health_check_s if config else DEFAULT_HEALTH_CHECK_S,
             request_timeout_s=config.llm.request_timeout_s if config else DEFAULT_REQUEST_TIMEOUT_S,
             outage_wait_s=config.llm.outage_wait_s if config else DEFAULT_OUTAGE_WAIT_S,
+            view_s=config.llm.view_s if config else DEFAULT_VIEW_S,
         )
         _routers[key] = router
     return router

@@ -16,7 +16,7 @@ import secrets
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator import fsops
 from orchestrator.cancel import CancelWatch
@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 CANCEL_POLL_S = 0.5
 CANCEL_SWEEP_S = 10.0
 STOP_POLL_S = 1.0
+# A run of more than LARGE_RUN_WORKERS workers polls cancel/ and control/stop less often: each
+# poll is a metadata operation per node, 3,000 per second at 1,000 nodes (docs/scale.md).
+LARGE_RUN_WORKERS = 16
+CANCEL_POLL_LARGE_S = 2.0
+STOP_POLL_LARGE_S = 5.0
 SWEEP_EVERY_S = 60.0
 MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
@@ -96,6 +101,7 @@ class Worker:
         self.grace_s = config.shutdown.grace_s
         self.fatal: BaseException | None = None
         self.state = "running"
+        self.cluster_workers = 1   # heartbeats the last recovery scan saw (sets the poll periods)
         # Blocking spool work runs off the event loop: shard commits and recovery in one thread
         # (one at a time), heartbeats in another (never queued behind a slow commit).
         self.spool_io = ThreadPoolExecutor(1, thread_name_prefix="spool-io")
@@ -117,8 +123,10 @@ class Worker:
         background = [
             asyncio.create_task(self._every(self.config.leases.heartbeat_s, self._heartbeat_checked), name="heartbeat"),
             asyncio.create_task(self._every(max(self.config.leases.lease_s / 3, 0.1), self._recover), name="recovery"),
-            asyncio.create_task(self._every(CANCEL_POLL_S, self._poll_cancels), name="cancels"),
-            asyncio.create_task(self._every(STOP_POLL_S, self._poll_stop_request), name="stop-request"),
+            asyncio.create_task(self._every(lambda: self._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+                                            self._poll_cancels), name="cancels"),
+            asyncio.create_task(self._every(lambda: self._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
+                                            self._poll_stop_request), name="stop-request"),
             asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
             asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_in_background), name="sandbox-sweep"),
             asyncio.create_task(self._every(self.config.leases.lease_s, self._audit_claims), name="claim-audit"),
@@ -250,11 +258,19 @@ class Worker:
             log.warning("closing the sandbox of %s: %s", ticket.name, exc)
 
     # -- periodic duties ---------------------------------------------------------------------
-    async def _every(self, period: float, duty: Any) -> None:
-        """Run `duty` every `period`; a spool error (full, failing) is retried next time, not fatal."""
+    def _poll_period(self, small_run_s: float, large_run_s: float) -> float:
+        return small_run_s if self.cluster_workers <= LARGE_RUN_WORKERS else large_run_s
+
+    def _count_workers(self, heartbeats: int) -> None:
+        self.cluster_workers = heartbeats
+
+    async def _every(self, period: float | Callable[[], float], duty: Any) -> None:
+        """Run `duty` every `period` (a number, or a function giving the next wait); a spool error
+        (full, failing) is retried next time, not fatal."""
         failures = 0
         while True:
-            await asyncio.sleep(period)
+            wait = period() if callable(period) else period
+            await asyncio.sleep(wait)
             try:
                 done = duty()
                 if asyncio.iscoroutine(done):
@@ -264,13 +280,14 @@ class Worker:
                 failures += 1
                 if failures == 1 or failures % 100 == 0:
                     log.warning("%s failed (%d time(s) in a row): %s; retrying every %.1fs",
-                                getattr(duty, "__name__", duty), failures, exc, period)
+                                getattr(duty, "__name__", duty), failures, exc, wait)
 
     def _heartbeat_record(self) -> dict[str, Any]:
         pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
         return {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
+            "shards": self.shards.progress(),
         }
 
     def _heartbeat(self) -> None:
@@ -321,7 +338,7 @@ class Worker:
         if self.lease_lost:
             return
         moved = await self._in_spool_io(reap_expired, self.paths, self.worker_id, self.config.leases.lease_s,
-                                        self.config.jobs.max_attempts, self.events.emit)
+                                        self.config.jobs.max_attempts, self.events.emit, None, self._count_workers)
         if moved:
             self.counters["requeued"] += moved
             for stage in Stage:
@@ -416,6 +433,8 @@ class Worker:
         self.shards.write(batch, staging=self.box.dir)
         for name in batch.tickets:
             self.box.drop(name)
+        if self.shards.dropped_through == self.shards.last_seq - 1:   # no earlier shard left tickets behind
+            self.shards.dropped_through = self.shards.last_seq
         for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
             for workspace in removable_workspaces(self.paths.job_dir(name)):
                 shutil.rmtree(workspace, ignore_errors=True)

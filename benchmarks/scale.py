@@ -1,0 +1,367 @@
+"""Metadata load at 1,000 nodes: operations per recurring call, measured with fsops' own counters.
+
+    python -m benchmarks.scale [--quick]
+
+Every recurring operation of the engine is run for real on local disk at several sizes --
+workers W (simulated with heartbeat and in-flight files), queued jobs Q, shards S -- and the
+metadata operations it makes are counted by orchestrator.fsops (creates, renames, unlinks,
+stats, opens, listings; a listing is charged one more operation per 1,000 names it returns,
+what a metadata server needs to send a large directory). From the table, the steady-state
+load of a 1,000-node x 8-slot run at the pipeline benchmark's job mix is derived
+(docs/scale.md explains each term).
+
+Figures (last line, one JSON object):
+  pick_ops_w1000_over_w10       operations per routing decision, W=1,000 over W=10 (<= 1.5)
+  pick_median_ms_w1000          wall time of a decision with 1,000 simulated workers (<= 5)
+  restart_ops_s1e5_over_s1e2    reaping a dead worker's claims with 1e5 shards vs 1e2 (<= 2)
+  status_s_q1e5                 `status` with 1e5 queued jobs, seconds (<= 2)
+  overhead_ratio_vs_bare_queue  per-job wall time of echo jobs through real workers over a bare
+                                loop doing create, claim rename, hand-off rename, unlink (<= 3)
+  mds_ops_per_s_1000_nodes      the model's steady-state total (report; < 5,000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from benchmarks.common import emit_json, median, print_table
+from benchmarks.overhead import end_to_end
+from benchmarks.tail import poll_cost
+from orchestrator import fsops
+from orchestrator.cancel import CancelWatch
+from orchestrator.claims import ClaimBox, Claimer
+from orchestrator.config import RunConfig, Shards
+from orchestrator.jobs import JobSpec, JobStatus, Stage
+from orchestrator.liveness import write_heartbeat
+from orchestrator.llm.load_view import rebuild_period_s
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import Router
+from orchestrator.paths import SpoolPaths
+from orchestrator.recovery import reap_expired
+from orchestrator.rows import build_row
+from orchestrator.shardlog import WriterDirectory, shard_name
+from orchestrator.shards import ShardWriter
+from orchestrator.spool import init_run
+from orchestrator.status import snapshot
+from orchestrator.tickets import Ticket
+from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S
+
+NAMES_PER_OP = 1000   # one more operation per this many names a listing returns
+
+
+def charged() -> float:
+    """Operations so far, listings charged by the names they returned."""
+    return sum(fsops.OPS.values()) + fsops.LISTED["names"] / NAMES_PER_OP
+
+
+def measure(call: Callable[[], Any], repeat: int = 1) -> tuple[float, float, Any]:
+    """(operations per call, median seconds per call, last result)."""
+    before, times, result = charged(), [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = call()
+        times.append(time.perf_counter() - started)
+    return (charged() - before) / repeat, median(times), result
+
+
+def new_run(base: Path, name: str) -> SpoolPaths:
+    paths, _ = init_run(base / name)
+    return paths
+
+
+def ticket(name: str, stage: Stage = Stage.EVAL) -> Ticket:
+    job = JobSpec(job_id=name, group_id=name, instance_id=name, sample_index=0, handler="echo", instance={})
+    return Ticket(job=job, stage=stage)
+
+
+def queue_tickets(paths: SpoolPaths, queue: Path, count: int) -> None:
+    """`count` small tickets, written directly (fast: only their names matter here)."""
+    data = ticket("x").encode()
+    for index in range(count):
+        (queue / f"q{index:07d}").write_bytes(data)
+
+
+def simulate_workers(paths: SpoolPaths, workers: int, urls: list[str]) -> list[str]:
+    names = []
+    for w in range(workers):
+        name = f"node{w:04d}-1-abcd"
+        write_heartbeat(paths, name, {"node": f"node{w:04d}"})
+        board = {"worker": name, "inflight": {urls[w % len(urls)]: 1}, "assigned": {urls[w % len(urls)]: 5}}
+        (paths.backends_inflight / f"{name}.json").write_bytes(orjson.dumps(board))
+        ClaimBox(paths, name)
+        names.append(name)
+    return names
+
+
+# -- the operations -----------------------------------------------------------------------------
+def claim_cost(base: Path, queued: int, claimers: int, claims_each: int = 3) -> float:
+    """Operations per successful claim: `claimers` workers take turns on one queue of `queued`."""
+    paths = new_run(base, f"claim-q{queued}-w{claimers}")
+    queue_tickets(paths, paths.init_queue, queued)
+    boxes = [ClaimBox(paths, f"w{i}") for i in range(claimers)]
+    who = [Claimer(paths.init_queue, box.dir, min_relist_s=0.0) for box in boxes]
+    before, won = charged(), 0
+    for _ in range(claims_each):
+        for claimer in who:
+            won += claimer.claim() is not None
+    return (charged() - before) / max(won, 1)
+
+
+def advance_cost(base: Path) -> float:
+    paths = new_run(base, "advance")
+    box = ClaimBox(paths, "w")
+    tickets = [ticket(f"a{i}", Stage.RUN) for i in range(100)]
+    for t in tickets:
+        box.save(t)
+    before = charged()
+    for t in tickets:
+        box.advance(t, paths.eval_queue)
+    return (charged() - before) / len(tickets)
+
+
+def commit_cost(base: Path, rows_per_shard: int) -> float:
+    """Operations per job of committing a shard of `rows_per_shard` rows and dropping their tickets."""
+    paths = new_run(base, f"commit-{rows_per_shard}")
+    box = ClaimBox(paths, "w")
+    writer = ShardWriter(paths, "w", Shards())
+    names = [f"c{i}" for i in range(rows_per_shard)]
+    for name in names:
+        box.save(ticket(name))
+        writer.add(build_row(ticket(name), {}, JobStatus.OK, "w"), name)
+    writer.write(writer.take(), staging=box.dir)   # the writer's registration is a one-off: not counted
+    for name in names:
+        box.save(ticket(name))
+        writer.add(build_row(ticket(name), {}, JobStatus.OK, "w"), name)
+    before = charged()
+    writer.write(writer.take(), staging=box.dir)
+    for name in names:
+        box.drop(name)
+    return (charged() - before) / rows_per_shard
+
+
+def heartbeat_cost(base: Path) -> float:
+    """What the engine does per beat: check its claim directory is still its own, rewrite the record."""
+    paths = new_run(base, "heartbeat")
+    box = ClaimBox(paths, "w")
+    ops, _, _ = measure(lambda: (fsops.mtime(box.dir), write_heartbeat(paths, "w", {"node": "n"})), 20)
+    return ops
+
+
+def pick_cost(base: Path, workers: int, picks: int = 200) -> dict[str, float]:
+    """A routing decision as a task starts (registry, cluster view, own board +1) and its release (-1)."""
+    paths = new_run(base, f"pick-w{workers}")
+    urls = [f"http://b{i}:8000/v1" for i in range(16)]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    simulate_workers(paths, workers, urls)
+    router = Router(paths, "me-1-abcd", node="node-me")
+    # a process's first decision reads the view once; its node has a task in flight throughout
+    router.board.change(router.choose(router.registry.read()).url, +1)
+    # Another worker is rebuilding the summary (the case of all workers but one): this one's
+    # decisions only read it. The rebuild's own cost is measured below and bounded in the model.
+    router.view.lock_file.write_bytes(b"")
+
+    def decide() -> None:
+        backend = router.choose(router.registry.read())
+        router.board.change(backend.url, +1)
+        router.release(backend.url)
+
+    ops, seconds, _ = measure(decide, picks)
+    router.view.lock_file.unlink()
+    rebuild_ops, _, _ = measure(lambda: router.view._rebuild_if_first(time.time()))
+    return {"ops": ops, "ms": seconds * 1e3, "rebuild_ops": rebuild_ops}
+
+
+def recovery_cost(base: Path, workers: int) -> float:
+    paths = new_run(base, f"recovery-w{workers}")
+    names = simulate_workers(paths, workers, ["http://b:1/v1"])
+    rng = random.Random(1)
+    ops, _, _ = measure(lambda: reap_expired(paths, names[0], 30.0, 3, lambda *a: None, rng), 5)
+    return ops
+
+
+def restart_cost(base: Path, shards: int) -> float:
+    """Reaping a dead worker's claims (2 tickets, 1 committed but not dropped) among `shards` shards."""
+    paths = new_run(base, f"restart-s{shards}")
+    directory = WriterDirectory(paths)
+    for w in range(100):   # other writers' shards: only their names exist
+        other = directory.register(f"other{w:03d}-1-abcd")
+        for seq in range(1, shards // 100 + 1):
+            (paths.shards / shard_name(other, seq)).touch()
+    dead = "node9-1-dead"
+    box = ClaimBox(paths, dead)
+    writer = ShardWriter(paths, dead, Shards())
+    for name in ("done-1", "late-1"):
+        box.save(ticket(name))
+    writer.add(build_row(ticket("done-1"), {}, JobStatus.OK, dead), "done-1")
+    writer.write(writer.take(), staging=box.dir)
+    write_heartbeat(paths, dead, {"node": "node9", "shards": writer.progress()})
+    old = time.time() - 120
+    os.utime(paths.heartbeat(dead), (old, old))
+    ops, _, moved = measure(lambda: reap_expired(paths, "me-1-live", 30.0, 3, lambda *a: None))
+    assert moved == 1, moved
+    return ops
+
+
+def status_cost(base: Path, queued: int) -> dict[str, float]:
+    paths = new_run(base, f"status-q{queued}")
+    queue_tickets(paths, paths.init_queue, queued)
+    config = RunConfig.load(paths.run_config)
+    ops, seconds, snap = measure(lambda: snapshot(paths, config), 3)
+    assert snap.queued["init"] == queued
+    return {"ops": ops, "s": seconds}
+
+
+def cancel_poll_cost(base: Path, requests: int) -> float:
+    paths = new_run(base, f"cancel-{requests}")
+    for index in range(requests):
+        (paths.cancel / f"sub-{index:07d}-0000").touch()
+    watch = CancelWatch(paths)
+    ops, _, _ = measure(watch.refresh, 20)
+    return ops
+
+
+def stop_poll_cost(base: Path) -> float:
+    paths = new_run(base, "stop")
+    ops, _, _ = measure(lambda: fsops.mtime(paths.stop_request), 20)
+    return ops
+
+
+# -- the bare queue and the whole path ------------------------------------------------------------
+def bare_queue_s_per_job(base: Path, jobs: int) -> float:
+    """The minimum a job needs on the spool: create its ticket, claim it, hand it on, unlink it."""
+    paths = new_run(base, "bare")
+    claims = paths.claims("bare")
+    claims.mkdir(parents=True, exist_ok=True)
+    data = ticket("x").encode()
+    started = time.perf_counter()
+    for index in range(jobs):
+        name = f"b{index:07d}"
+        fsops.write_atomic(paths.init_queue / name, data, paths.tmp)
+        fsops.rename(paths.init_queue / name, claims / name)
+        fsops.rename(claims / name, paths.eval_queue / name)
+        fsops.rename(paths.eval_queue / name, claims / name)
+        fsops.unlink(claims / name)
+    return (time.perf_counter() - started) / jobs
+
+
+# -- the model -------------------------------------------------------------------------------------
+def steady_state(per_call: dict[str, float], per_job_ops: float, config: RunConfig, nodes: int,
+                 slots: int, run_s: float, workers_alive: int) -> list[tuple[str, float, str]]:
+    """Metadata operations per second of the whole run, term by term: (term, ops/s, how)."""
+    lease = config.leases.lease_s
+    jobs_per_s = nodes * slots / run_s
+    rebuild_ops = per_call["rebuild"]
+    terms = [
+        ("jobs (submit..row, measured end to end)", jobs_per_s * per_job_ops,
+         f"{jobs_per_s:.0f} jobs/s x {per_job_ops:.1f} ops/job"),
+        ("routing (one pick + release per job)", jobs_per_s * per_call["pick"], f"{per_call['pick']:.2f} ops/pick"),
+        ("routing: own board published", nodes * 2 / rebuild_period_s(workers_alive, config.llm.view_s),
+         f"create + rename / {rebuild_period_s(workers_alive, config.llm.view_s):g} s"),
+        ("cluster view: each node re-reads the summary", nodes / config.llm.view_s, f"1 open / {config.llm.view_s:g} s"),
+        ("cluster view: summary rebuilds", rebuild_ops / rebuild_period_s(workers_alive, config.llm.view_s),
+         f"{rebuild_ops:.0f} ops / {rebuild_period_s(workers_alive, config.llm.view_s):g} s"),
+        ("heartbeats", nodes * per_call["heartbeat"] / config.leases.heartbeat_s,
+         f"{per_call['heartbeat']:.1f} ops / {config.leases.heartbeat_s:g} s"),
+        ("cancel poll", nodes * per_call["cancel"] / CANCEL_POLL_LARGE_S,
+         f"{per_call['cancel']:.1f} ops / {CANCEL_POLL_LARGE_S:g} s"),
+        ("stop poll", nodes * per_call["stop"] / STOP_POLL_LARGE_S, f"{per_call['stop']:.1f} ops / {STOP_POLL_LARGE_S:g} s"),
+        ("recovery scan", nodes * per_call["recovery"] / (lease / 3), f"{per_call['recovery']:.1f} ops / {lease / 3:g} s"),
+        ("claim audit", nodes * 1.0 / lease, f"1 listing / {lease:g} s"),
+    ]
+    return terms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute instead of several)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the run directories (local disk)")
+    args = parser.parse_args()
+    big_q, big_s, big_w = (10_000, 10_000, 300) if args.quick else (100_000, 100_000, 1000)
+    base = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir))
+    try:
+        table: list[list[Any]] = []
+        per_call: dict[str, float] = {}
+
+        # each claimer takes up to 3 (Q=100) or 50 tickets (a worker's cached listing lasts that long)
+        claims = {(q, w): claim_cost(base, q, w, 3 if q == 100 else 50) for q in (100, big_q) for w in (1, 10, 100)}
+        for (q, w), ops in claims.items():
+            table.append(["claim (rename; relist when dry)", f"Q={q} W={w}", ops])
+        per_call["claim"] = max(claims.values())
+        table.append(["advance (save + hand to next queue)", "any", advance_cost(base)])
+        for rows in (1, 20, 100):
+            table.append(["commit (shard + drop tickets), per job", f"{rows} rows/shard", commit_cost(base, rows)])
+        per_call["heartbeat"] = heartbeat_cost(base)
+        table.append(["heartbeat", "any", per_call["heartbeat"]])
+        picks = {w: pick_cost(base, w) for w in (10, 100, big_w)}
+        for w, p in picks.items():
+            table.append(["routing pick (+ release)", f"W={w}", p["ops"]])
+            table.append(["  cluster view rebuild (one worker, bounded rate)", f"W={w}", p["rebuild_ops"]])
+        per_call["pick"], per_call["rebuild"] = picks[big_w]["ops"], picks[big_w]["rebuild_ops"]
+        for requests in (0, 100):
+            per_call["cancel"] = cancel_poll_cost(base, requests)
+            table.append(["cancel poll", f"{requests} requests", per_call["cancel"]])
+        per_call["cancel"] = cancel_poll_cost(base, 0)
+        per_call["stop"] = stop_poll_cost(base)
+        table.append(["stop poll", "any", per_call["stop"]])
+        recovery = {w: recovery_cost(base, w) for w in (10, 100, big_w)}
+        for w, ops in recovery.items():
+            table.append(["recovery scan", f"W={w}", ops])
+        per_call["recovery"] = recovery[big_w]
+        restart = {s: restart_cost(base, s) for s in (100, big_s)}
+        for s, ops in restart.items():
+            table.append(["restart: reap a dead worker's claims", f"S={s}", ops])
+        status = {q: status_cost(base, q) for q in (100, big_q)}
+        for q, st in status.items():
+            table.append(["status", f"Q={q}", st["ops"]])
+        polls = {s: poll_cost(base, s, 100, 50) for s in (100, big_s)}
+        for s, poll in polls.items():
+            table.append(["reader poll (100 open writers)", f"S={s}", poll["ops_per_poll"]])
+        print_table("metadata operations per call (fsops counters; listings + 1 per 1,000 names)",
+                    ["operation", "size", "ops/call"], table)
+
+        e2e = end_to_end(base, 600 if args.quick else 2000, 4)
+        bare = bare_queue_s_per_job(base, 2000)
+        e2e_s_per_job = e2e["seconds"] / e2e["jobs"]
+        print_table("echo jobs through real workers vs a bare queue, same disk, same run",
+                    ["path", "jobs/s", "ms/job", "metadata ops/job"],
+                    [["4 local workers, whole path", e2e["jobs_per_s"], e2e_s_per_job * 1e3, e2e["metadata_ops_per_job"]],
+                     ["bare loop: create, claim, hand-off, unlink", 1 / bare, bare * 1e3, 5.0]])
+
+        config = RunConfig()
+        nodes, slots, run_s = 1000, 8, 6.0   # the pipeline benchmark's RUN stage: uniform 2-10 s
+        terms = steady_state(per_call, e2e["metadata_ops_per_job"], config, nodes, slots, run_s, nodes)
+        total = sum(ops for _, ops, _ in terms)
+        print_table(f"steady state, {nodes} nodes x {slots} RUN slots, RUN mean {run_s:g} s (defaults of run.toml)",
+                    ["term", "ops/s", "from"], [[t, ops, how] for t, ops, how in terms] + [["total", total, ""]])
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    emit_json({
+        "pick_ops_w1000_over_w10": round(picks[big_w]["ops"] / picks[10]["ops"], 3),
+        "pick_ops_w10": round(picks[10]["ops"], 2), "pick_ops_w1000": round(picks[big_w]["ops"], 2),
+        "pick_median_ms_w1000": round(picks[big_w]["ms"], 3),
+        "restart_ops_s1e5_over_s1e2": round(restart[big_s] / restart[100], 3),
+        "status_s_q1e5": round(status[big_q]["s"], 3),
+        "overhead_ratio_vs_bare_queue": round(e2e_s_per_job / bare, 2),
+        "mds_ops_per_s_1000_nodes": round(total),
+        "mds_ops_per_s_1000_nodes_jobs": round(terms[0][1]),
+        "mds_ops_per_s_1000_nodes_cluster_size_terms": round(total - terms[0][1] - terms[1][1]),
+        "recovery_ops_w1000_over_w10": round(recovery[big_w] / recovery[10], 2),
+        "sizes": {"W": big_w, "Q": big_q, "S": big_s},
+    })
+    shutil.rmtree(base, ignore_errors=True)   # after the figures: 3e5 files take a while to remove
+
+
+if __name__ == "__main__":
+    main()

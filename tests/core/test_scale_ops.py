@@ -1,0 +1,197 @@
+"""Metadata operations per decision stay flat as the run grows (counted, never timed).
+
+Each test builds the same situation at two sizes (workers W, shards S) with real files and
+compares the operations the engine counts in orchestrator.fsops.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from orchestrator import fsops
+from orchestrator.claims import ClaimBox
+from orchestrator.config import ConfigError, RunConfig, Shards
+from orchestrator.jobs import JobSpec, JobStatus, Stage
+from orchestrator.liveness import write_heartbeat
+from orchestrator.recovery import reap_expired
+from orchestrator.rows import build_row
+from orchestrator.shards import ShardWriter
+from orchestrator.tickets import Ticket
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import Router
+from orchestrator.paths import SpoolPaths
+from tests.core.util import make_run
+
+
+def ops_of(call, *args, **kwargs) -> tuple[int, object]:
+    before = sum(fsops.OPS.values())
+    result = call(*args, **kwargs)
+    return sum(fsops.OPS.values()) - before, result
+
+
+def simulated_workers(paths: SpoolPaths, workers: int, urls: list[str]) -> None:
+    """W workers with a live heartbeat and an in-flight board each (what routing reads)."""
+    for w in range(workers):
+        worker = f"sim{w:04d}"
+        paths.heartbeat(worker).write_bytes(b"{}")
+        board = {"worker": worker, "node": f"n{w}", "inflight": {urls[w % len(urls)]: 1}, "assigned": {urls[w % len(urls)]: 3}}
+        (paths.backends_inflight / f"{worker}.json").write_bytes(orjson.dumps(board))
+
+
+def pick_ops(tmp_path: Path, workers: int, picks: int = 20) -> tuple[float, dict[str, int]]:
+    paths = make_run(tmp_path / f"w{workers}")
+    urls = [f"http://b{i}:8000/v1" for i in range(4)]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    simulated_workers(paths, workers, urls)
+    router = Router(paths, "me", node="n-me")
+    router.choose(router.registry.read())   # the first decision of a process may read everything once
+    total = 0
+    for _ in range(picks):
+        spent, _ = ops_of(lambda: router.choose(router.registry.read()))
+        total += spent
+    return total / picks, router.view.load(router.board).inflight
+
+
+def test_routing_decision_cost_is_flat_in_workers(tmp_path: Path) -> None:
+    small, small_load = pick_ops(tmp_path, 10)
+    large, large_load = pick_ops(tmp_path, 400)
+    # the large run's view still counts every worker's tasks in flight
+    assert sum(large_load.values()) == 400 and sum(small_load.values()) == 10
+    assert large <= 1.5 * small, (small, large)
+
+
+def test_small_runs_route_on_exact_counts(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    urls = ["http://a:1/v1", "http://b:1/v1"]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    w1, w2 = Router(paths, "w1", node="x"), Router(paths, "w2", node="y")
+    picks = Counter()
+    for router in (w1, w2, w1, w2):
+        backend = router.choose(router.registry.read())
+        router.board.change(backend.url, +1)
+        picks[backend.url] += 1
+    assert picks == Counter({urls[0]: 2, urls[1]: 2})   # each saw the other's task at once
+
+
+def dead_worker_with_shards(root: Path, shards: int) -> tuple[SpoolPaths, str]:
+    """A worker that committed `shards` shards (one row each), then died between committing the
+    last one and dropping its ticket; two more tickets were still claimed. Its heartbeat is old."""
+    paths = make_run(root)
+    dead = "node9-1-dead"
+    box = ClaimBox(paths, dead)
+    writer = ShardWriter(paths, dead, Shards())
+    for index in range(shards):
+        name = f"job-{index:06d}"
+        box.save(ticket(name))
+        writer.add(build_row(ticket(name), {}, JobStatus.OK, dead), name)
+        writer.write(writer.take(), staging=box.dir)
+        if index < shards - 1:
+            box.drop(name)
+            writer.dropped_through = writer.last_seq
+    for name in ("job-late-1", "job-late-2"):
+        box.save(ticket(name))
+    write_heartbeat(paths, dead, {"node": "node9", "shards": writer.progress()})
+    old = time.time() - 60
+    os.utime(paths.heartbeat(dead), (old, old))
+    return paths, dead
+
+
+def test_restart_recovery_cost_is_flat_in_shards(tmp_path: Path) -> None:
+    costs = {}
+    for shards in (3, 30):
+        paths, _ = dead_worker_with_shards(tmp_path / f"s{shards}", shards)
+        spent, moved = ops_of(reap_expired, paths, "me-1-live", 2.0, 3, lambda *a: None)
+        assert moved == 2   # the two late tickets; the last shard's ticket is known as committed
+        assert sorted(fsops.list_names(paths.eval_queue)) == ["job-late-1", "job-late-2"]
+        costs[shards] = spent
+    assert costs[30] <= costs[3] + 2, costs
+
+
+def ticket(name: str) -> Ticket:
+    job = JobSpec(job_id=name, group_id=name, instance_id=name, sample_index=0, handler="echo", instance={})
+    return Ticket(job=job, stage=Stage.EVAL)
+
+
+def live_heartbeats(paths: SpoolPaths, workers: int) -> list[str]:
+    names = [f"node{w:04d}-1-abcd" for w in range(workers)]
+    for name in names:
+        write_heartbeat(paths, name, {"node": name[:8]})
+        ClaimBox(paths, name)
+    return names
+
+
+def test_recovery_scan_cost_is_flat_in_workers(tmp_path: Path) -> None:
+    costs = {}
+    for workers in (10, 200):
+        paths = make_run(tmp_path / f"w{workers}")
+        names = live_heartbeats(paths, workers)
+        costs[workers], moved = ops_of(reap_expired, paths, names[3], 30.0, 3, lambda *a: None, random.Random(1))
+        assert moved == 0
+    assert costs[200] <= 1.5 * costs[10], costs
+
+
+def test_the_ring_finds_dead_workers_after_the_scanning_one(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    names = live_heartbeats(paths, 40)
+    old = time.time() - 60
+    for dead in names[11:13]:   # two dead in a row after names[10]
+        ClaimBox(paths, dead).save(ticket(f"job-of-{dead}"))
+        os.utime(paths.heartbeat(dead), (old, old))
+    assert reap_expired(paths, names[20], 30.0, 3, lambda *a: None, random.Random(1)) == 0   # not its neighbours
+    assert reap_expired(paths, names[10], 30.0, 3, lambda *a: None, random.Random(1)) == 2
+    assert sorted(fsops.list_names(paths.eval_queue)) == [f"job-of-{d}" for d in names[11:13]]
+    assert not paths.heartbeat(names[11]).exists() and paths.heartbeat(names[13]).exists()
+
+
+def test_a_lease_shorter_than_three_heartbeats_is_refused() -> None:
+    assert RunConfig().leases.lease_s >= 3 * RunConfig().leases.heartbeat_s
+    with pytest.raises(ConfigError, match=r"leases.lease_s = 20 is shorter than 3 heartbeats .*heartbeat_s = 10"):
+        RunConfig().with_overrides({"leases.heartbeat_s": 10, "leases.lease_s": 20})
+    assert RunConfig().with_overrides({"leases.heartbeat_s": 20, "leases.lease_s": 60}).leases.lease_s == 60
+
+
+def test_large_runs_poll_cancel_and_stop_less_often(tmp_path: Path) -> None:
+    from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, CANCEL_POLL_S, STOP_POLL_LARGE_S, STOP_POLL_S, Worker
+    from orchestrator.worker.options import WorkerOptions
+
+    periods = {}
+    for workers in (3, 40):
+        paths = make_run(tmp_path / f"w{workers}")
+        live_heartbeats(paths, workers - 1)
+        worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
+        reap_expired(paths, worker.worker_id, 30.0, 3, lambda *a: None, random.Random(1), worker._count_workers)
+        periods[workers] = (worker._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+                            worker._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S))
+        worker.spool_io.shutdown()
+        worker.heartbeat_io.shutdown()
+    assert periods == {3: (CANCEL_POLL_S, STOP_POLL_S), 40: (CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S)}
+
+
+def test_on_a_large_run_a_worker_publishes_its_board_at_most_once_per_rebuild_period(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    urls = [f"http://b{i}:8000/v1" for i in range(4)]
+    for url in urls:
+        BackendRegistry(paths).add(url)
+    simulated_workers(paths, 100, urls)
+    router = Router(paths, "me", node="n-me")
+    router.board.change(router.choose(router.registry.read()).url, +1)   # a long task stays in flight
+    assert router.board.publish_every_s > 0
+    spent = 0
+    for _ in range(50):
+        cost, backend = ops_of(lambda: router.choose(router.registry.read()))
+        spent += cost + ops_of(router.board.change, backend.url, +1)[0] + ops_of(router.release, backend.url)[0]
+    assert spent <= 50 * 1 + 2 * 2, spent   # a registry stat per pick, the board once or twice
+    board = orjson.loads((paths.backends_inflight / "me.json").read_bytes())
+    assert board["assigned"] and sum(board["assigned"].values()) <= 51
+    router.release(backend.url)
+    router.release(next(iter(router.board.inflight)))   # idle now: published at once
+    assert orjson.loads((paths.backends_inflight / "me.json").read_bytes())["inflight"] == {}

@@ -748,5 +748,5 @@ class Worker:
         else:
             ticket.back_to_init()
         self.box.advance(ticket, self._queue_of(ticket.stage))
-        self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": target.value})
+        self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": ticket.stage.value})
 

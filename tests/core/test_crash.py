@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import random
 import signal
@@ -72,6 +74,10 @@ def test_stop_signals_return_unfinished_work_and_exit_zero(tmp_path: Path, signu
     assert not any(any(d.iterdir()) for d in paths.active.iterdir() if d.is_dir())
     back = sorted(p.name for p in paths.init_queue.iterdir())
     assert len(back) == 6 and not rows(paths)
+    # every job says so in its events, the 3 interrupted in RUN and the 3 prepared for it alike
+    returned = [e for f in paths.events.glob("*.jsonl") for e in map(json.loads, f.read_text().splitlines())
+                if e.get("event") == "returned"]
+    assert sorted((e["stage"], e["to"]) for e in returned) == [("run", "init")] * 6, returned
     # a later worker finishes them once the durations allow
     for name in back:
         ticket = (paths.init_queue / name)

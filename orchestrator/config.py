@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 class ConfigError(ValueError):

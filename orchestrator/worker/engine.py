@@ -372,10 +372,8 @@ class Worker:
         asyncio.get_running_loop().run_in_executor(None, self._sweep_sandboxes)
 
     def _sweep_sandboxes(self) -> None:
-        try:
-            from orchestrator.sandbox.api import sweep_orphaned_sandboxes
-        except ImportError:
-            return
+        from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+
         try:
             reaped = sweep_orphaned_sandboxes()
             if reaped:
@@ -724,5 +722,5 @@ class Worker:
         else:
             ticket.back_to_init()
         self.box.advance(ticket, self._queue_of(ticket.stage))
-        self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": target.value})
+        self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": ticket.stage.value})
 

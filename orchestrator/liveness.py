@@ -75,11 +75,6 @@ def read_workers(paths: SpoolPaths, lease_s: float) -> list[WorkerRecord]:
     return records
 
 
-def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float) -> bool:
-    mtime = fsops.mtime(paths.heartbeat(worker_id))
-    return mtime is not None and time.time() - mtime < lease_s
-
-
 def retire(paths: SpoolPaths, worker_id: str) -> None:
     """Move a heartbeat to workers/gone/ (kept for `status`, out of the live set)."""
     gone = paths.workers / "gone"

@@ -196,16 +196,6 @@ def committed_job_ids(paths: SpoolPaths, worker_id: str) -> set[str]:
     return ids
 
 
-def count_rows(paths: SpoolPaths) -> int:
-    total = 0
-    for name in shard_names(paths):
-        try:
-            total += pq.ParquetFile(paths.shards / name).metadata.num_rows
-        except READ_ERRORS as exc:
-            warn_skipped(name, f"{type(exc).__name__}: {exc}")
-    return total
-
-
 def read_shard(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 

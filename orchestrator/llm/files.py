@@ -27,7 +27,3 @@ def write_json_atomic(path: Path, data: Any, *, indent: bool = False, durable: b
     if durable:
         fsops.sync_dir(path.parent)
 
-
-def read_json(path: Path) -> Any:
-    """Parsed content of `path`; raises FileNotFoundError or orjson.JSONDecodeError."""
-    return orjson.loads(path.read_bytes())

@@ -4,6 +4,7 @@ test tool at run time, and a one-line error naming the extra when torch is missi
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -50,3 +51,26 @@ def test_missing_torch_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPa
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert "hpc-rollout[llm]" in lines[0] and "download.pytorch.org/whl/cpu" in lines[0]
+
+
+OPTIONAL = ("torch", "prometheus_client", "wandb", "tensorboard", "math_verify", "spython")
+
+
+def _cli_help_without(blocked: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    code = ("import sys\n"
+            f"for name in {blocked!r}: sys.modules[name] = None\n"
+            "from orchestrator.cli import main\nsys.argv = ['hpc-rollout', '--help']\nmain()\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_every_command_group_loads_without_the_optional_extras() -> None:
+    done = _cli_help_without(OPTIONAL)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    for command in ("submit", "status", "serve-llm", "demo", "report", "sandbox", "sbatch"):
+        assert f"  {command}" in done.stdout
+
+
+def test_a_command_group_that_cannot_be_imported_is_not_hidden() -> None:
+    done = _cli_help_without(("orchestrator.cli.report",))
+    assert done.returncode != 0
+    assert "import of orchestrator.cli.report" in done.stderr, done.stderr

@@ -65,11 +65,7 @@ def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
     log_dir = paths.logs / launch_id
     log_dir.mkdir(parents=True, exist_ok=True)
     latest = paths.logs / "latest"
-    tmp = paths.logs / f".latest-{os.getpid()}"
-    if tmp.is_symlink():
-        tmp.unlink()
-    tmp.symlink_to(launch_id)
-    os.replace(tmp, latest)
+    fsops.point_symlink(latest, launch_id)
     return log_dir
 
 

@@ -6,7 +6,8 @@
 
 A "package" is one directory under orchestrator/ (orchestrator.llm, orchestrator.worker, ...);
 the modules directly in orchestrator/ form the package `core`; `handlers` is one package.
-Imports inside functions count too: a lazy import is still a dependency.
+Imports inside functions count too: a lazy import is still a dependency. Imports under
+`if TYPE_CHECKING:` do not (they never run); a layer may name a type from above in annotations.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ ROOTS = ("orchestrator", "handlers")
 # Layers, bottom to top: a package may import only packages of its own layer or below.
 # Within one layer, imports are allowed as long as they form no cycle.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("core",),                                   # spool primitives: paths, tickets, claims, shards
-    ("grading", "metrics"),                      # leaf helpers used by handlers and workers
-    ("llm", "sandbox", "slurm", "agent"),        # the parts a worker drives
-    ("worker", "report", "trainer", "handlers"), # stage workers, readers, task plugins
-    ("app",),                                    # demo, local launching
-    ("cli",),                                    # the command line, on top of everything
+    ("core",),                                       # spool primitives: paths, tickets, claims, shards
+    ("sandbox", "llm"),                              # the parts a stage drives: sandboxes, model backends
+    ("handler_api", "agent", "grading", "report"),   # what handlers see; readers of a run
+    ("worker", "metrics"),                           # the stage worker and its hooks
+    ("handlers", "slurm", "api"),                    # task plugins; Slurm arrays of workers; the Python API
+    ("trainer",),                                    # the trainer side: sampler, batches, over the API
+    ("app",),                                        # demo, local launching, tasks check
+    ("cli",),                                        # the command line, on top of everything
 )
 
 
@@ -47,7 +50,19 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# Top-level modules that are not spool primitives: public entry points kept at their import
+# path for users (handlers import orchestrator.context; trainers orchestrator.api), placed in
+# the layer of what they use.
+MODULE_PACKAGES = {
+    "orchestrator.context": "handler_api",   # JobContext: opens sandboxes for handlers
+    "orchestrator.api": "api",               # the trainer's Python API (weights swap through llm)
+    "orchestrator.status": "api",            # the status snapshot (shards, Slurm's view)
+}
+
+
 def package_of(module: str) -> str:
+    if module in MODULE_PACKAGES:
+        return MODULE_PACKAGES[module]
     parts = module.split(".")
     if parts[0] == "handlers":
         return "handlers"
@@ -71,11 +86,24 @@ def _resolve_relative(module: str, is_package: bool, level: int, name: str | Non
     return ".".join(base + ([name] if name else []))
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:`: names for annotations, never run."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            hidden.update(id(inner) for stmt in node.body for inner in ast.walk(stmt))
+    return hidden
+
+
 def imports_of(path: Path) -> list[ImportEdge]:
+    """Imports that run (at module level or inside functions); type-checking-only ones are left out."""
     module = module_name(path)
     tree = ast.parse(path.read_text(), filename=str(path))
+    type_only = _type_checking_only(tree)
     edges: list[ImportEdge] = []
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -83,12 +111,9 @@ def imports_of(path: Path) -> list[ImportEdge]:
             base = node.module or ""
             if node.level:
                 base = _resolve_relative(module, path.name == "__init__.py", node.level, node.module)
-            # `from pkg import submodule` depends on the submodule when it is one.
-            targets = [base]
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                if _is_module(candidate):
-                    targets.append(candidate)
+            # `from pkg import submodule` depends on the submodule, not on what pkg/__init__ defines.
+            submodules = [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
+            targets = submodules if len(submodules) == len(node.names) else [base, *submodules]
         for target in targets:
             if target.split(".")[0] in ROOTS:
                 edges.append(ImportEdge(module, target, node.lineno))

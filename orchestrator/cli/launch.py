@@ -11,8 +11,9 @@ from rich.console import Console
 
 from orchestrator.config import ConfigError
 from orchestrator.liveness import read_workers
-from orchestrator.cli.progress import DrainResult, drain_with_progress
-from orchestrator.local_launch import LocalLaunch, request_stop, start_local_workers
+from orchestrator.cli.progress import drain_with_progress, report_drained
+from orchestrator.app.local_launch import LocalLaunch, start_local_workers
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
@@ -117,15 +118,6 @@ def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float, run_d
         err.print(f"[red]workers ended before the queues drained[/red] (exit codes {codes}); see {launch.log_dir}")
         sys.exit(1)
     report_drained(result, f"workers stopped (exit codes {codes})", run_dir)
-
-
-def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
-    """The last line of `launch --wait`, and its exit status (see cli/progress.py)."""
-    if result.tally.failed:
-        err.print(f"drained: {result.tally.summary()}; {stopped}. [red]{result.tally.failed} job(s) did not "
-                  f"end ok[/red]: see `hpc-rollout status {run_dir}` for the reasons")
-        sys.exit(result.exit_code)
-    out.print(f"drained: {result.tally.summary()}; {stopped}")
 
 
 @click.command("stop")

@@ -233,7 +233,8 @@ async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | Non
 async def generation_problem(http: httpx.AsyncClient, backend: Backend,
                              timeout_s: float = GENERATION_PROBE_TIMEOUT_S) -> str | None:
     """None when the backend samples one token within `timeout_s`, else why not."""
-    from orchestrator.llm.client import RetryPolicy, client_for
+    from orchestrator.llm.client import RetryPolicy
+    from orchestrator.llm.clients import client_for
 
     client = client_for(backend, http, RetryPolicy(attempts=1, timeout_s=timeout_s))
     try:

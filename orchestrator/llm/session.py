@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import httpx
 
-from orchestrator.llm.client import BackendClient, RetryPolicy, client_for, new_http_client
+from orchestrator.llm.client import BackendClient, RetryPolicy, new_http_client
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 import orchestrator
-from orchestrator.local_launch import launch_log_dir, new_launch_id
+from orchestrator.launches import launch_log_dir, new_launch_id
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
 from orchestrator.slurm.errors import LaunchError, SlurmUnavailable

@@ -676,7 +676,7 @@ class Worker:
         await self._close_runtime(ctx)
         ticket.status = status
         if error is not None:
-            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+            ticket.error = error.to_record()
         if output:
             ticket.outputs[ctx.stage.value] = output
         if Stage.EVAL in self.options.stages:
@@ -691,9 +691,9 @@ class Worker:
             return  # the claim is another worker's now
         status = ticket.status or status or JobStatus.OK
         if error is None and ticket.error:
-            error = StageError(ticket.error.get("stage", ""), ticket.error.get("kind", ""), ticket.error.get("message", ""))
+            error = StageError.from_record(ticket.error)
         if error is not None and ticket.error is None:
-            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+            ticket.error = error.to_record()
         if handler is None:
             try:
                 handler = self._handler(ticket.job.handler)

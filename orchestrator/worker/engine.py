@@ -28,6 +28,7 @@ from orchestrator.handler import AgentHandler, HandlerError, StageError, load_ha
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import router_from_config
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
@@ -76,6 +77,7 @@ class Worker:
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
+            llm_router=router_from_config(paths, self.worker_id, self.node, config),
         )
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)

@@ -16,7 +16,12 @@ from orchestrator import fsops
 
 def write_json_atomic(path: Path, data: Any, *, indent: bool = False, durable: bool = False) -> None:
     """`durable`: flushed to disk, file and directory, so that it survives a node crash."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     option = orjson.OPT_INDENT_2 if indent else 0
-    fsops.write_atomic(path, orjson.dumps(data, option=option) + b"\n",
-                       durability=fsops.Durability.FULL if durable else fsops.Durability.NONE)
+    content = orjson.dumps(data, option=option) + b"\n"
+    durability = fsops.Durability.FULL if durable else fsops.Durability.NONE
+    # Two metadata operations (create, rename) when all is well: this runs per task started.
+    try:
+        fsops.write_atomic(path, content, durability=durability)
+    except FileNotFoundError:  # first write into a new directory
+        fsops.ensure_dir(path.parent)
+        fsops.write_atomic(path, content, durability=durability)

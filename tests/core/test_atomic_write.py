@@ -56,3 +56,10 @@ def test_no_other_module_replaces_files_by_hand() -> None:
         if name not in OTHER_RENAMES and re.search(r"\bos\.(replace|rename)\(", path.read_text()):
             offenders.append(name)
     assert not offenders, f"use fsops.write_atomic / fsops.point_symlink in {offenders}"
+
+
+def test_the_first_json_write_into_a_new_directory_creates_it(tmp_path: Path) -> None:
+    target = tmp_path / "inflight" / "w1.json"
+    write_json_atomic(target, {"n": 1}, durable=True)
+    assert target.read_bytes() == b'{"n":1}\n'
+    assert os.listdir(target.parent) == ["w1.json"]

@@ -9,6 +9,8 @@ from typing import Any
 
 import tomli_w
 
+from orchestrator.runtimes import RUNTIME_NAMES
+
 
 class ConfigError(ValueError):
     """run.toml (or an override) holds an unknown key or a value out of bounds."""
@@ -108,7 +110,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }
-RUNTIMES = ("auto", "apptainer", "bwrap", "local")
+RUNTIMES = RUNTIME_NAMES
 DATA_SOURCES = "data_sources"
 
 

@@ -15,6 +15,7 @@ from orchestrator.cli.progress import drain_with_progress, report_drained
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
+from orchestrator.runtimes import RUNTIME_NAMES
 from orchestrator.spool import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, sbatch_flags, slurm_launch_options, wait_and_stop_slurm
@@ -41,7 +42,7 @@ def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker."),
         click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker."),
         click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many."),
-        click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml)."),
+        click.option("--runtime", type=click.Choice(RUNTIME_NAMES), help="Sandbox runtime (default: run.toml)."),
         click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
                      help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers])."),
     ]):

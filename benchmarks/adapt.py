@@ -44,7 +44,7 @@ import orjson
 from benchmarks.common import emit_json, print_table
 from orchestrator.events import events_named
 from orchestrator.liveness import read_workers
-from orchestrator.local_launch import request_stop
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.scaling import Bounds
 from orchestrator.slurm.adapt import AdaptSettings, Controller

@@ -31,13 +31,13 @@ import httpx
 import pyarrow.dataset as ds
 
 from benchmarks.common import emit_json, median, print_table
-from orchestrator.llm.client import client_for
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.registry import Backend, BackendRegistry
 from orchestrator.llm.stock_vllm import start_vllm
 from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
-from orchestrator.local_launch import start_local_workers
+from orchestrator.app.local_launch import start_local_workers
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import init_run
 from orchestrator.status import pending_count

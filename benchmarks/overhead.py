@@ -21,7 +21,7 @@ import orjson
 from benchmarks.common import emit_json, median, percentile, print_table
 from orchestrator import fsops
 from orchestrator.claims import Claimer
-from orchestrator.local_launch import start_local_workers
+from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool import init_run
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_rows

@@ -28,7 +28,7 @@ from benchmarks.common import emit_json, print_table
 from handlers.sleep import SleepHandler
 from orchestrator.context import JobContext, WorkerServices
 from orchestrator.jobs import JobSpec, Stage
-from orchestrator.local_launch import start_local_workers
+from orchestrator.app.local_launch import start_local_workers
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import init_run
 from orchestrator.status import pending_count

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_json, print_table
-from orchestrator.local_launch import request_stop
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.launcher import launch

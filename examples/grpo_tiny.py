@@ -30,7 +30,7 @@ from orchestrator.api import Spool  # noqa: E402
 from orchestrator.llm.local_server import start_server  # noqa: E402
 from orchestrator.llm.registry import BackendRegistry  # noqa: E402
 from orchestrator.llm.tiny_model import tiny_digits_model_dir  # noqa: E402
-from orchestrator.local_launch import start_local_workers  # noqa: E402
+from orchestrator.app.local_launch import start_local_workers  # noqa: E402
 from orchestrator.trainer import DynamicSampler, GroupBatcher  # noqa: E402
 from orchestrator.trainer.grpo import policy_loss, response_logprobs  # noqa: E402
 from orchestrator.worker.options import WorkerOptions  # noqa: E402

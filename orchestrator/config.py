@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from orchestrator.runtimes import RUNTIME_NAMES
 
 
 class ConfigError(ValueError):
@@ -116,7 +113,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }
-RUNTIMES = ("auto", "apptainer", "bwrap", "local")
+RUNTIMES = RUNTIME_NAMES
 DATA_SOURCES = "data_sources"
 
 

@@ -11,6 +11,7 @@ from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
 
 if TYPE_CHECKING:
+    from orchestrator.llm.router import Router
     from orchestrator.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ class WorkerServices:
     runtime: str = "auto"                      # apptainer | bwrap | local | auto
     sandbox_defaults: dict[str, Any] = field(default_factory=dict)
     emit: Callable[[str, str, dict[str, Any]], None] = lambda job_id, name, fields: None
-    llm_router: Any = None                     # orchestrator.llm router, set when backends exist
+    llm_router: "Router | None" = None         # built by the worker from its RunConfig (None outside a worker)
 
 
 def merge_sandbox_options(defaults: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

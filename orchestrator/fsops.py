@@ -49,13 +49,17 @@ class Durability(enum.Enum):
     FULL = "full"   # and the directory flushed after it: the new name survives too
 
 
-def write_atomic(path: Path, data: bytes, tmp_dir: Path, durability: Durability = Durability.DATA) -> None:
+def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None,
+                 durability: Durability = Durability.DATA, mode: int = 0o644) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one.
 
-    `tmp_dir` must be on the same filesystem as `path` (the run's tmp/ directory).
+    The one atomic-write primitive of the project (spool files, the backend registry, sandbox
+    records, reports): a hidden temporary is created exclusively, then renamed over `path`.
+    `tmp_dir` must be on the same filesystem as `path` (the run's tmp/ directory); by default
+    the temporary sits next to `path`.
     """
-    tmp = tmp_dir / f".{path.name}.{secrets.token_hex(4)}"
-    write_new(tmp, data, sync=durability is not Durability.NONE)
+    tmp = (tmp_dir or path.parent) / f".{path.name}.{secrets.token_hex(4)}"
+    write_new(tmp, data, sync=durability is not Durability.NONE, mode=mode)
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -66,12 +70,25 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path, durability: Durability 
         sync_dir(path.parent)
 
 
-def write_new(path: Path, data: bytes, sync: bool = False) -> None:
+def point_symlink(link: Path, target: str) -> None:
+    """Make `link` a symbolic link to `target`, atomically (readers never find it missing)."""
+    tmp = link.with_name(f".{link.name}.{secrets.token_hex(4)}")
+    os.symlink(target, tmp)
+    count("create")
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    count("rename")
+
+
+def write_new(path: Path, data: bytes, sync: bool = False, mode: int = 0o644) -> None:
     """Create `path` (it must not exist) and write `data` to it; with `sync`, flush it to disk.
 
     A failed write (ENOSPC, EIO) removes the partial file before raising.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     count("create")
     try:
         view = memoryview(data)

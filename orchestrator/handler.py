@@ -51,6 +51,25 @@ class StageError:
     def as_text(self) -> str:
         return f"{self.stage}: {self.kind}: {self.message}"
 
+    def to_record(self) -> dict[str, str]:
+        """What the ticket keeps (and the row shows): stage, kind, message; the traceback stays in events."""
+        return {"stage": self.stage, "kind": self.kind, "message": self.message}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "StageError":
+        return cls(str(record.get("stage", "")), str(record.get("kind", "")), str(record.get("message", "")))
+
+
+STAGE_ORDER = ("init", "run", "eval")
+
+
+def merge_stage_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The stages' outputs as one dict, later stages winning on shared keys."""
+    merged: dict[str, Any] = {}
+    for stage in STAGE_ORDER:
+        merged.update(outputs.get(stage) or {})
+    return merged
+
 
 class AgentHandler(abc.ABC):
     """Base class of every task family. Subclasses set `name` and implement the three stages."""
@@ -89,9 +108,7 @@ class AgentHandler(abc.ABC):
         `outputs` maps stage name to that stage's output. Later stages win on shared keys;
         keys outside TRAJECTORY_KEYS end up in the row's `result` JSON column.
         """
-        merged: dict[str, Any] = {}
-        for stage in ("init", "run", "eval"):
-            merged.update(outputs.get(stage) or {})
+        merged = merge_stage_outputs(outputs)
         reward = merged.get("reward")
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             merged["reward"] = None

@@ -19,6 +19,7 @@ import orjson
 
 from orchestrator import fsops
 from orchestrator.claims import enqueue
+from orchestrator.handler import StageError
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
@@ -198,10 +199,8 @@ def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, 
         ticket.attempt += 1
     if ticket.status is None and ticket.attempt > max_attempts:
         ticket.status = JobStatus.FAILED
-        ticket.error = {
-            "stage": ticket.stage.value, "kind": "attempts_exhausted",
-            "message": f"{reason}; gave up after {max_attempts} attempts",
-        }
+        ticket.error = StageError(ticket.stage.value, "attempts_exhausted",
+                                  f"{reason}; gave up after {max_attempts} attempts").to_record()
     if ticket.status is not None or ticket.stage is Stage.EVAL:
         # EVAL works from shared artifacts: it can resume anywhere.
         ticket.mark_enqueued(Stage.EVAL)

@@ -225,16 +225,6 @@ def _shards_after(paths: SpoolPaths, writers: list[str], progress: dict[str, Any
     return names
 
 
-def count_rows(paths: SpoolPaths) -> int:
-    total = 0
-    for name in shard_names(paths):
-        try:
-            total += pq.ParquetFile(paths.shards / name).metadata.num_rows
-        except READ_ERRORS as exc:
-            warn_skipped(name, f"{type(exc).__name__}: {exc}")
-    return total
-
-
 def read_shard(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 

@@ -136,10 +136,8 @@ def _reason(error: str) -> str:
 
 
 def _slurm_warnings(workers: list[dict[str, Any]]) -> list[str]:
-    try:
-        from orchestrator.slurm.queries import slurm_warnings
-    except ImportError:
-        return []
+    from orchestrator.slurm.queries import slurm_warnings
+
     try:
         return list(slurm_warnings(workers))
     except Exception as exc:  # squeue/sacct trouble must not break status

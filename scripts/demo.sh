@@ -5,7 +5,9 @@
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
-# torch pinned to a CPU build: an unpinned install could pull gigabytes of CUDA packages.
-python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
+# torch: the CPU build. PyPI's torch for Linux x86_64 is the CUDA build (several GB of nvidia-*
+# wheels); the `+cpu` version exists only on PyTorch's CPU index (or a local wheelhouse), so
+# this installs the CPU build or fails, never CUDA by accident. README "Installing torch".
+python -c 'import torch' 2>/dev/null || python -m pip install -q 'torch==2.13.0+cpu' --index-url https://download.pytorch.org/whl/cpu
 python -m pip install -q -e '.[agents]'
 exec hpc-rollout demo "$@"

@@ -81,8 +81,10 @@ else
   log "not root: Slurm tests will skip; bubblewrap must already be installed"
 fi
 
-# torch: the CPU build, pinned, so pip never pulls a multi-GB CUDA build as a side effect.
-python -c 'import torch' 2>/dev/null || python -m pip install -q torch==2.13.0
+# torch: the CPU build. PyPI's torch for Linux x86_64 is the CUDA build (several GB of nvidia-*
+# wheels); the `+cpu` version exists only on PyTorch's CPU index (or a local wheelhouse), so
+# this installs the CPU build or fails, never CUDA by accident. README "Installing torch".
+python -c 'import torch' 2>/dev/null || python -m pip install -q 'torch==2.13.0+cpu' --index-url https://download.pytorch.org/whl/cpu
 python -m pip install -q -e '.[test,agents]'
 
 if [[ -n $system_pid ]]; then

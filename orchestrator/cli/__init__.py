@@ -39,12 +39,10 @@ def cli(verbose: int) -> None:
 
 
 def _register_all() -> None:
+    # No command module imports an optional dependency at import time (torch, wandb, ... are
+    # imported by the commands that use them), so an ImportError here is a bug: let it show.
     for name in COMMAND_MODULES:
-        try:
-            importlib.import_module(f"orchestrator.cli.{name}").register(cli)
-        except ImportError as exc:
-            # One area with a missing optional dependency must not take `submit` or `status` down.
-            logging.getLogger(__name__).warning("commands of %r unavailable: %s", name, exc)
+        importlib.import_module(f"orchestrator.cli.{name}").register(cli)
 
 
 _register_all()

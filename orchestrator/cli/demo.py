@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from orchestrator.cli.progress import drain_with_progress
-from orchestrator.demo import default_run_dir, paths_hint, run_demo, summary_lines
+from orchestrator.app.demo import default_run_dir, paths_hint, run_demo, summary_lines
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -70,7 +70,7 @@ def _report(lines: list[str], rows: list[dict], jobs: int, run_dir: Path, extra_
 
 
 def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: int, image: Path | None) -> None:
-    from orchestrator.agent_demo import run_task_demo, task_summary_lines
+    from orchestrator.app.agent_demo import run_task_demo, task_summary_lines
 
     err.print(f"run directory: {run_dir}   (the first run builds the task image: a minute or more)")
 

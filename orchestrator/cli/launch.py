@@ -11,9 +11,11 @@ from rich.console import Console
 
 from orchestrator.config import ConfigError
 from orchestrator.liveness import read_workers
-from orchestrator.cli.progress import DrainResult, drain_with_progress
-from orchestrator.local_launch import LocalLaunch, request_stop, start_local_workers
+from orchestrator.cli.progress import drain_with_progress, report_drained
+from orchestrator.app.local_launch import LocalLaunch, start_local_workers
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
+from orchestrator.runtimes import RUNTIME_NAMES
 from orchestrator.spool import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, sbatch_flags, slurm_launch_options, wait_and_stop_slurm
@@ -40,7 +42,7 @@ def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker."),
         click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker."),
         click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many."),
-        click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime (default: run.toml)."),
+        click.option("--runtime", type=click.Choice(RUNTIME_NAMES), help="Sandbox runtime (default: run.toml)."),
         click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
                      help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers])."),
     ]):
@@ -117,15 +119,6 @@ def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float, run_d
         err.print(f"[red]workers ended before the queues drained[/red] (exit codes {codes}); see {launch.log_dir}")
         sys.exit(1)
     report_drained(result, f"workers stopped (exit codes {codes})", run_dir)
-
-
-def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
-    """The last line of `launch --wait`, and its exit status (see cli/progress.py)."""
-    if result.tally.failed:
-        err.print(f"drained: {result.tally.summary()}; {stopped}. [red]{result.tally.failed} job(s) did not "
-                  f"end ok[/red]: see `hpc-rollout status {run_dir}` for the reasons")
-        sys.exit(result.exit_code)
-    out.print(f"drained: {result.tally.summary()}; {stopped}")
 
 
 @click.command("stop")

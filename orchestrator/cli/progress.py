@@ -7,6 +7,7 @@ the queues drained.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -14,7 +15,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from orchestrator.local_launch import LocalLaunch
+from orchestrator.app.local_launch import LocalLaunch
 from orchestrator.paths import SpoolPaths
 from orchestrator.status import pending_count
 from orchestrator.tally import RowTally
@@ -65,3 +66,16 @@ def progress_until_drained(paths: SpoolPaths, console: Console, workers_alive: C
 def drain_with_progress(paths: SpoolPaths, launch: LocalLaunch, console: Console) -> DrainResult:
     """Progress of local workers: not drained when every one of them exited before the drain."""
     return progress_until_drained(paths, console, lambda: bool(launch.alive()))
+
+
+_out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
+    """The last line of `launch --wait` (local or Slurm), and its exit status (DrainResult.exit_code)."""
+    if result.tally.failed:
+        _err.print(f"drained: {result.tally.summary()}; {stopped}. [red]{result.tally.failed} job(s) did not "
+                  f"end ok[/red]: see `hpc-rollout status {run_dir}` for the reasons")
+        sys.exit(result.exit_code)
+    _out.print(f"drained: {result.tally.summary()}; {stopped}")

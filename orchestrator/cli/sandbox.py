@@ -14,7 +14,9 @@ from typing import Any, AsyncIterator
 
 import click
 
-RUNTIME_CHOICE = click.Choice(["auto", "apptainer", "bwrap", "local"])
+from orchestrator.runtimes import RUNTIME_NAMES
+
+RUNTIME_CHOICE = click.Choice(RUNTIME_NAMES)
 
 
 def _sandbox_options(image: str | None, network: bool, binds: tuple[str, ...], env: tuple[str, ...],

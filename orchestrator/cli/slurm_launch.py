@@ -9,9 +9,9 @@ from typing import Any, Callable
 import click
 from rich.console import Console
 
-from orchestrator.cli.progress import progress_until_drained
+from orchestrator.cli.progress import progress_until_drained, report_drained
 from orchestrator.liveness import read_workers
-from orchestrator.local_launch import request_stop
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.errors import SlurmError
@@ -111,8 +111,6 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, e
     if drain is None or not drain.drained:
         err.print(f"[red]the arrays ended before the queues drained[/red]; see {result.log_dir}")
         sys.exit(1)
-    from orchestrator.cli.launch import report_drained
-
     report_drained(drain, f"arrays {' '.join(result.array_ids)} ended", str(paths.root))
 
 

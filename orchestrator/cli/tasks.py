@@ -46,7 +46,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
     import orjson
 
     from orchestrator.handler import HandlerError
-    from orchestrator.tasks_check import check_tasks
+    from orchestrator.app.tasks_check import check_tasks
 
     defaults = {"image": image} if image else {}
     columns = (TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),

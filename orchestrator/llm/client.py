@@ -1,6 +1,6 @@
 """Token-in/token-out clients: the shared request loop, retries and result type.
 
-Protocol details live in vllm.py and sglang.py; `client_for(backend)` picks one.
+Protocol details live in vllm.py and sglang.py; `clients.client_for(backend)` picks one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from orchestrator.llm.errors import BackendFailed, ReloadUnsupported, RequestRejected
-from orchestrator.llm.registry import Backend, Protocol
+from orchestrator.llm.registry import Backend
 from orchestrator.llm.urls import endpoint
 
 log = logging.getLogger(__name__)
@@ -161,14 +161,6 @@ def shared_tls() -> ssl.SSLContext:
 def new_http_client(**options: Any) -> httpx.AsyncClient:
     """An HTTP client for backend calls, sharing the process's TLS context."""
     return httpx.AsyncClient(verify=shared_tls(), **options)
-
-
-def client_for(backend: Backend, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> BackendClient:
-    from orchestrator.llm.sglang import SGLangClient
-    from orchestrator.llm.vllm import VLLMClient
-
-    kind = {Protocol.VLLM: VLLMClient, Protocol.SGLANG: SGLangClient}[backend.protocol]
-    return kind(backend, http, retry or RetryPolicy())
 
 
 def require(condition: bool, url: str, message: str) -> None:

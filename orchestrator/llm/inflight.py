@@ -101,12 +101,6 @@ class InflightBoard:
         return read_load(self.paths, self.lease_s, now=now, own=self)
 
 
-
-def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float, now: float) -> bool:
-    """A worker is alive while its heartbeat file is younger than the lease."""
-    return _alive(os.path.join(paths.workers, f"{worker_id}.json"), lease_s, now)
-
-
 def _alive(heartbeat: str, lease_s: float, now: float) -> bool:
     fsops.count("stat")
     try:

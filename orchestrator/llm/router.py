@@ -239,7 +239,8 @@ async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | Non
 async def generation_problem(http: httpx.AsyncClient, backend: Backend,
                              timeout_s: float = GENERATION_PROBE_TIMEOUT_S) -> str | None:
     """None when the backend samples one token within `timeout_s`, else why not."""
-    from orchestrator.llm.client import RetryPolicy, client_for
+    from orchestrator.llm.client import RetryPolicy
+    from orchestrator.llm.clients import client_for
 
     client = client_for(backend, http, RetryPolicy(attempts=1, timeout_s=timeout_s))
     try:
@@ -249,17 +250,36 @@ async def generation_problem(http: httpx.AsyncClient, backend: Backend,
     return None
 
 
+def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "RunConfig") -> Router:
+    """The router a worker builds once from its RunConfig and hands to its jobs (WorkerServices).
+
+    The lease is [leases] lease_s (as the worker heartbeats by it), the health timings [llm]
+    health_check_s and probe_after_s, the outage handling [llm] request_timeout_s and outage_wait_s,
+    the cluster view [llm] view_s.
+    """
+    return Router(
+        paths, worker_id, node,
+        lease_s=config.leases.lease_s,
+        probe_after_s=config.llm.probe_after_s,
+        health_check_s=config.llm.health_check_s,
+        request_timeout_s=config.llm.request_timeout_s,
+        outage_wait_s=config.llm.outage_wait_s,
+        view_s=config.llm.view_s,
+    )
+
+
+# Only for job contexts built outside a worker (`tasks check`, scripts, tests): a worker injects its own.
 _routers: dict[tuple[str, str], Router] = {}
 
 
 def router_for(
     paths: SpoolPaths, worker_id: str, node: str | None = None, lease_s: float | None = None
 ) -> Router:
-    """The one router of this process for (run dir, worker id): its counts live in memory.
+    """The one router of this process for (run dir, worker id), for callers that are not a worker.
 
-    Settings come from the run's run.toml: the lease ([leases] lease_s, as the worker heartbeats
-    by it), the health timings ([llm] health_check_s, probe_after_s) and the outage handling
-    ([llm] request_timeout_s, outage_wait_s) and the cluster view ([llm] view_s).
+    Settings come from the run's run.toml like router_from_config (lease, health timings, outage
+    handling, the cluster view [llm] view_s); a directory without run.toml gets the defaults, a
+    broken run.toml raises ConfigError.
     """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
@@ -279,12 +299,12 @@ def router_for(
 
 
 def _run_config(paths: SpoolPaths) -> "RunConfig | None":
-    from orchestrator.config import ConfigError, RunConfig
+    """The run's settings; None for a bare directory (no run.toml). A broken run.toml raises ConfigError."""
+    from orchestrator.config import RunConfig
 
-    try:
-        return RunConfig.load(paths.run_config)
-    except ConfigError:  # no run.toml (bare directories): the defaults
+    if not paths.run_config.exists():
         return None
+    return RunConfig.load(paths.run_config)
 
 
 def run_lease_s(paths: SpoolPaths) -> float:

@@ -66,12 +66,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def require_torch(command: str) -> None:
-    """A one-line error when torch cannot be imported (clusters bring their own build)."""
+    """A one-line error naming the extra when torch cannot be imported (clusters bring their own build)."""
     try:
         import torch  # noqa: F401
-    except ImportError as exc:
+    except ImportError:
         raise click.ClickException(
-            f"{command} needs torch ({exc}): pip install torch, or a CPU build: "
+            f"{command} needs torch, which is not installed: pip install 'hpc-rollout[llm]' "
+            "(PyPI's torch: the CUDA build on Linux x86_64, several GB), or for CPU only first "
             "pip install torch --index-url https://download.pytorch.org/whl/cpu"
         ) from None
 

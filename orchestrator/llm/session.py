@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import httpx
 
-from orchestrator.llm.client import BackendClient, RetryPolicy, client_for, new_http_client
+from orchestrator.llm.client import BackendClient, RetryPolicy, new_http_client
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend
@@ -217,8 +218,8 @@ def _load_tokenizer_once(path: str) -> Any:
 def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
                 max_switches: int = DEFAULT_MAX_SWITCHES) -> LLMSession:
     """The LLM session of the job in `ctx`; use it as `async with` so its slot is released."""
-    router = ctx.services.llm_router
-    if not isinstance(router, Router):
+    router = ctx.services.llm_router   # a worker injects the one it built from its RunConfig
+    if router is None:
         router = router_for(ctx.paths, ctx.worker_id, ctx.node)
     return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event,
                       retry=retry or RetryPolicy(timeout_s=router.request_timeout_s), max_switches=max_switches)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from orchestrator.llm.client import RetryPolicy, client_for, new_http_client
+from orchestrator.llm.client import RetryPolicy, new_http_client
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
 from orchestrator.paths import SpoolPaths

@@ -3,7 +3,6 @@ inspect files of example jobs into RUN/report/ (each written to a temporary name
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from orchestrator import fsops
 from orchestrator.inspect_job import inspect_job
 from orchestrator.paths import SpoolPaths
 from orchestrator.report.event_read import events_of_jobs
@@ -49,9 +49,7 @@ def make_report(paths: SpoolPaths, out_dir: Path | None = None, since_s: float |
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    fsops.write_atomic(path, data, durability=fsops.Durability.NONE)
 
 
 def _write_examples(paths: SpoolPaths, out: Path, report: RunReport) -> dict[str, str]:

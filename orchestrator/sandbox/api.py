@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.runtimes import RUNTIME_NAMES
 from orchestrator.sandbox import apptainer, bwrap, local
 from orchestrator.sandbox.base import Sandbox
 from orchestrator.sandbox.errors import SandboxAttachError, SandboxConfigError
@@ -19,7 +20,7 @@ from orchestrator.sandbox.sweep import sweep_orphaned_sandboxes
 
 log = logging.getLogger(__name__)
 
-RUNTIMES = ("apptainer", "bwrap", "local", "auto")
+RUNTIMES = RUNTIME_NAMES
 
 __all__ = ["RUNTIMES", "resolve_runtime", "start_sandbox", "attach_sandbox", "sweep_orphaned_sandboxes"]
 

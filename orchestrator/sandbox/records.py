@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator import fsops
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.procs import ProcessId
@@ -128,11 +129,9 @@ class SandboxRecord:
         return found
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(asdict(self), fh)
-        os.replace(tmp, self.path)
+        # Node-local /tmp, rewritten at each change of the sandbox: no flush needed.
+        fsops.write_atomic(self.path, json.dumps(asdict(self)).encode(),
+                           durability=fsops.Durability.NONE, mode=0o600)
 
     @classmethod
     def load(cls, runtime_dir: str | Path) -> "SandboxRecord":

@@ -6,7 +6,7 @@ import functools
 import shutil
 import subprocess
 
-from orchestrator.slurm.errors import SlurmUnavailable
+from orchestrator.slurm.errors import SlurmClientMissing, SlurmCommandFailed, SlurmUnavailable
 
 # Slurm's own default; a site that changed it says so in `scontrol show config`.
 DEFAULT_MAX_ARRAY_SIZE = 1001
@@ -21,13 +21,13 @@ def slurm_available() -> bool:
 def run_slurm(args: list[str], timeout_s: float = COMMAND_TIMEOUT_S) -> str:
     """Run a Slurm client command and return its stdout; SlurmUnavailable when it cannot answer."""
     if shutil.which(args[0]) is None:
-        raise SlurmUnavailable(f"{args[0]} is not on PATH: this machine has no Slurm client")
+        raise SlurmClientMissing(f"{args[0]} is not on PATH: this machine has no Slurm client")
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as exc:
         raise SlurmUnavailable(f"{' '.join(args)} did not answer within {timeout_s:.0f}s") from exc
     if done.returncode != 0:
-        raise SlurmUnavailable(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
+        raise SlurmCommandFailed(args, done.returncode, done.stderr.strip())
     return done.stdout
 
 

@@ -11,6 +11,20 @@ class SlurmUnavailable(SlurmError):
     """No Slurm client commands on this machine (or the controller does not answer)."""
 
 
+class SlurmClientMissing(SlurmUnavailable):
+    """The client command is not on PATH: this machine has no Slurm at all."""
+
+
+class SlurmCommandFailed(SlurmUnavailable):
+    """A client command ran and exited non-zero; its exit status and stderr are kept."""
+
+    def __init__(self, args: list[str], returncode: int, stderr: str) -> None:
+        super().__init__(f"{' '.join(args)} failed ({returncode}): {stderr}")
+        self.command = list(args)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
 class LaunchError(SlurmError):
     """A launch request is invalid or sbatch refused it."""
 

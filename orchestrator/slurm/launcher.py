@@ -18,16 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from submitit import SlurmExecutor
-from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 import orchestrator
-from orchestrator.local_launch import launch_log_dir, new_launch_id
+from orchestrator.launches import launch_log_dir, new_launch_id
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
 from orchestrator.slurm.errors import LaunchError, SlurmUnavailable
 from orchestrator.slurm.node_job import NodeWorker
 from orchestrator.slurm.options import LaunchOptions
+from orchestrator.slurm.submitit_adapter import (
+    FailedJobError,
+    FailedSubmissionError,
+    OfflineExecutor,
+    SlurmExecutor,
+    submission_script,
+)
 from orchestrator.worker.options import WorkerOptions
 
 RECORD_NAME = "slurm.json"      # in logs/LAUNCH/: the arrays of this launch (for stop --cancel)
@@ -69,14 +74,6 @@ class LaunchResult:
         if len(logs) > TAIL_TASKS_SHOWN:
             hints.append(f"tail -F {shlex.quote(str(self.log_dir))}/*_log.out   # all {len(logs)} tasks")
         return hints
-
-
-class _OfflineExecutor(SlurmExecutor):
-    """A SlurmExecutor that can render scripts on machines without srun (dry runs only)."""
-
-    @classmethod
-    def affinity(cls) -> int:
-        return 2
 
 
 def _needs_pythonpath() -> Path | None:
@@ -133,7 +130,7 @@ def executor_parameters(options: LaunchOptions, size: int) -> dict[str, Any]:
 
 
 def _executor(log_dir: Path, options: LaunchOptions, size: int, offline: bool) -> SlurmExecutor:
-    cls = _OfflineExecutor if offline else SlurmExecutor
+    cls = OfflineExecutor if offline else SlurmExecutor
     executor = cls(folder=log_dir, max_num_timeout=options.max_requeues, python=options.python)
     executor.update_parameters(**executor_parameters(options, size))
     return executor
@@ -160,7 +157,7 @@ def render_script(log_dir: Path, options: LaunchOptions, size: int) -> str:
     executor = _executor(log_dir, options, size, offline=True)
     if size > 1:
         executor.parameters["map_count"] = size
-    return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
+    return submission_script(executor)
 
 
 def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: WorkerOptions,

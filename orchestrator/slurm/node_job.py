@@ -21,10 +21,10 @@ from types import FrameType
 from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
-from submitit.slurm.slurm import SlurmJobEnvironment
 
 from orchestrator.paths import SpoolPaths
 from orchestrator.slurm.errors import SlurmError
+from orchestrator.slurm.submitit_adapter import job_warning_signal
 from orchestrator.worker.main import WorkerController, run_worker
 from orchestrator.worker.options import WorkerOptions
 
@@ -73,7 +73,7 @@ class NodeWorker(Checkpointable):
                 outcome["error"] = exc
 
         self._controller = controller
-        if SlurmJobEnvironment.USR_SIG != "TERM" and threading.current_thread() is threading.main_thread():
+        if job_warning_signal() != "TERM" and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
         self._thread = threading.Thread(target=target, name="node-worker", daemon=True)
         self._thread.start()

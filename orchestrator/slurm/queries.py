@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from orchestrator.slurm.cluster import run_slurm
-from orchestrator.slurm.errors import SlurmUnavailable
+from orchestrator.slurm.errors import SlurmClientMissing, SlurmCommandFailed, SlurmUnavailable
 
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT"})
 
@@ -33,11 +33,10 @@ def queued_tasks(job_ids: Iterable[str]) -> dict[str, TaskState]:
     ids = sorted(set(job_ids))
     if not ids:
         return {}
-    # squeue exits non-zero when every id has left the queue: treat that as "none queued".
     try:
         text = run_slurm(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(ids)])
-    except SlurmUnavailable as exc:
-        if "Invalid job id" in str(exc):
+    except SlurmCommandFailed as exc:
+        if _every_id_left_the_queue(exc):
             return {}
         raise
     tasks = {}
@@ -47,6 +46,13 @@ def queued_tasks(job_ids: Iterable[str]) -> dict[str, TaskState]:
         if task:
             tasks[task] = TaskState(task, state, "" if reason == "None" else reason)
     return tasks
+
+
+def _every_id_left_the_queue(exc: SlurmCommandFailed) -> bool:
+    # squeue -j exits 1 when none of the ids is known any more. Its exit status is the same for
+    # a controller error, and squeue has no structured output on every site (--json needs the
+    # openapi plugin), so the one message Slurm prints for it is the only way to tell them apart.
+    return exc.returncode == 1 and "Invalid job id" in exc.stderr
 
 
 def accounted_states(job_ids: Iterable[str]) -> dict[str, str]:
@@ -83,9 +89,9 @@ def slurm_warnings(workers: list[dict[str, Any]]) -> list[str]:
         return []
     try:
         queued = queued_tasks(_array_of(t) for _, t in alive)
+    except SlurmClientMissing:
+        return []
     except SlurmUnavailable as exc:
-        if "not on PATH" in str(exc):
-            return []
         return [f"Slurm did not answer ({exc}); worker liveness comes from heartbeats only"]
     missing = [(w, t) for w, t in alive if t not in queued or queued[t].state not in ACTIVE_STATES]
     if not missing:
@@ -121,10 +127,10 @@ def cancel(job_ids: Iterable[str], pending_only: bool = False) -> list[str]:
     args = ["scancel", *(["--state=PENDING"] if pending_only else []), *ids]
     try:
         run_slurm(args)
-    except SlurmUnavailable as exc:
-        if "not on PATH" in str(exc):
-            raise
-        # Some ids may be finished already: scancel complains but cancels the rest.
+    except SlurmClientMissing:
+        raise
+    except SlurmUnavailable:
+        pass  # some ids may be finished already: scancel complains but cancels the rest
     return ids
 
 

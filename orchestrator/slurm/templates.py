@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import jinja2
 
 from orchestrator.slurm.errors import TemplateError, UnknownSetting, UnknownTemplate
+from orchestrator.slurm.options import DEFAULT_SIGNAL, DEFAULT_SIGNAL_DELAY_S, DEFAULT_TIME, LaunchOptions
 from orchestrator.slurm.timespec import FORMATS, format_minutes, parse_minutes
 
 SUFFIX = ".sbatch.j2"
@@ -61,10 +62,10 @@ def _common(job_name: str) -> tuple[Setting, ...]:
         Setting("partition", Kind.WORD, None, "partition; omitted: the site default"),
         Setting("account", Kind.WORD, None, "account to charge"),
         Setting("qos", Kind.WORD, None, "quality of service"),
-        Setting("time", Kind.TIME, "01:00:00", f"time limit ({FORMATS})"),
+        Setting("time", Kind.TIME, DEFAULT_TIME, f"time limit ({FORMATS})"),
         Setting("mem", Kind.WORD, None, "memory per node, e.g. 64G; omitted: the site default"),
-        Setting("signal", Kind.WORD, "USR2", "warning signal before preemption/time limit", ("USR1", "USR2", "TERM", "INT", "HUP")),
-        Setting("signal_delay_s", Kind.INT, 90, "seconds between the warning signal and the end"),
+        Setting("signal", Kind.WORD, DEFAULT_SIGNAL, "warning signal before preemption/time limit", ("USR1", "USR2", "TERM", "INT", "HUP")),
+        Setting("signal_delay_s", Kind.INT, DEFAULT_SIGNAL_DELAY_S, "seconds between the warning signal and the end"),
         Setting("python", Kind.COMMAND, "python3", "command that runs Python (e.g. inside a container)"),
         Setting("setup", Kind.COMMANDS, (), "shell lines run before the main command (repeatable)"),
         Setting("log_dir", Kind.TEXT, None, "folder for the logs; default RUN_DIR/logs (must exist)"),
@@ -86,7 +87,8 @@ def _worker_settings(job_name: str, stages: str, exclusive: bool) -> tuple[Setti
 
 
 SETTINGS: dict[str, tuple[Setting, ...]] = {
-    "worker": _worker_settings("hpc-rollout-worker", "init,run,eval", True),
+    # The node-worker template and `launch --nodes` (LaunchOptions) share their defaults.
+    "worker": _worker_settings("hpc-rollout-worker", "init,run,eval", LaunchOptions.exclusive),
     "eval": _worker_settings("hpc-rollout-eval", "eval", False),
     "vllm": _common("hpc-rollout-vllm") + (
         Setting("model", Kind.TEXT, None, "model path or hub name to serve", required=True),

@@ -9,6 +9,7 @@ import click
 
 from orchestrator.metrics.prometheus import MetricsUnavailable
 from orchestrator.paths import SpoolPaths
+from orchestrator.runtimes import RUNTIME_NAMES
 from orchestrator.worker.main import run_worker
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 
@@ -21,7 +22,7 @@ from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stage
 @click.option("--eval-pool", type=click.IntRange(0), help="Concurrent EVAL stages (default: run.toml).")
 @click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many.")
 @click.option("--max-sandboxes", type=click.IntRange(0), help="Cap on INIT + prepared + RUN jobs (0: none).")
-@click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), help="Sandbox runtime.")
+@click.option("--runtime", type=click.Choice(RUNTIME_NAMES), help="Sandbox runtime.")
 @click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), help="Exit after this many seconds with nothing to claim and nothing in flight (0: never; default: run.toml).")
 @click.option("--launch-id", default="", help="Launch this worker belongs to (set by `hpc-rollout launch`).")
 @click.option("--worker-id", default=None, help="Worker id (default: NODE-PID-RANDOM).")

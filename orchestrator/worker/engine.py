@@ -28,6 +28,7 @@ from orchestrator.handler import AgentHandler, HandlerError, StageError, load_ha
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import router_from_config
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
@@ -81,6 +82,7 @@ class Worker:
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
+            llm_router=router_from_config(paths, self.worker_id, self.node, config),
         )
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)
@@ -389,10 +391,8 @@ class Worker:
         asyncio.get_running_loop().run_in_executor(None, self._sweep_sandboxes)
 
     def _sweep_sandboxes(self) -> None:
-        try:
-            from orchestrator.sandbox.api import sweep_orphaned_sandboxes
-        except ImportError:
-            return
+        from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+
         try:
             reaped = sweep_orphaned_sandboxes()
             if reaped:
@@ -702,7 +702,7 @@ class Worker:
         await self._close_runtime(ctx)
         ticket.status = status
         if error is not None:
-            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+            ticket.error = error.to_record()
         if output:
             ticket.outputs[ctx.stage.value] = output
         if Stage.EVAL in self.options.stages:
@@ -717,9 +717,9 @@ class Worker:
             return  # the claim is another worker's now
         status = ticket.status or status or JobStatus.OK
         if error is None and ticket.error:
-            error = StageError(ticket.error.get("stage", ""), ticket.error.get("kind", ""), ticket.error.get("message", ""))
+            error = StageError.from_record(ticket.error)
         if error is not None and ticket.error is None:
-            ticket.error = {"stage": error.stage, "kind": error.kind, "message": error.message}
+            ticket.error = error.to_record()
         if handler is None:
             try:
                 handler = self._handler(ticket.job.handler)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import orjson
 
 from orchestrator.context import JobContext
-from orchestrator.handler import AgentHandler, StageError
+from orchestrator.handler import AgentHandler, StageError, merge_stage_outputs
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.staleness import STALE_KIND, StalePolicy
 
@@ -123,7 +123,4 @@ def final_fields(
                 return merged
         except Exception as exc:
             log.warning("final_result of job %s raised %s", ctx.job.job_id, exc)
-    merged = {}
-    for stage in ("init", "run", "eval"):
-        merged.update(outputs.get(stage) or {})
-    return merged
+    return merge_stage_outputs(outputs)

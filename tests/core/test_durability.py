@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.local_launch import request_stop
+from orchestrator.launches import request_stop
 from orchestrator.shards import read_shard, shard_names
 from tests.core.util import make_run, write_jsonl
 

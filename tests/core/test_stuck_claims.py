@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -12,10 +13,11 @@ import pytest
 
 from orchestrator import handler as handler_module
 from orchestrator.context import JobContext
+from orchestrator.events import events_of
 from orchestrator.handler import AgentHandler
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_file
-from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 
 class UnstorableOutput(AgentHandler):
@@ -137,3 +139,20 @@ def test_an_engine_error_in_a_stage_requeues_the_claim_and_gives_up_after_max_at
     failed = got[permanent]
     assert failed["status"] == "failed" and "injected engine bug" in failed["error"], failed
     assert "gave up after 3 attempts" in failed["error"]
+
+
+def test_a_worker_stopped_now_returns_its_running_job_to_init_and_says_so(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 600}}]))
+    worker = start_worker(paths)
+    try:
+        wait_until(lambda: any(e["event"] == "run_started" for e in events_of(paths, report.first_job)),
+                   60, "the job to enter RUN")
+        os.killpg(worker.pid, signal.SIGUSR1)   # stop now: every claim goes back at once
+        assert worker.wait(timeout=60) == 0
+    finally:
+        stop_worker(worker)
+    returned = [e for e in events_of(paths, report.first_job) if e["event"] == "returned"]
+    assert [(e["stage"], e["to"]) for e in returned] == [("run", "init")]
+    ticket = orjson.loads((paths.init_queue / report.first_job).read_bytes())
+    assert ticket["stage"] == "init" and "init" not in ticket["outputs"]

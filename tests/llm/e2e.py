@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.llm.inflight import read_load
-from orchestrator.local_launch import request_stop
+from orchestrator.launches import request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.shards import iter_rows
 from orchestrator.spool import init_run

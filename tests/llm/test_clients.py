@@ -10,7 +10,8 @@ import httpx
 import orjson
 import pytest
 
-from orchestrator.llm.client import RetryPolicy, client_for
+from orchestrator.llm.client import RetryPolicy
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.errors import BackendFailed, RequestRejected
 from orchestrator.llm.local_server import local_server
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Protocol

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config import ConfigError, RunConfig
 from orchestrator.llm.errors import NoBackendAvailable
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.llm.router import DEFAULT_HEALTH_CHECK_S, Router, router_for
 from orchestrator.paths import SpoolPaths
+from orchestrator.worker.engine import Worker
+from orchestrator.worker.options import WorkerOptions
 from tests.llm.helpers import heartbeat, run_dir
 from tests.core.util import make_run
 from tests.llm.standin import StandIn
@@ -128,3 +131,19 @@ def test_health_checks_follow_run_toml(tmp_path: Path) -> None:
         asyncio.run(router.acquire())  # checks off: the pick trusts the registry
         assert sick.health_checks == 0
     assert router_for(SpoolPaths.of(tmp_path / "bare"), "w-bare").health_check_s == DEFAULT_HEALTH_CHECK_S
+
+
+def test_a_broken_run_toml_is_an_error_not_silent_defaults(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    paths.run_config.write_text("[llm]\nhealth_check_s = 'often'\n")
+    with pytest.raises(ConfigError, match="health_check_s"):
+        router_for(paths, "w-broken")
+
+
+def test_the_worker_builds_its_router_from_its_run_config_and_injects_it(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **{"llm.health_check_s": 0, "llm.probe_after_s": 7})
+    config = RunConfig.load(paths.run_config)
+    worker = Worker(paths, config, WorkerOptions())
+    router = worker.services.llm_router
+    assert isinstance(router, Router) and router.worker_id == worker.worker_id
+    assert (router.health_check_s, router.probe_after_s, router.lease_s) == (0, 7, config.leases.lease_s)

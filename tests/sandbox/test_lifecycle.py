@@ -209,7 +209,7 @@ def test_options_are_checked_with_helpful_errors(spool: SpoolPaths, tmp_path: Pa
     image_file = tmp_path / "image.sif"
     image_file.write_text("not a directory")
     cases = [
-        ({"runtime": "docker"}, "choose one of apptainer, bwrap, local, auto"),
+        ({"runtime": "docker"}, "choose one of auto, apptainer, bwrap, local"),
         ({"colour": "red"}, "valid: "),
         ({"limits": {"memory_mb": 1}}, r"outside \[64"),
         ({"limits": {"ram": 1}}, "unknown sandbox limit"),

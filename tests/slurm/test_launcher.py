@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import cli
 from orchestrator.slurm import cluster, launcher, queries
-from orchestrator.slurm.errors import LaunchError, SlurmUnavailable
+from orchestrator.slurm.errors import LaunchError, SlurmClientMissing, SlurmCommandFailed, SlurmUnavailable
 from orchestrator.slurm.node_job import NodeWorker
 from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
 from orchestrator.slurm.timespec import parse_minutes
@@ -113,6 +113,21 @@ def test_queries_degrade_without_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     assert queries.still_queued(["5"]) == []
 
 
+
+def test_slurm_failures_are_told_apart_by_type_not_by_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not cluster.slurm_available():
+        pytest.skip("needs the Slurm client commands (scripts/slurm-up.sh)")
+    # Ids that left the queue long ago (or never existed): squeue exits 1, which means "none queued".
+    assert queries.queued_tasks(["99999998", "99999999"]) == {}
+    with pytest.raises(SlurmCommandFailed) as failed:
+        cluster.run_slurm(["squeue", "-h", "--bogus-option"])
+    assert failed.value.returncode != 0 and failed.value.command[:2] == ["squeue", "-h"]
+    monkeypatch.setattr(cluster.shutil, "which", lambda name: None)
+    with pytest.raises(SlurmClientMissing):
+        cluster.run_slurm(["squeue"])
+    with pytest.raises(SlurmClientMissing):
+        queries.cancel(["5"])
+
 def test_task_of_a_worker() -> None:
     assert queries.task_of({"slurm_array_job_id": "12", "slurm_array_task_id": "3", "slurm_job_id": "15"}) == "12_3"
     assert queries.task_of({"slurm_job_id": "15"}) == "15"
@@ -122,7 +137,7 @@ def test_task_of_a_worker() -> None:
 def test_a_task_starting_after_stop_does_not_serve(tmp_path: Path) -> None:
     import time
 
-    from orchestrator.local_launch import request_stop
+    from orchestrator.launches import request_stop
 
     paths = make_run(tmp_path / "run")
     worker = NodeWorker(str(paths.root), WorkerOptions(), 0, submitted_at=time.time() - 60)

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.llm.client import Completion, RetryPolicy, client_for
+from orchestrator.llm.client import Completion, RetryPolicy
+from orchestrator.llm.clients import client_for
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.tiny_model import load_tokenizer
 from orchestrator.llm.vllm import VLLMClient

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator import fsops
+from orchestrator.launches import launch_log_dir, new_launch_id, request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.worker.options import WorkerOptions
+
+__all__ = ["LocalLaunch", "launch_log_dir", "new_launch_id", "request_stop", "start_local_workers"]
 
 
 @dataclass
@@ -56,23 +58,6 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         pass
 
 
-def new_launch_id(prefix: str) -> str:
-    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
-
-
-def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
-    """logs/LAUNCH/, with logs/latest pointing at it."""
-    log_dir = paths.logs / launch_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    latest = paths.logs / "latest"
-    tmp = paths.logs / f".latest-{os.getpid()}"
-    if tmp.is_symlink():
-        tmp.unlink()
-    tmp.symlink_to(launch_id)
-    os.replace(tmp, latest)
-    return log_dir
-
-
 def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, verbose: int = 1) -> LocalLaunch:
     launch_id = options.launch_id or new_launch_id("local")
     log_dir = launch_log_dir(paths, launch_id)
@@ -95,9 +80,3 @@ def _with_launch(options: WorkerOptions, launch_id: str) -> WorkerOptions:
     from dataclasses import replace
 
     return replace(options, launch_id=launch_id)
-
-
-def request_stop(paths: SpoolPaths) -> None:
-    """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
-    fsops.ensure_dir(paths.control)
-    fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)

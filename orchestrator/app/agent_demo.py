@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.local_launch import LocalLaunch, start_local_workers
+from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.spool import init_run
 from orchestrator.submit import submit_file
 from orchestrator.worker.options import WorkerOptions

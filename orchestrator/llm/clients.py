@@ -1,0 +1,19 @@
+"""client_for: the protocol client (vLLM or SGLang) that speaks to one backend of the registry.
+
+Apart from client.py so that the base class does not import its own subclasses (no cycle).
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from orchestrator.llm.client import BackendClient, RetryPolicy
+from orchestrator.llm.registry import Backend, Protocol
+from orchestrator.llm.sglang import SGLangClient
+from orchestrator.llm.vllm import VLLMClient
+
+CLIENTS: dict[Protocol, type[BackendClient]] = {Protocol.VLLM: VLLMClient, Protocol.SGLANG: SGLangClient}
+
+
+def client_for(backend: Backend, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> BackendClient:
+    return CLIENTS[backend.protocol](backend, http, retry or RetryPolicy())

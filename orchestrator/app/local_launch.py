@@ -20,6 +20,7 @@ import orjson
 from orchestrator.launches import launch_log_dir, new_launch_id, request_stop
 from orchestrator.paths import SpoolPaths
 from orchestrator.worker.options import WorkerOptions
+from orchestrator.worker.signals import stop_signals_held
 
 __all__ = ["LocalLaunch", "launch_log_dir", "new_launch_id", "request_stop", "start_local_workers"]
 
@@ -66,7 +67,7 @@ def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, v
     args += ["-v"] * verbose
     for index in range(count):
         log_path = log_dir / f"worker-{index}.log"
-        with open(log_path, "ab") as log_file:
+        with open(log_path, "ab") as log_file, stop_signals_held():
             process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 start_new_session=True,

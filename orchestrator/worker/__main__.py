@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import logging
+# First, before the imports below (a second or more on a busy node): a stop signal sent while
+# the worker starts is a clean stop, not a death by signal.
+from orchestrator.worker.signals import catch_stop_signals_early
+
+catch_stop_signals_early()
+
+import logging  # noqa: E402
 import sys
 
 import click

@@ -13,15 +13,12 @@ from dataclasses import replace
 
 from orchestrator.worker.engine import EXIT_LEASE_LOST, Worker
 from orchestrator.worker.options import WorkerOptions
+from orchestrator.worker.signals import STOP_NOW_SIGNAL, STOP_SIGNALS, signals_received_early
 
 log = logging.getLogger(__name__)
 # A worker that lost its lease starts again as a new worker in the same process, this many
 # times at most: past that, something keeps stalling this process and it had better exit.
 MAX_REJOINS = 5
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
-# Preempted: every claim back at once. One signal, because two TERMs sent back to back can reach
-# the process as one (standard signals do not queue) and leave it draining.
-STOP_NOW_SIGNAL = signal.SIGUSR1
 
 
 class WorkerController:
@@ -80,6 +77,8 @@ def run_worker(
             if install_signal_handlers and rejoin == 0:
                 for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
                     loop.add_signal_handler(signum, on_signal, signum)
+                for signum in signals_received_early():   # while the worker was still starting
+                    on_signal(signum)
             if controller is not None:
                 controller.attach(loop, worker)
             code = await worker.serve()

@@ -120,5 +120,12 @@ log "mini-swe-agent: installing in the background if not cached (pid $HPC_ROLLOU
 workers=${HPC_ROLLOUT_TEST_WORKERS:-2}
 parallel=()
 ((workers > 0)) && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
-log "running pytest${parallel:+ with $workers workers}"
-python -m pytest "${parallel[@]}" "$@"
+# A short base for the tests' temporary directories: sandboxes keep Unix sockets under them, a
+# socket path has 108 bytes at most, and pytest-xdist adds popen-gwN/ to pytest's default
+# /tmp/pytest-of-USER/pytest-N/. Removed after a green run, kept (and named) after a failure.
+basetemp=$(mktemp -d "${TMPDIR:-/tmp}/hrt.XXXX")
+log "running pytest${parallel:+ with $workers workers} (temporary directories under $basetemp)"
+status=0
+python -m pytest --basetemp "$basetemp" "${parallel[@]}" "$@" || status=$?
+if ((status == 0)); then rm -rf "$basetemp"; else log "kept the failed run's temporary directories: $basetemp"; fi
+exit "$status"

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from orchestrator.paths import SpoolPaths
-from orchestrator.rows import SCHEMA, TURN_TYPE
+from orchestrator.rows import SCHEMA, TOOL_CALL_TYPE, TURN_TYPE
+from orchestrator.shardlog import shard_name
 from orchestrator.spool import init_run
 
 WORKERS = 16
@@ -101,9 +102,12 @@ def _write_shards(paths: SpoolPaths, rng: np.random.Generator, job_ids: np.ndarr
         response_len = out_tokens[rows].sum(axis=1)
         failed = status[rows] != "ok"
         tool_rows = rng.random(n) < 0.3
-        results = [orjson.dumps({"tool_calls": [{"name": "bash", "latency_ms": float(rng.lognormal(4, 1)), "exit_status": 0},
-                                                {"name": "python", "latency_ms": float(rng.lognormal(5, 1)), "exit_status": 1}]}).decode()
-                   if has else None for has in tool_rows]
+        # 30% of the rows made two tool calls (bash, then python), as the agent handlers record them
+        calls = [[{"turn": 1, "name": "bash", "arguments": "{}", "exit_code": 0, "output_chars": 3,
+                   "latency_ms": float(rng.lognormal(4, 1)), "error": None, "output": "ok\n"},
+                  {"turn": 2, "name": "python", "arguments": "{}", "exit_code": 1, "output_chars": 9,
+                   "latency_ms": float(rng.lognormal(5, 1)), "error": None, "output": "Traceback"}]
+                 if has else None for has in tool_rows]
         stamp = lambda values: pa.array((values * 1e6).astype(np.int64), pa.timestamp("us", tz="UTC"))  # noqa: E731
         columns = {
             "job_id": pa.array(job_ids[rows]), "group_id": pa.array(np.char.rpartition(job_ids[rows], "-")[:, 0]),
@@ -132,10 +136,13 @@ def _write_shards(paths: SpoolPaths, rng: np.random.Generator, job_ids: np.ndarr
             "error": pa.array(np.where(failed, "ToolCrash: the tool died", None), pa.string()),
             "instance": pa.array(np.full(n, "{}", dtype=object), pa.string()),
             "sampling": pa.array(np.full(n, "{}", dtype=object), pa.string()),
-            "result": pa.array(results, pa.string()),
+            "result": pa.array(np.full(n, "{}", dtype=object), pa.string()),
+            "stop_reason": pa.array(np.where(tool_rows, "finished", None), pa.string()),
+            "tool_calls": pa.array(calls, pa.list_(TOOL_CALL_TYPE)),
+            "malformed_calls": pa.array(np.where(tool_rows, 0, None), pa.int32()),
         }
         table = pa.table([columns[f.name] for f in SCHEMA], schema=SCHEMA)
-        name = f"{int(finished[rows].max() * 1000):013d}-synthetic-{first // ROWS_PER_SHARD:06d}.parquet"
+        name = shard_name("synthetic", first // ROWS_PER_SHARD)
         writes.append((table, paths.shards / name))
     with ThreadPoolExecutor(2) as pool:  # Parquet encoding releases the GIL
         list(pool.map(lambda job: pq.write_table(job[0], job[1], compression="zstd", compression_level=1), writes))

@@ -10,6 +10,8 @@ Figures:
                              prompt + 50-400 response tokens each), with the trainer's columns
                              (target >= 50,000); all columns shown beside; also per CPU second,
                              which a machine shared with other jobs does not blur
+  reader_batch_rows_per_s    the same rows through reader.batches() (Arrow record batches, one
+                             per shard, no dict per row), side by side with rows()
   list_cost_ratio_1e5_vs_1e2 time of one poll with 100 open writers and 100,000 shards in the
                              directory vs 100 shards (target <= 2); the old design (list and
                              sort every shard name) measured beside it
@@ -124,10 +126,17 @@ def read_throughput(base: Path, total_rows: int) -> dict[str, float]:
     figures: dict[str, float] = {}
     for _ in range(3):   # best of three: the machine is shared
         for label, columns, mode in (("trainer_columns", TRAINER_COLUMNS, "rows"), ("all_columns", None, "rows"),
-                                     ("groups_trainer_columns", TRAINER_COLUMNS, "groups")):
+                                     ("groups_trainer_columns", TRAINER_COLUMNS, "groups"),
+                                     ("batches_trainer_columns", TRAINER_COLUMNS, "batches"),
+                                     ("batches_all_columns", None, "batches")):
             started, cpu = time.perf_counter(), time.process_time()
             reader = RowReader(paths, columns=columns)
-            count = sum(1 for _ in reader.rows()) if mode == "rows" else sum(len(g) for g in reader.groups())
+            if mode == "rows":
+                count = sum(1 for _ in reader.rows())
+            elif mode == "groups":
+                count = sum(len(g) for g in reader.groups())
+            else:   # a trainer persists the cursor after each batch: its cost is counted
+                count = sum(batch.num_rows for batch in reader.batches() if str(reader.cursor))
             figures[label] = max(figures.get(label, 0.0), count / (time.perf_counter() - started))
             figures[f"{label}_cpu"] = max(figures.get(f"{label}_cpu", 0.0), count / (time.process_time() - cpu))
     return figures
@@ -182,7 +191,9 @@ def main() -> None:
                     ["read", "rows/s (wall)", "rows per CPU second"],
                     [[label, speed[key], speed[f"{key}_cpu"]] for label, key in (
                         ("rows(), trainer columns", "trainer_columns"), ("rows(), all columns", "all_columns"),
-                        ("groups(), trainer columns", "groups_trainer_columns"))])
+                        ("groups(), trainer columns", "groups_trainer_columns"),
+                        ("batches(), trainer columns", "batches_trainer_columns"),
+                        ("batches(), all columns", "batches_all_columns"))])
         small = poll_cost(base, 100, 100, args.polls)
         big = poll_cost(base, args.big, 100, args.polls)
         print_table("one poll, 100 open writers, reader up to date", ["shards", "poll ms", "fs ops/poll", "old design: list ms"],
@@ -195,6 +206,9 @@ def main() -> None:
         "reader_rows_per_s": round(speed["trainer_columns"]),
         "reader_rows_per_cpu_s": round(speed["trainer_columns_cpu"]),
         "reader_rows_per_s_all_columns": round(speed["all_columns"]),
+        "reader_batch_rows_per_s": round(speed["batches_trainer_columns"]),
+        "reader_batch_rows_per_cpu_s": round(speed["batches_trainer_columns_cpu"]),
+        "batch_vs_rows_ratio": round(speed["batches_trainer_columns"] / speed["trainer_columns"], 2),
         "list_cost_ratio_1e5_vs_1e2": round(big["poll_s"] / small["poll_s"], 2),
         "ops_per_poll_1e5": big["ops_per_poll"], "ops_per_poll_1e2": small["ops_per_poll"],
         "old_design_list_ratio_1e5_vs_1e2": round(big["old_list_s"] / small["old_list_s"], 1),

@@ -13,6 +13,10 @@ middle of a shard or of a group resumes exactly where the trainer stopped.
 
 Rows are dicts; list columns of numbers (prompt_ids, response_ids, response_mask, logprobs)
 are numpy arrays (views of the decoded shard, no copy per token): `.tolist()` gives lists.
+
+Columnar, for trainers that want speed: `reader.batches()` yields each shard's rows as one
+`pyarrow.RecordBatch` (no dict per row; several times the rows per second of `rows()`), with
+the same cursor: after a batch is handed out, `reader.cursor` covers exactly its rows.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class RowReader:
     _closed: dict[str, int] = field(default_factory=dict, init=False)
     _closed_stamp: tuple[int, int] | None = field(default=None, init=False)
     _closed_listed_at: float = field(default=-1e18, init=False)
+    _schema: pa.Schema | None = field(default=None, init=False)   # of the last shard read: held rows' batch
     skipped_shards: list[str] = field(default_factory=list, init=False)
     duplicates: int = field(default=0, init=False)
 
@@ -92,6 +97,28 @@ class RowReader:
         return len(self._held)
 
     # -- delivery -----------------------------------------------------------------------------
+    def batches(self, follow: bool = False) -> Iterator[pa.RecordBatch]:
+        """Every row once, a shard per batch (columnar); with follow, wait for new shards forever.
+
+        Rows already held (a resumed cursor's, or fetched by rows()/groups()/poll()) come first,
+        as one batch. The cursor read after a batch covers exactly the rows handed out so far:
+        persist it with what the batch was used for. Writers take turns, a shard each.
+        """
+        while True:
+            if self._held:
+                yield self._take_held_batch()
+                continue
+            delivered = 0
+            for writer in self._writers_to_probe():
+                batch = self._fetch_batch(writer)
+                if batch is not None:
+                    delivered += 1
+                    yield batch
+            if delivered == 0:
+                if not follow:
+                    return
+                time.sleep(self.poll_s)
+
     def rows(self, follow: bool = False) -> Iterator[Row]:
         """Every row once, oldest fetched first. With follow, wait for new shards forever."""
         while True:
@@ -205,22 +232,62 @@ class RowReader:
         self._next[writer] = seq
         return fetched
 
+    def _fetch_batch(self, writer: str) -> pa.RecordBatch | None:
+        """The writer's next shard with rows, as a batch, the cursor moved past it; None: none yet."""
+        seq = self._next.get(writer, 1)
+        last = self._closed.get(writer)
+        while last is None or seq <= last:
+            table = self._read_table(writer, seq)
+            if table is None:   # missing: skipped as in _follow_writer, or not committed yet
+                if (last is not None and seq <= last) or shard_exists(self.paths, writer, seq + 1):
+                    self._skip(writer, seq, "missing (quarantined?)")
+                    seq += 1
+                    continue
+                break
+            seq += 1
+            self._next[writer] = seq
+            if table.num_rows:
+                return table_batch(table)
+        self._next[writer] = seq
+        return None
+
+    def _take_held_batch(self) -> pa.RecordBatch:
+        """Every held row as one batch, marked delivered."""
+        keys = [key for key in self._order if key in self._held]
+        self._order.clear()
+        rows = [self._held.pop(key) for key in keys]
+        self._held_jobs.difference_update(row["job_id"] for row in rows)
+        if self._grouping:
+            for key, row in zip(keys, rows):
+                self._unindex(key, row)
+        try:
+            return pa.RecordBatch.from_pylist(rows, schema=self._schema)
+        except (pa.ArrowException, KeyError, TypeError, ValueError):   # held rows of shards with other schemas
+            return pa.RecordBatch.from_pylist(rows)
+
     def _read(self, writer: str, seq: int) -> list[Row] | None:
         """The rows of one shard; None when it does not exist; [] when it cannot be read."""
+        table = self._read_table(writer, seq)
+        return None if table is None else table_rows(table)
+
+    def _read_table(self, writer: str, seq: int) -> pa.Table | None:
+        """One shard's columns; None when it does not exist; empty when it cannot be read."""
         if not shard_exists(self.paths, writer, seq):   # a stat is far cheaper than a failed open
             return None
         path = self.paths.shards / shard_name(writer, seq)
         fsops.count("open")
         try:
             columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-            return table_rows(pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False))
+            table = pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False)
         except FileNotFoundError:
             return None
         except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
             if not path.exists():
                 return None
             self._skip(writer, seq, f"unreadable: {exc}")
-            return []
+            return pa.table({})
+        self._schema = table.schema
+        return table
 
     def _skip(self, writer: str, seq: int, why: str) -> None:
         name = shard_name(writer, seq)
@@ -290,8 +357,18 @@ class RowReader:
             self._ready_set.discard(group_id)
 
 
-def table_rows(table: pa.Table) -> list[Row]:
-    """Rows of a shard as dicts; number lists become numpy views (5x faster than to_pylist)."""
+def table_batch(table: pa.Table) -> pa.RecordBatch:
+    """A shard's table as one record batch (a copy only when it has several row groups)."""
+    batches = table.to_batches() if table.num_rows else []
+    if len(batches) == 1:
+        return batches[0]
+    return table.combine_chunks().to_batches()[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+
+def table_rows(table: pa.Table | pa.RecordBatch) -> list[Row]:
+    """Rows of a shard or batch as dicts; number lists become numpy views (5x faster than to_pylist)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
     names, columns = [], []
     for name in table.column_names:
         chunked = table.column(name)

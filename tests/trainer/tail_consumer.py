@@ -1,6 +1,9 @@
-"""A trainer stand-in for the tail test: consumes rows or groups, persisting its cursor.
+"""A trainer stand-in for the tail test: consumes rows, groups or batches, persisting its cursor.
 
     python -m tests.trainer.tail_consumer RUN_DIR STATE_DIR MODE SEED
+
+MODE batches takes Arrow batches, and now and then a single row first (so some batches are
+made of rows held across a restart).
 
 Each delivered item is saved, with the cursor taken right after it, as STATE_DIR/NNNNNNNN.json
 (tmp + rename: the item and the cursor are persisted together or not at all). A restarted
@@ -18,6 +21,10 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.tail import RowReader
 
 
 def main() -> None:
@@ -33,7 +40,7 @@ def main() -> None:
     done_flag = state.parent / "writers-done"
     idle_since = time.monotonic()
     while True:
-        item = reader.take_group() if mode == "groups" else next(reader.rows(), None)
+        item = next_item(reader, mode, rng)
         if item is None:
             if mode == "groups" and reader.poll():
                 continue
@@ -42,13 +49,24 @@ def main() -> None:
             time.sleep(0.02)
             continue
         idle_since = time.monotonic()
-        if rng.random() < (0.03 if mode == "groups" else 0.003):
+        if rng.random() < (0.003 if mode == "rows" else 0.03):
             os._exit(3)   # crashed after receiving, before persisting: the item must come again
-        items = item if mode == "groups" else [item]
+        jobs = item if mode in ("groups", "batches") else [item]
         count += 1
         tmp = state / f".{count:08d}.tmp"
-        tmp.write_text(json.dumps({"jobs": [r["job_id"] for r in items], "cursor": str(reader.cursor)}))
+        tmp.write_text(json.dumps({"jobs": [r["job_id"] for r in jobs], "cursor": str(reader.cursor)}))
         os.rename(tmp, state / f"{count:08d}.json")
+
+
+def next_item(reader: RowReader, mode: str, rng: random.Random) -> Any:
+    """A group, a row, or a batch's rows (as dicts with job_id); None when nothing is there."""
+    if mode == "groups":
+        return reader.take_group()
+    if mode == "rows" or rng.random() < 0.2:
+        row = next(reader.rows(), None)
+        return row if mode == "rows" or row is None else [row]
+    batch = next(reader.batches(), None)
+    return None if batch is None else [{"job_id": job} for job in batch.column("job_id").to_pylist()]
 
 
 if __name__ == "__main__":

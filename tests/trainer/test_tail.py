@@ -125,9 +125,9 @@ def test_bad_cursors_are_refused_with_the_fix() -> None:
     assert Cursor.parse(str(Cursor.of({"w": 3}, [("w", 2, 0), ("w", 2, 1), ("w", 2, 5)]))).held == {"w": {2: ((0, 2), (5, 6))}}
 
 
-@pytest.mark.parametrize("mode", ["groups", "rows"])
+@pytest.mark.parametrize("mode", ["groups", "rows", "batches"])
 def test_eight_skewed_writers_and_a_reader_killed_at_random_deliver_every_row_once(tmp_path: Path, mode: str) -> None:
-    rng = random.Random(7 if mode == "groups" else 8)
+    rng = random.Random({"groups": 7, "rows": 8, "batches": 9}[mode])
     paths = make_run(tmp_path / "run")
     all_rows = [row for g in range(120) for row in group_rows(f"g{g:03d}", rng.choice([1, 3, 4, 8]))]
     rng.shuffle(all_rows)   # the samples of a group land on different writers, in any order
@@ -168,3 +168,43 @@ def test_eight_skewed_writers_and_a_reader_killed_at_random_deliver_every_row_on
 
 def start_consumer(paths: SpoolPaths, state: Path, mode: str, seed: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "tests.trainer.tail_consumer", str(paths.root), str(state), mode, str(seed)])
+
+
+def test_batches_move_the_cursor_by_exactly_the_rows_handed_out(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    first, second = ShardWriter(paths, "w1", Shards()), ShardWriter(paths, "w2", Shards())
+    commit(first, group_rows("a", 3))
+    commit(second, group_rows("b", 2))
+    commit(first, group_rows("c", 4))
+    reader = RowReader(paths, columns=["reward"])
+    batches = reader.batches()
+    one = next(batches)
+    assert one.column("job_id").to_pylist() == ["a-0000", "a-0001", "a-0002"]
+    assert "reward" in one.schema.names and "prompt_ids" not in one.schema.names
+    after_one = str(reader.cursor)
+    assert json.loads(after_one) == {"v": 1, "next": {"w1": 2}}
+    # A crash here: a new reader from the persisted cursor gets everything else, once.
+    resumed = [job for b in RowReader(paths, after_one).batches() for job in b.column("job_id").to_pylist()]
+    assert sorted(resumed) == [f"b-{i:04d}" for i in range(2)] + [f"c-{i:04d}" for i in range(4)]
+    rest = [job for b in batches for job in b.column("job_id").to_pylist()]
+    assert rest == ["b-0000", "b-0001", "c-0000", "c-0001", "c-0002", "c-0003"]   # writers take turns
+    assert list(RowReader(paths, reader.cursor).batches()) == []
+
+
+def test_rows_held_by_a_cursor_come_first_as_one_batch(tmp_path: Path) -> None:
+    """A groups() reader saved its cursor with half a group held; the batch reader resumes it."""
+    paths = make_run(tmp_path / "run")
+    writer = ShardWriter(paths, "w1", Shards())
+    commit(writer, group_rows("g1", 2) + group_rows("g2", 3)[:2])
+    grouped = RowReader(paths)
+    assert [r["job_id"] for r in next(grouped.groups())] == ["g1-0000", "g1-0001"]
+    assert grouped.held == 2
+    reader = RowReader(paths, grouped.cursor)
+    batches = reader.batches()
+    held = next(batches)
+    assert held.column("job_id").to_pylist() == ["g2-0000", "g2-0001"]
+    assert held.column("reward").to_pylist() == [0.0, 1.0]
+    assert json.loads(str(reader.cursor)) == {"v": 1, "next": {"w1": 2}}
+    commit(writer, group_rows("g2", 3)[2:])
+    assert [b.column("job_id").to_pylist() for b in batches] == [["g2-0002"]]
+    assert reader.held == 0 and list(RowReader(paths, reader.cursor).batches()) == []

@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -75,7 +77,9 @@ class RowReader:
     _closed: dict[str, int] = field(default_factory=dict, init=False)
     _closed_stamp: tuple[int, int] | None = field(default=None, init=False)
     _closed_listed_at: float = field(default=-1e18, init=False)
-    _schema: pa.Schema | None = field(default=None, init=False)   # of the last shard read: held rows' batch
+    _schema: pa.Schema | None = field(default=None, init=False)
+    _read_ahead: tuple[str, int, Future[pa.Table | None]] | None = field(default=None, init=False)
+    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)   # of the last shard read: held rows' batch
     skipped_shards: list[str] = field(default_factory=list, init=False)
     duplicates: int = field(default=0, init=False)
 
@@ -271,23 +275,58 @@ class RowReader:
         return None if table is None else table_rows(table)
 
     def _read_table(self, writer: str, seq: int) -> pa.Table | None:
-        """One shard's columns; None when it does not exist; empty when it cannot be read."""
-        if not shard_exists(self.paths, writer, seq):   # a stat is far cheaper than a failed open
-            return None
-        path = self.paths.shards / shard_name(writer, seq)
-        fsops.count("open")
-        try:
-            columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-            table = pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False)
-        except FileNotFoundError:
-            return None
-        except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
-            if not path.exists():
+        """One shard's columns; None when it does not exist; empty when it cannot be read.
+
+        The writer's next shard is decoded meanwhile on a thread (Arrow decodes without the
+        GIL): decoding overlaps the trainer's work on this one. Read ahead, never delivered
+        ahead: the cursor only moves when the shard is taken here.
+        """
+        table = self._take_read_ahead(writer, seq)
+        if table is None:
+            if not shard_exists(self.paths, writer, seq):   # a stat is far cheaper than a failed open
                 return None
-            self._skip(writer, seq, f"unreadable: {exc}")
-            return pa.table({})
+            path = self.paths.shards / shard_name(writer, seq)
+            try:
+                table = self._decode(path)
+            except FileNotFoundError:
+                return None
+            except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
+                if not path.exists():
+                    return None
+                self._skip(writer, seq, f"unreadable: {exc}")
+                return pa.table({})
         self._schema = table.schema
+        self._read_ahead = (writer, seq + 1, self._executor().submit(self._decode_if_there, writer, seq + 1))
         return table
+
+    def _decode(self, path: Path) -> pa.Table:
+        fsops.count("open")
+        columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
+        return pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False)
+
+    def _decode_if_there(self, writer: str, seq: int) -> pa.Table | None:
+        if not shard_exists(self.paths, writer, seq):
+            return None
+        return self._decode(self.paths.shards / shard_name(writer, seq))
+
+    def _take_read_ahead(self, writer: str, seq: int) -> pa.Table | None:
+        """The shard decoded ahead, if it is this one and was read whole; else None."""
+        ahead, self._read_ahead = self._read_ahead, None
+        if ahead is None:
+            return None
+        ahead_writer, ahead_seq, future = ahead
+        if (ahead_writer, ahead_seq) != (writer, seq):
+            future.cancel()
+            return None
+        try:
+            return future.result()
+        except (FileNotFoundError, *READ_ERRORS):   # read again on this thread, which decides what to skip
+            return None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-read-ahead")
+        return self._pool
 
     def _skip(self, writer: str, seq: int, why: str) -> None:
         name = shard_name(writer, seq)

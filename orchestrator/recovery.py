@@ -23,6 +23,7 @@ from orchestrator.handler import StageError
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
+from orchestrator.shardlog import WriterDirectory, writers_of_worker
 from orchestrator.shards import committed_job_ids
 from orchestrator.tickets import CorruptTicket, Ticket
 
@@ -59,7 +60,9 @@ def _ring_scan(paths: SpoolPaths, me: str, names: list[str], lease_s: float, max
         worker = ring[(start + step) % len(ring)]
         if is_alive(paths, worker, lease_s):
             break
-        moved += _reap_worker(paths, worker, me, max_attempts, emit, _heartbeat_progress(paths.heartbeat(worker)))
+        progress = _heartbeat_progress(paths.heartbeat(worker))
+        moved += _reap_worker(paths, worker, me, max_attempts, emit, progress)
+        close_dead_writers(paths, worker, progress)
         retire(paths, worker)
     listed = set(names) | {me}
     moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
@@ -74,6 +77,7 @@ def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, em
     for worker in workers:
         if not worker.alive and worker.worker_id != me:
             moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit, worker.info.get("shards"))
+            close_dead_writers(paths, worker.worker_id, worker.info.get("shards"))
             retire(paths, worker.worker_id)
     moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
@@ -111,7 +115,29 @@ def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, 
         changed = fsops.mtime(paths.claims(owner))
         if changed is not None and time.time() - changed > lease_s:
             moved += _reap_worker(paths, owner, me, max_attempts, emit)
+            close_dead_writers(paths, owner, None)
     return moved
+
+
+def close_dead_writers(paths: SpoolPaths, dead: str, progress: dict | None) -> int:
+    """Close the shard writers a dead worker left open, so readers stop probing them.
+
+    Only once its claim directory is gone (taken over above, or by another reaper): from then
+    on it can commit nothing (shards are renamed out of that directory), so its last shard on
+    disk is final. `progress` (its heartbeat's) names a shard known committed: the search for
+    the last one starts there. The number of writers closed.
+    """
+    if fsops.mtime(paths.claims(dead)) is not None:
+        return 0
+    directory = WriterDirectory(paths)
+    known = progress.get("dropped_through") if isinstance(progress, dict) else None
+    closed = 0
+    for writer in writers_of_worker(dead, directory.open()):
+        at_least = known if isinstance(known, int) and progress.get("writer") == writer else 0   # type: ignore[union-attr]
+        if directory.close_abandoned(writer, at_least):
+            log.info("closed the shard writer %s of dead worker %s", writer, dead)
+            closed += 1
+    return closed
 
 
 def _reap_worker(paths: SpoolPaths, dead: str, me: str, max_attempts: int, emit: Emit,
@@ -136,7 +162,9 @@ def _resume_abandoned_reaps(paths: SpoolPaths, me: str, alive: set[str], max_att
             continue
         mine = paths.active / f"{REAP_PREFIX}{dead}--{me}"
         if fsops.rename(paths.active / entry, mine):
-            moved += _return_claims(paths, mine, dead, max_attempts, emit, _retired_progress(paths, dead))
+            progress = _retired_progress(paths, dead)
+            moved += _return_claims(paths, mine, dead, max_attempts, emit, progress)
+            close_dead_writers(paths, dead, progress)
     return moved
 
 

@@ -10,7 +10,8 @@ Readers must find new shards without listing every shard ever written (1e5 of th
 long run), so writers announce themselves in a small directory:
 
     shards/.writers/open/<writer>            created (exclusively) before the writer's first shard
-    shards/.writers/closed/<writer>@<last>   renamed from open/ when the writer stops cleanly
+    shards/.writers/closed/<writer>@<last>   renamed from open/ when the writer stops cleanly,
+                                             or by recovery once its worker is found dead
 
 A reader lists `open/` (one entry per live or crashed writer) and probes each open writer's
 next shard by name: the cost of a poll grows with writers alive, not with shards written.
@@ -87,6 +88,15 @@ class WriterDirectory:
         """The writer will commit nothing more; `last_seq` is its final shard (0: none)."""
         fsops.rename(self.open_dir / writer, self.closed_dir / f"{writer}{CLOSED_SEP}{last_seq}")
 
+    def close_abandoned(self, writer: str, at_least: int = 0) -> bool:
+        """Close a writer whose process is dead and fenced out (it can commit nothing more).
+
+        Its last shard is found by name (O(log n) stats, from `at_least`, a sequence known to
+        be committed). False when it was not open (closed already, by itself or another reaper).
+        """
+        return fsops.rename(self.open_dir / writer,
+                            self.closed_dir / f"{writer}{CLOSED_SEP}{last_committed_seq(self.paths, writer, at_least)}")
+
     def open(self) -> list[str]:
         """Writers that may still commit (live, or crashed without closing)."""
         return fsops.list_names(self.open_dir)
@@ -107,3 +117,26 @@ class WriterDirectory:
 def shard_exists(paths: SpoolPaths, writer: str, seq: int) -> bool:
     fsops.count("stat")
     return os.path.exists(paths.shards / shard_name(writer, seq))
+
+
+def last_committed_seq(paths: SpoolPaths, writer: str, at_least: int = 0) -> int:
+    """The writer's highest shard sequence on disk (0: none), by galloping then bisecting.
+
+    A gap of one shard (moved to quarantine) is stepped over, as readers do: the search looks
+    for the last `seq` where shard seq or seq + 1 exists, which holds for every seq up to the
+    last shard and for none after it.
+    """
+    def reached(seq: int) -> bool:
+        return shard_exists(paths, writer, seq) or shard_exists(paths, writer, seq + 1)
+
+    low, step = max(at_least, 0), 1   # low: 0 or a sequence known to be reached
+    while reached(low + step):
+        low, step = low + step, step * 2
+    high = low + step                 # not reached
+    while high - low > 1:
+        middle = (low + high) // 2
+        if reached(middle):
+            low = middle
+        else:
+            high = middle
+    return low

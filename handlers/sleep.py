@@ -14,7 +14,8 @@ Instance keys (all optional):
                       with probability p, else 0.0, drawn per job (seeded: groups of a prompt
                       with p = 0 or 1 have no reward variance, the others usually do)
     policy_version    reported by RUN as the policy the job sampled with (a stand-in for an
-                      LLM handler in tests of the staleness bound)
+                      LLM handler in tests of the staleness bound): a number, or "current": the
+                      registry's policy version when RUN ends, as an LLM turn would record it
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from orchestrator.context import JobContext
 from orchestrator.handler import AgentHandler
+from orchestrator.llm.registry import BackendRegistry
 
 DISTRIBUTIONS = ("uniform", "lognormal", "exponential")
 
@@ -88,6 +90,8 @@ class SleepHandler(AgentHandler):
     async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
         out = await self._stage(ctx, "run")
         version = ctx.job.instance.get("policy_version")
+        if version == "current":
+            version = BackendRegistry(ctx.paths).read().policy_version
         if isinstance(version, int):
             out["policy_version_min"] = out["policy_version_max"] = version
         return out

@@ -164,7 +164,6 @@ class Worker:
             self._heartbeat()
         else:
             self.shards.take()  # rows of claims other workers now hold: never committed
-            await self._in_spool_io(self.shards.close)   # it can commit nothing more: readers stop probing it
             self.state = "fenced"
         retire(self.paths, self.worker_id)
         if self.metrics is not None:

@@ -179,6 +179,7 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
         # no stuck claim, no leftover reaping, no orphan process, workers alive to the end
         assert codes == [0] * len(codes), codes
         assert not [p for d in paths.active.iterdir() for p in (d.iterdir() if d.is_dir() else [d])]
+        assert WriterDirectory(paths).open() == [], "the killed and the fenced worker's writers are closed too"
         assert sandbox_processes(runtime) == []
         assert any(n.name.startswith(torn) and n.name.endswith(".reason") for n in paths.quarantine.iterdir())
         logs = "".join(p.read_text(errors="replace") for p in paths.root.glob("worker-*.log"))

@@ -55,10 +55,33 @@ class ModelInfo:
 
 
 @dataclass
+class ModelInfoCache:
+    """What each registry entry serves, asked once per worker rather than once per task: on a busy
+    server GET /v1/models before a task's first turn took 60 ms (benchmarks.backends). An entry
+    added again (a restarted server) or whose state changed (down, back up) is asked again."""
+
+    capacity: int = 256
+    _known: dict[tuple[Any, ...], ModelInfo] = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def entry(backend: Backend) -> tuple[Any, ...]:
+        return (backend.url, backend.protocol, backend.model, backend.added_at, backend.state_changed_at)
+
+    def get(self, backend: Backend) -> ModelInfo | None:
+        return self._known.get(self.entry(backend))
+
+    def put(self, backend: Backend, info: ModelInfo) -> None:
+        if len(self._known) >= self.capacity:  # entries of servers long gone: drop the oldest
+            del self._known[next(iter(self._known))]
+        self._known[self.entry(backend)] = info
+
+
+@dataclass
 class BackendClient(abc.ABC):
     backend: Backend
     http: httpx.AsyncClient
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    known: ModelInfoCache | None = None     # shared by the tasks of one worker
     _info: ModelInfo | None = field(default=None, repr=False)
 
     @abc.abstractmethod
@@ -72,6 +95,8 @@ class BackendClient(abc.ABC):
 
     async def model_info(self) -> ModelInfo:
         """Model id (registry's, else the first of /v1/models) and the context length."""
+        if self._info is None and self.known is not None:
+            self._info = self.known.get(self.backend)
         if self._info is None:
             data: dict[str, Any] = {}
             try:
@@ -84,6 +109,8 @@ class BackendClient(abc.ABC):
                 raise BackendFailed(self.backend.url, "/v1/models lists no model: register one with --model")
             max_len = models[0].get("max_model_len")
             self._info = ModelInfo(model_id, int(max_len) if max_len else None)
+            if self.known is not None:
+                self.known.put(self.backend, self._info)
         return self._info
 
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any]) -> Completion:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from orchestrator.llm.client import BackendClient, RetryPolicy
+from orchestrator.llm.client import BackendClient, ModelInfoCache, RetryPolicy
 from orchestrator.llm.registry import Backend, Protocol
 from orchestrator.llm.sglang import SGLangClient
 from orchestrator.llm.vllm import VLLMClient
@@ -15,5 +15,7 @@ from orchestrator.llm.vllm import VLLMClient
 CLIENTS: dict[Protocol, type[BackendClient]] = {Protocol.VLLM: VLLMClient, Protocol.SGLANG: SGLangClient}
 
 
-def client_for(backend: Backend, http: httpx.AsyncClient, retry: RetryPolicy | None = None) -> BackendClient:
-    return CLIENTS[backend.protocol](backend, http, retry or RetryPolicy())
+def client_for(backend: Backend, http: httpx.AsyncClient, retry: RetryPolicy | None = None,
+               known: ModelInfoCache | None = None) -> BackendClient:
+    """`known`: model infos shared between clients (a worker's router keeps one)."""
+    return CLIENTS[backend.protocol](backend, http, retry or RetryPolicy(), known)

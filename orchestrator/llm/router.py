@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from orchestrator.llm.client import NO_ANSWER, new_http_client
+from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
 from orchestrator.llm.load_view import DEFAULT_VIEW_S, ClusterView
@@ -70,6 +70,8 @@ class Router:
     _healthy_at: dict[str, float] = field(default_factory=dict, repr=False)
     # When this process last probed each down backend while tasks wait (probes are shared).
     _probed_at: dict[str, float] = field(default_factory=dict, repr=False)
+    # Model id and context length of each backend entry, for this worker's tasks.
+    model_infos: ModelInfoCache = field(default_factory=ModelInfoCache, repr=False)
 
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)

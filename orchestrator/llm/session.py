@@ -116,7 +116,7 @@ class LLMSession:
         if existing is None or (existing.backend.protocol, existing.backend.model) != (backend.protocol, backend.model):
             if self._http is None:
                 self._http = new_http_client()
-            existing = client_for(backend, self._http, self.retry)
+            existing = client_for(backend, self._http, self.retry, self.router.model_infos)
             self._clients[backend.url] = existing
         return existing
 

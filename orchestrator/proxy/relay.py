@@ -46,6 +46,9 @@ def serve(listener: socket.socket, unix_path: str) -> None:
             client, _ = listener.accept()
         except OSError:
             return
+        # Answers may come in several writes (streamed chunks): Nagle's algorithm would hold each
+        # next one back until the client's delayed ACK (up to 40 ms).
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.connect(unix_path)

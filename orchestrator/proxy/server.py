@@ -27,7 +27,7 @@ from aiohttp import web
 
 from orchestrator.proxy.recorder import CallRecorder, LimitReached
 from orchestrator.proxy.wire import (
-    BadRequest, completion_body, error_body, finish_reason, parse_request, stream_chunks,
+    BadRequest, MessageForms, completion_body, error_body, finish_reason, parse_request, stream_chunks,
 )
 
 SOCKET_NAME = "proxy.sock"
@@ -56,6 +56,7 @@ class JobProxy:
         self.socket_path = self.directory / SOCKET_NAME
         self.token = token or read_token(self.directory)
         self.model_name = model_name
+        self.forms = MessageForms()
         self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -109,7 +110,7 @@ class JobProxy:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
-            chat = parse_request(body)
+            chat = parse_request(body, forms=self.forms)
             reply = await self.recorder.complete(chat)
         except orjson.JSONDecodeError as exc:
             return _json(error_body(f"the body is not JSON: {exc}"), 400)

@@ -19,7 +19,7 @@ import pytest
 from orchestrator.proxy.trajectory import samples_of
 from orchestrator.spool import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
-from tests.proxy.conftest import Backend, needs_bwrap
+from tests.proxy.conftest import Backend, needs_bwrap, proxy_leftovers
 from tests.proxy.scripts import BOXED, CASES
 from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
@@ -85,4 +85,4 @@ def test_per_request_and_the_call_limit(harness_run: dict[str, Any]) -> None:
 
 def test_nothing_is_left_behind(harness_run: dict[str, Any]) -> None:
     assert sandbox_processes(harness_run["runtime"]) == []
-    assert list((harness_run["runtime"] / "rt" / "px").iterdir()) == []
+    assert proxy_leftovers(harness_run["runtime"]) == []

@@ -25,7 +25,7 @@ from tests.agents.helpers import rows, submit
 from tests.core.util import start_worker, stop_worker, wait_until
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import BOXED, tool_call
-from tests.proxy.test_harness_cancel import processes_mentioning
+from tests.proxy.test_harness_e2e import processes_mentioning
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]

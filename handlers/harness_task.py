@@ -4,12 +4,12 @@
     # each row: a swe/code/math task + {"harness": {"command": "mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" ..."}}
 
 INIT starts the job's sandbox the way the task's family does (swe: the repository checked out;
-code, math: an empty workspace), with a private proxy directory bound read-only at
-/run/hpc-rollout-llm, and writes the task's text to /workspace/.harness/task.md. RUN starts the
-job's proxy (orchestrator/proxy) on that directory's socket and runs `harness.command` in the
-sandbox through the relay, so the command sees OPENAI_BASE_URL and OPENAI_API_KEY of its job's
-proxy; time and call limits stop it. The row is built from the recorded calls by the chosen
-trajectory builder. EVAL is the family's own (swe: FAIL_TO_PASS/PASS_TO_PASS in a fresh
+code, math: an empty workspace) and writes the task's text to /workspace/.harness/task.md. RUN
+makes the job's proxy directory in the sandbox's own control directory (orchestrator/proxy/
+placement.py: it goes with the sandbox, whatever ends the job), starts the proxy on its socket
+and runs `harness.command` in the sandbox through the relay, so the command sees OPENAI_BASE_URL
+and OPENAI_API_KEY of its job's proxy; time and call limits stop it. The row is built from the
+recorded calls by the chosen trajectory builder. EVAL is the family's own (swe: FAIL_TO_PASS/PASS_TO_PASS in a fresh
 sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's answer).
 
 `harness` settings (in the row, or for every row with `submit --set harness.KEY=VALUE`):
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from orchestrator.context import JobContext
     from orchestrator.proxy.recorder import CallRecorder
 
-INSIDE_DIR = "/run/hpc-rollout-llm"
 TASK_FILE = "/workspace/.harness/task.md"
 LOG_FILE = "/workspace/.harness/harness.log"
 LOG_TAIL_CHARS = 4000
@@ -125,10 +124,12 @@ def task_text(messages: list[dict[str, Any]]) -> str:
     return "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
 
 
-def harness_script(settings: HarnessSettings) -> str:
+def harness_script(settings: HarnessSettings, proxy_dir: str) -> str:
+    """The command through the relay; `proxy_dir`: the job's proxy directory as the sandbox sees it."""
     exports = "".join(f"export {name}={shlex.quote(value)}; " for name, value in sorted(settings.env.items()))
+    relay = shlex.quote(f"{proxy_dir}/relay.py")
     return (f"mkdir -p {shlex.quote(str(Path(LOG_FILE).parent))} && export HPC_ROLLOUT_TASK_FILE={TASK_FILE}; {exports}"
-            f"python3 -I {INSIDE_DIR}/relay.py --dir {INSIDE_DIR} -- bash -c {shlex.quote(settings.command)} "
+            f"python3 -I {relay} --dir {shlex.quote(proxy_dir)} -- bash -c {shlex.quote(settings.command)} "
             f"> {LOG_FILE} 2>&1")
 
 
@@ -138,6 +139,7 @@ class HarnessHandler(ToolAgentHandler):
     def __init__(self) -> None:
         super().__init__()
         self._recorders: dict[str, "CallRecorder"] = {}
+        self._logs: dict[str, dict[str, Any]] = {}    # the command's end, for the row of a failed RUN
 
     def family(self, instance: dict[str, Any]) -> tuple[HarnessSettings, ToolAgentHandler]:
         settings = HarnessSettings.parse(instance)
@@ -148,33 +150,25 @@ class HarnessHandler(ToolAgentHandler):
         family.messages(family.task(instance))
 
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
-        from orchestrator.proxy.server import new_proxy_dir
-        from orchestrator.sandbox.records import runtime_base
-
         settings, family = self.family(ctx.job.instance)
         task = family.task(ctx.job.instance)
-        proxy_dir = new_proxy_dir(runtime_base() / "px")
-        try:
-            options = family.sandbox_options(task)
-            options["binds"] = [*options.get("binds", []), *settings.binds, f"{proxy_dir}:{INSIDE_DIR}:ro"]
-            sandbox = await ctx.open_sandbox(**options)
-            prepared = await family.setup(ctx, sandbox, task)
-            await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
-        except BaseException:
-            shutil.rmtree(proxy_dir, ignore_errors=True)
-            raise
-        ctx.event("harness_prepared", family=settings.family, proxy_dir=str(proxy_dir))
-        return {"sandbox_kind": sandbox.kind, "proxy_dir": str(proxy_dir), **prepared}
+        options = family.sandbox_options(task)
+        options["binds"] = [*options.get("binds", []), *settings.binds]
+        sandbox = await ctx.open_sandbox(**options)
+        prepared = await family.setup(ctx, sandbox, task)
+        await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
+        ctx.event("harness_prepared", family=settings.family)
+        return {"sandbox_kind": sandbox.kind, **prepared}
 
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
         from orchestrator.llm.session import session_for
+        from orchestrator.proxy.placement import proxy_dir_in
         from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
         from orchestrator.proxy.server import JobProxy
 
         instance = ctx.job.instance
         settings, family = self.family(instance)
         task = family.task(instance)
-        proxy_dir = Path(prepared["proxy_dir"])
         sandbox = await ctx.sandbox()
         sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
         limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call)
@@ -184,16 +178,20 @@ class HarnessHandler(ToolAgentHandler):
                       prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
                       **({"diverged": record["diverged"]} if record["diverged"] else {}))
 
+        proxy_dir, inside_dir = proxy_dir_in(sandbox)
         try:
             async with session_for(ctx) as llm:
                 recorder = CallRecorder(llm, await llm.tokenizer(), get_parser(settings.parser), sampling, limits, note)
                 self._recorders[ctx.job.job_id] = recorder
                 async with JobProxy(recorder, proxy_dir, model_name=settings.model_name):
-                    outcome = await self._run_command(sandbox, settings, recorder)
+                    outcome = await self._run_command(sandbox, harness_script(settings, inside_dir), settings, recorder)
         finally:
             shutil.rmtree(proxy_dir, ignore_errors=True)
-        if recorder.failure:
-            raise RuntimeError(f"the job's model backend failed during the harness: {recorder.failure}")
+        if recorder.failed_with is not None:
+            # The backend failed for good (or the policy went stale): the job ends as any handler's
+            # would with that error, its row keeping the calls made so far and the command's log.
+            self._logs[ctx.job.job_id] = {"harness_exit_code": outcome.exit_code, "harness_log": await self._log_tail(sandbox)}
+            raise recorder.failed_with
         last_chain = recorder.chains[recorder.calls[-1]["chain"]].conversation if recorder.calls else None
         stand_in = SimpleNamespace(conversation=last_chain or SimpleNamespace(messages=[]))
         artifacts = await family.collect(ctx, sandbox, stand_in, task)  # type: ignore[arg-type]
@@ -206,9 +204,9 @@ class HarnessHandler(ToolAgentHandler):
         return {**self._trajectory(recorder, settings), **artifacts, "stop_reason": stop_reason,
                 "harness_exit_code": outcome.exit_code, "harness_log": log_tail}
 
-    async def _run_command(self, sandbox: Any, settings: HarnessSettings, recorder: "CallRecorder") -> Any:
+    async def _run_command(self, sandbox: Any, script: str, settings: HarnessSettings, recorder: "CallRecorder") -> Any:
         """The command through the relay; a reached limit (or a dead backend) interrupts it."""
-        command = asyncio.ensure_future(sandbox.bash(harness_script(settings), timeout=settings.max_wall_s))
+        command = asyncio.ensure_future(sandbox.bash(script, timeout=settings.max_wall_s))
         stopped = asyncio.ensure_future(recorder.stopped.wait())
         try:
             await asyncio.wait({command, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -238,12 +236,12 @@ class HarnessHandler(ToolAgentHandler):
 
     def run_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
         recorder = self._recorders.pop(ctx.job.job_id, None)
-        partial: dict[str, Any] = {}
+        partial: dict[str, Any] = self._logs.pop(ctx.job.job_id, {})
         if recorder is not None:
             try:
-                partial = self._trajectory(recorder, self.family(ctx.job.instance)[0])
+                partial.update(self._trajectory(recorder, self.family(ctx.job.instance)[0]))
             except ValueError:
-                partial = {}
+                pass
         reason = {"timeout": "timeout", "cancelled": "cancelled"}.get(error.kind, "error")
         return {**partial, "stop_reason": reason, "error": error.as_text()}
 

@@ -80,6 +80,11 @@ class Conversation:
                                      add_generation_prompt=generation_prompt, **self.tokenizer.special_tokens_map)
 
     def encode(self, text: str) -> list[int]:
+        rust = _plain_rust_tokenizer(self.tokenizer)
+        if rust is not None:
+            # The same ids without transformers' wrapping (~25% less per delta), and one text alone:
+            # a batch goes through the thread pool, whose wake-ups cost milliseconds on a busy node.
+            return list(rust.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def add_assistant(self, output_ids: Sequence[int], logprobs: Sequence[float], finish_reason: str) -> str:
@@ -187,6 +192,16 @@ class Conversation:
     def to_json(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt_ids, "response_ids": self.response_ids,
                 "response_mask": self.response_mask, "logprobs": self.logprobs}
+
+
+def _plain_rust_tokenizer(tokenizer: Any) -> Any:
+    """The `tokenizers` object behind a fast transformers tokenizer when calling it directly gives
+    what `tokenizer.encode` gives (no truncation or padding configured on it), else None."""
+    rust = getattr(tokenizer, "_tokenizer", None)
+    if (rust is None or not hasattr(rust, "encode")
+            or getattr(rust, "truncation", None) is not None or getattr(rust, "padding", None) is not None):
+        return None
+    return rust
 
 
 def _compile(tokenizer: Any) -> Any:

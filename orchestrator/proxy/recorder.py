@@ -34,6 +34,10 @@ class LimitReached(Exception):
         self.reason = reason            # a StopReason value: max_turns | context_full
 
 
+class BackendGone(Exception):
+    """The job's backend failed for good (the session waited and switched as long as it may)."""
+
+
 @dataclass(frozen=True)
 class ProxyLimits:
     max_calls: int = 30
@@ -70,7 +74,8 @@ class CallRecorder:
     malformed_calls: int = 0
     refused: int = 0
     stop_reason: str | None = None               # set when a limit was reached
-    failure: str | None = None                   # the backend failed for good
+    failure: str | None = None                   # the backend failed for good: what it said
+    failed_with: Exception | None = None         # ... and the error itself (the job ends with it)
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     def _find_chain(self, request: ChatRequest) -> tuple[int, Chain] | None:
@@ -91,6 +96,8 @@ class CallRecorder:
 
     async def complete(self, request: ChatRequest) -> Reply:
         began = time.perf_counter()
+        if self.failed_with is not None:   # no backend left: a harness's retries get the same answer at once
+            raise BackendGone(self.failure or "")
         if len(self.calls) >= self.limits.max_calls:
             raise self._stop("max_turns", f"this job allows {self.limits.max_calls} model calls; the limit is reached")
         found = self._find_chain(request)
@@ -121,8 +128,9 @@ class CallRecorder:
             raise
         except Exception as exc:
             self.failure = f"{type(exc).__name__}: {exc}"
+            self.failed_with = exc
             self.stopped.set()
-            raise
+            raise BackendGone(self.failure) from exc
         finally:
             chain.busy = False
         after = time.perf_counter()

@@ -1,7 +1,7 @@
 """Inside the sandbox: a TCP relay on the sandbox's loopback to the job's proxy socket, and the
 harness command run with OPENAI_BASE_URL / OPENAI_API_KEY pointing at it.
 
-    python3 relay.py --dir /run/hpc-rollout-llm -- bash -c 'mini -m openai/policy ...'
+    python3 relay.py --dir /.hpc-rollout/run/llm -- bash -c 'mini -m openai/policy ...'
 
 Standard library only (it runs on whatever python3 the image has). The sandbox has no network,
 so the relay listens on its own loopback (HPC_ROLLOUT_LOOPBACK when set, else 127.0.0.1) at a
@@ -46,6 +46,9 @@ def serve(listener: socket.socket, unix_path: str) -> None:
             client, _ = listener.accept()
         except OSError:
             return
+        # Answers may come in several writes (streamed chunks): Nagle's algorithm would hold each
+        # next one back until the client's delayed ACK (up to 40 ms).
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.connect(unix_path)

@@ -25,9 +25,9 @@ from typing import Any, Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from orchestrator.proxy.recorder import CallRecorder, LimitReached
+from orchestrator.proxy.recorder import BackendGone, CallRecorder, LimitReached
 from orchestrator.proxy.wire import (
-    BadRequest, completion_body, error_body, finish_reason, parse_request, stream_chunks,
+    BadRequest, MessageForms, completion_body, error_body, finish_reason, parse_request, stream_chunks,
 )
 
 SOCKET_NAME = "proxy.sock"
@@ -56,6 +56,7 @@ class JobProxy:
         self.socket_path = self.directory / SOCKET_NAME
         self.token = token or read_token(self.directory)
         self.model_name = model_name
+        self.forms = MessageForms()
         self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -109,7 +110,7 @@ class JobProxy:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
-            chat = parse_request(body)
+            chat = parse_request(body, forms=self.forms)
             reply = await self.recorder.complete(chat)
         except orjson.JSONDecodeError as exc:
             return _json(error_body(f"the body is not JSON: {exc}"), 400)
@@ -118,8 +119,11 @@ class JobProxy:
         except LimitReached as exc:
             code = "context_length_exceeded" if exc.reason == "context_full" else "max_turns_reached"
             return _json(error_body(str(exc), code=code), 400)
-        except Exception as exc:  # the backend is gone for good: the harness must stop
-            return _json(error_body(f"the job's model backend failed: {exc}", "server_error"), 503)
+        except BackendGone as exc:  # the harness must stop: its job ends with the backend's error
+            return _json(error_body(f"the job's model backend failed: {exc}", "server_error", "backend_unavailable"), 503)
+        except Exception as exc:  # the proxy's own failure on this request (a template that cannot render it...)
+            return _json(error_body(f"the proxy could not serve this request: {type(exc).__name__}: {exc}",
+                                    "server_error"), 500)
         answer = completion_body(chat.model or self.model_name, reply.message,
                                  finish_reason(reply.message, reply.finish_reason),
                                  reply.prompt_tokens, reply.completion_tokens)
@@ -134,25 +138,35 @@ class JobProxy:
         return stream
 
 
-def new_proxy_dir(parent: Path) -> Path:
-    """A private directory with the job's token and the relay; the proxy's socket appears in it."""
-    from orchestrator.sandbox.records import private_dir
+def new_proxy_dir(parent: Path, name: str | None = None) -> Path:
+    """A private directory with the job's token and the relay (its socket appears in it when the
+    proxy starts): `parent/name`, or a fresh random name. Created exclusively, files included: the
+    parent may be bound into a sandbox, which must not plant links there."""
+    from orchestrator.sandbox.records import SOCKET_PATH_MAX, private_dir
 
     private_dir(parent, parents=True)
     while True:
-        path = parent / secrets.token_hex(6)
+        path = parent / (name or secrets.token_hex(6))
         try:
             path.mkdir(mode=0o700)
             break
         except FileExistsError:
-            continue
-    token = path / TOKEN_NAME
-    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(f"hr-{secrets.token_urlsafe(24)}\n")
-    relay_source = Path(__file__).with_name("relay.py")
-    (path / RELAY_NAME).write_bytes(relay_source.read_bytes())
+            if name:
+                raise
+    socket_path = path / SOCKET_NAME
+    if len(str(socket_path).encode()) > SOCKET_PATH_MAX:
+        path.rmdir()
+        raise ValueError(f"the proxy's socket path {socket_path} is longer than {SOCKET_PATH_MAX} bytes; set "
+                         "HPC_ROLLOUT_RUNTIME_DIR to a short node-local directory such as /tmp/hr")
+    _write_new(path / TOKEN_NAME, f"hr-{secrets.token_urlsafe(24)}\n".encode())
+    _write_new(path / RELAY_NAME, Path(__file__).with_name("relay.py").read_bytes())
     return path
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def read_token(directory: Path) -> str:

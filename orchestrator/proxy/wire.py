@@ -5,6 +5,8 @@ renders: content flattened to text, only the keys templates read) and `message_k
 decides whether a request repeats an earlier one: role, text, tool calls with their arguments
 as parsed JSON, tool_call_id). Keys ignore what clients add when they echo a reply back
 (`provider_specific_fields`, `refusal`, `function_call: null`, call ids, argument spacing).
+A harness resends its whole history on every call: `MessageForms` (one per job) converts each
+distinct message once, so a call's cost does not grow with the conversation.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from orchestrator.agent.calls import ParsedReply, ToolCall
 
@@ -107,7 +111,43 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     return (message["role"], str(message.get("content") or "").strip(), calls, message.get("tool_call_id") or "")
 
 
-def parse_request(body: Any, parse_tools_default: bool = True) -> ChatRequest:
+class MessageForms:
+    """The template form and key of each message a job's harness sent, by the message's JSON: the
+    history a harness resends is converted once (messages are small; the bytes are the dict's
+    own order, so a client that reorders keys only misses the cache). Bounded by `limit` entries."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._forms: dict[bytes, tuple[dict[str, Any], tuple[Any, ...]]] = {}
+        self._tools: dict[bytes, str] = {}
+
+    def message(self, raw: Any) -> tuple[dict[str, Any], tuple[Any, ...]]:
+        if not isinstance(raw, dict):
+            template_message(raw)   # raises BadRequest naming the problem
+        blob = orjson.dumps(raw)
+        forms = self._forms.get(blob)
+        if forms is None:
+            message = template_message(raw)
+            forms = (message, message_key(message))
+            if len(self._forms) >= self.limit:
+                self._forms.clear()
+            self._forms[blob] = forms
+        return forms
+
+    def tools_key(self, tools: list[dict[str, Any]]) -> str:
+        blob = orjson.dumps(tools)
+        key = self._tools.get(blob)
+        if key is None:
+            key = json.dumps(tools, sort_keys=True)
+            if len(self._tools) >= 64:
+                self._tools.clear()
+            self._tools[blob] = key
+        return key
+
+
+def parse_request(body: Any, parse_tools_default: bool = True, forms: MessageForms | None = None) -> ChatRequest:
+    """The request in a chat-completions body; `forms`: the job's cache of converted messages."""
+    forms = forms or MessageForms()
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     raw = body.get("messages")
@@ -115,7 +155,7 @@ def parse_request(body: Any, parse_tools_default: bool = True) -> ChatRequest:
         raise BadRequest("'messages' must be a non-empty list")
     if int(body.get("n") or 1) != 1:
         raise BadRequest("n must be 1: the proxy records one sample per call")
-    messages = tuple(template_message(m) for m in raw)
+    converted = [forms.message(m) for m in raw]
     tools = body.get("tools") or None
     if tools is not None and not isinstance(tools, list):
         raise BadRequest("'tools' must be a list of function declarations")
@@ -125,8 +165,8 @@ def parse_request(body: Any, parse_tools_default: bool = True) -> ChatRequest:
         raise BadRequest(f"max_tokens must be a positive integer, got {wanted!r}")
     options = body.get("stream_options") or {}
     return ChatRequest(
-        model=str(body.get("model") or ""), messages=messages, keys=tuple(message_key(m) for m in messages),
-        tools=tools, tools_key=json.dumps(tools, sort_keys=True) if tools else "", sampling=sampling,
+        model=str(body.get("model") or ""), messages=tuple(m for m, _ in converted), keys=tuple(k for _, k in converted),
+        tools=tools, tools_key=forms.tools_key(tools) if tools else "", sampling=sampling,
         max_tokens=wanted, stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         parse_tools=parse_tools_default and bool(tools) and body.get("tool_choice") != "none",

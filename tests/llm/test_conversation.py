@@ -71,6 +71,21 @@ def test_exact_ids_differ_from_a_re_rendered_history() -> None:
     assert differ >= 4
 
 
+def test_encoding_through_the_rust_tokenizer_gives_the_tokenizers_ids() -> None:
+    tok = tokenizer()
+    conversation = Conversation(tok, MESSAGES)
+    texts = ["<|im_end|>\n<|im_start|>user\n<tool_response>\n-rw-r--r-- 1 agent 4096 f\u00e9\n</tool_response>",
+             "  spaces\t\ttabs \u4f60\u597d <|im_start|>assistant\n", ""]
+    assert [conversation.encode(t) for t in texts] == [list(tok.encode(t, add_special_tokens=False)) for t in texts]
+    # A tokenizer configured to truncate is called the ordinary way (the shortcut would truncate).
+    tok._tokenizer.enable_truncation(4)
+    try:
+        assert conversation.encode(texts[0]) == list(tok.encode(texts[0], add_special_tokens=False))
+        assert len(conversation.encode(texts[0])) > 4
+    finally:
+        tok._tokenizer.no_truncation()
+
+
 def test_mismatched_logprobs_are_refused() -> None:
     with pytest.raises(ValueError, match="2 output ids but 1 logprobs"):
         Conversation(tokenizer(), MESSAGES).add_assistant([1, 2], [-1.0], "stop")

@@ -5,6 +5,8 @@ checked for leftovers."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,4 +55,19 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     yield from scripted_backend(tmp_path_factory.mktemp("proxy"), all_scripts())
 
 
-__all__ = ["Backend", "scripted_backend", "needs_bwrap", "bundled", "task_image", "private_runtime", "spool"]
+@pytest.fixture
+def short_runtime() -> Iterator[Path]:
+    """A worker's runtime base with a short path: a job's proxy socket sits two levels below its
+    sandbox's (sb/ID/s/llm/proxy.sock) and socket paths are limited to 108 bytes."""
+    base = Path(tempfile.mkdtemp(prefix="hr-"))
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def proxy_leftovers(runtime: Path) -> list[str]:
+    """Whatever of a job's proxy is still under a worker's runtime directory."""
+    names = ("proxy.sock", "token", "relay.py")
+    return sorted(str(p) for p in runtime.rglob("*") if p.name in names or p.parent.name in ("px", "llm"))
+
+
+__all__ = ["Backend", "scripted_backend", "proxy_leftovers", "short_runtime", "needs_bwrap", "bundled", "task_image", "private_runtime", "spool"]

@@ -22,7 +22,7 @@ from orchestrator.proxy.trajectory import samples_of
 from orchestrator.spool import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
-from tests.proxy.conftest import needs_bwrap
+from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import tool_call
 from tests.proxy.test_proxy import assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
@@ -32,7 +32,7 @@ pytestmark = [needs_bwrap, pytest.mark.llm]
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-def harness_rows(tmp: Path, image: Path, swe_row: dict[str, Any], venv: Path, server_args: list[str],
+def harness_rows(tmp: Path, runtime: Path, image: Path, swe_row: dict[str, Any], venv: Path, server_args: list[str],
                  harness: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     record = tmp / "record.jsonl"
     server = start_server(tiny=True, record=record, extra_args=[*server_args, "--max-model-len", "32768"])
@@ -44,8 +44,8 @@ def harness_rows(tmp: Path, image: Path, swe_row: dict[str, Any], venv: Path, se
                                        "env": mini_swe_agent.ENV, **harness}}
         (tmp / "tasks.jsonl").write_text(json.dumps(task) + "\n")
         submit(paths, tmp / "tasks.jsonl", "harness")
-        run_workers(paths, tmp / "sandboxes", workers=1)
-        assert sandbox_processes(tmp / "sandboxes") == []
+        run_workers(paths, runtime, workers=1)
+        assert sandbox_processes(runtime) == [] and proxy_leftovers(runtime) == []
         found = by_instance(rows(paths))
     finally:
         server.stop()
@@ -71,15 +71,15 @@ def check_fidelity(row: dict[str, Any], served: list[dict[str, Any]]) -> None:
     assert_well_formed(samples_of(row), calls)
 
 
-def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, task_image: Path, swe_row: dict[str, Any],
-                                                   mini_swe_agent_venv: Path) -> None:
+def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, short_runtime: Path, task_image: Path,
+                                                   swe_row: dict[str, Any], mini_swe_agent_venv: Path) -> None:
     title = swe_row["problem_statement"].splitlines()[0]
     fix = f"cd /workspace/repo && git apply <<'PATCH'\n{swe_row['patch'].rstrip(chr(10))}\nPATCH"
     scripts = tmp_path / "scripts.jsonl"
     scripts.write_text(json.dumps({"match": title, "replies": [
         "I will apply the fix." + tool_call("bash", command=fix),
         "Now I submit." + tool_call("bash", command=SUBMIT)]}) + "\n")
-    row, served = harness_rows(tmp_path, task_image, swe_row, mini_swe_agent_venv, ["--scripted", str(scripts)], {"max_calls": 6})
+    row, served = harness_rows(tmp_path, short_runtime, task_image, swe_row, mini_swe_agent_venv, ["--scripted", str(scripts)], {"max_calls": 6})
     result = json.loads(row["result"])
     assert (row["status"], row["reward"], row["stop_reason"]) == ("ok", 1.0, "finished"), row["error"] or result.get("harness_log")
     assert result["harness_exit_code"] == 0 and result["resolved"] is True
@@ -87,9 +87,9 @@ def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, task_image: Pa
     check_fidelity(row, served)
 
 
-def test_mini_swe_agent_with_the_random_model_fails_cleanly(tmp_path: Path, task_image: Path,
+def test_mini_swe_agent_with_the_random_model_fails_cleanly(tmp_path: Path, short_runtime: Path, task_image: Path,
                                                            swe_row: dict[str, Any], mini_swe_agent_venv: Path) -> None:
-    row, served = harness_rows(tmp_path, task_image, swe_row, mini_swe_agent_venv, [],
+    row, served = harness_rows(tmp_path, short_runtime, task_image, swe_row, mini_swe_agent_venv, [],
                                {"max_calls": 3, "max_tokens_per_call": 24})
     result = json.loads(row["result"])
     assert (row["status"], row["reward"]) == ("ok", 0.0), row["error"] or result.get("harness_log")

@@ -176,9 +176,9 @@ def context(spool: Any, handler: str) -> Any:
 
 
 async def graders(spool: Any, rounds: int) -> tuple[list[float], list[float], int]:
-    from handlers.bundled import code_problems, math_problems
-    from handlers.code_task import CodeHandler
-    from handlers.math_task import MathHandler
+    from hpc_rollout.handlers.bundled import code_problems, math_problems
+    from hpc_rollout.handlers.code_task import CodeHandler
+    from hpc_rollout.handlers.math_task import MathHandler
 
     math_handler, make = MathHandler(), context(spool, "math")
     problems = math_problems.PROBLEMS

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from benchmarks.common import emit_json, print_table
-from handlers.sleep import SleepHandler
+from hpc_rollout.handlers.sleep import SleepHandler
 from orchestrator.context import JobContext, WorkerServices
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.app.local_launch import start_local_workers

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_json, median, percentile, print_table
-from handlers.bundled.math_problems import PROBLEMS
+from hpc_rollout.handlers.bundled.math_problems import PROBLEMS
 from orchestrator.agent.parsers import get_parser
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry

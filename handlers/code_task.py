@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from handlers.task_rows import first_text, flatten, json_value, optional_image, prompt_messages
+from hpc_rollout.handlers.task_rows import first_text, flatten, json_value, optional_image, prompt_messages
 from orchestrator.agent.handler import ToolAgentHandler, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.code_tests import SCORING, run_hidden_tests

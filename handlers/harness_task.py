@@ -30,10 +30,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from handlers.code_task import CodeHandler
-from handlers.math_task import MathHandler
-from handlers.swe_task import SweHandler
-from handlers.task_rows import flatten
+from hpc_rollout.handlers.code_task import CodeHandler
+from hpc_rollout.handlers.math_task import MathHandler
+from hpc_rollout.handlers.swe_task import SweHandler
+from hpc_rollout.handlers.task_rows import flatten
 from orchestrator.agent.handler import DEFAULT_PARSER, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
 from orchestrator.handler import StageError

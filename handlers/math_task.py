@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from handlers.task_rows import first_text, flatten, optional_image, prompt_messages
+from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages
 from orchestrator.agent.handler import ToolAgentHandler
 from orchestrator.agent.loop import AgentLimits, TextReply
 

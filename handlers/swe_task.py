@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from handlers.task_rows import first_text, flatten, optional_image, prompt_messages, string_list
+from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages, string_list
 from orchestrator.agent.handler import ToolAgentHandler, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.junit import resolution, statuses

@@ -20,7 +20,7 @@ import orjson
 from orchestrator import fsops
 from orchestrator.claims import enqueue
 from orchestrator.handler import StageError
-from orchestrator.jobs import JobStatus, Stage
+from orchestrator.jobs import Stage
 from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
 from orchestrator.shardlog import WriterDirectory, writers_of_worker
@@ -223,20 +223,9 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
 def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> Path:
     """Back to the queue of the stage it was in, attempt + 1; `failed` past max_attempts."""
     ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
-    if ticket.status is None:
-        ticket.attempt += 1
-    if ticket.status is None and ticket.attempt > max_attempts:
-        ticket.status = JobStatus.FAILED
-        ticket.error = StageError(ticket.stage.value, "attempts_exhausted",
-                                  f"{reason}; gave up after {max_attempts} attempts").to_record()
-    if ticket.status is not None or ticket.stage is Stage.EVAL:
-        # EVAL works from shared artifacts: it can resume anywhere.
-        ticket.mark_enqueued(Stage.EVAL)
-        queue = paths.eval_queue
-    else:
-        # The sandbox died with its worker: prepare the job again from INIT.
-        ticket.back_to_init()
-        queue = paths.init_queue
+    ticket.count_lost_attempt(StageError(ticket.stage.value, "attempts_exhausted",
+                                         f"{reason}; gave up after {max_attempts} attempts").to_record(), max_attempts)
+    queue = paths.eval_queue if ticket.return_after_loss() is Stage.EVAL else paths.init_queue
     enqueue(paths, ticket, queue)
     emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
     log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)

@@ -57,6 +57,46 @@ class Ticket:
         self.outputs.pop("init", None)
         self.mark_enqueued(Stage.INIT)
 
+    # The transitions below are the only writers of stage, status, error, attempt and outputs
+    # (tests/core/test_transitions.py holds every other module to that): the worker engine and
+    # recovery move tickets through the same rules.
+
+    def return_after_loss(self) -> Stage:
+        """Its worker stopped or died mid-job: EVAL when the outcome is decided or it was
+        evaluating (EVAL works from shared artifacts, anywhere), else INIT (the sandbox is gone)."""
+        if self.status is not None or self.stage is Stage.EVAL:
+            self.mark_enqueued(Stage.EVAL)
+        else:
+            self.back_to_init()
+        return self.stage
+
+    def count_lost_attempt(self, error_record: dict[str, str], max_attempts: int) -> None:
+        """One more attempt after a loss; past `max_attempts` the job is decided `failed` with
+        `error_record` (an undecided job only: a decided one just goes on to EVAL)."""
+        if self.status is not None:
+            return
+        self.attempt += 1
+        if self.attempt > max_attempts:
+            self.status = JobStatus.FAILED
+            self.error = error_record
+
+    def record_output(self, stage: Stage, output: dict[str, Any]) -> None:
+        self.outputs[stage.value] = output
+
+    def end_early(self, status: JobStatus, error_record: dict[str, str] | None, stage: Stage,
+                  output: dict[str, Any]) -> None:
+        """A stage before EVAL failed, timed out or was cancelled: the outcome is decided now."""
+        self.status = status
+        if error_record is not None:
+            self.error = error_record
+        if output:
+            self.record_output(stage, output)
+
+    def keep_error(self, error_record: dict[str, str]) -> None:
+        """The first error recorded is the job's error; later ones do not replace it."""
+        if self.error is None:
+            self.error = error_record
+
     def encode(self) -> bytes:
         return orjson.dumps({
             "job": self.job.to_json(),

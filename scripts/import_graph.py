@@ -5,7 +5,7 @@
     python -m scripts.import_graph --json      # one JSON object (edges, cycles, violations)
 
 A "package" is one directory under orchestrator/ (orchestrator.llm, orchestrator.worker, ...);
-the modules directly in orchestrator/ form the package `core`; `handlers` is one package.
+the modules directly in orchestrator/ form the package `core`; `handlers/` (installed as hpc_rollout.handlers) is one package.
 Imports inside functions count too: a lazy import is still a dependency. Imports under
 `if TYPE_CHECKING:` do not (they never run); a layer may name a type from above in annotations.
 """
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ROOTS = ("orchestrator", "handlers")
+# Source folders and the import name each installs as (setup.py maps handlers/ under hpc_rollout).
+ROOTS = {"orchestrator": "orchestrator", "handlers": "hpc_rollout.handlers"}
 
 # Layers, bottom to top: a package may import only packages of its own layer or below.
 # Within one layer, imports are allowed as long as they form no cycle.
@@ -47,7 +48,15 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([ROOTS[parts[0]], *parts[1:]])
+
+
+def _source_path(dotted: str) -> Path | None:
+    """The file or folder of an import name of ours (without .py / __init__.py), None otherwise."""
+    for folder, name in ROOTS.items():
+        if dotted == name or dotted.startswith(name + "."):
+            return REPO.joinpath(folder, *dotted[len(name) + 1:].split(".")) if dotted != name else REPO / folder
+    return None
 
 
 # Top-level modules that are not spool primitives: public entry points kept at their import
@@ -63,9 +72,9 @@ MODULE_PACKAGES = {
 def package_of(module: str) -> str:
     if module in MODULE_PACKAGES:
         return MODULE_PACKAGES[module]
-    parts = module.split(".")
-    if parts[0] == "handlers":
+    if module == ROOTS["handlers"] or module.startswith(ROOTS["handlers"] + "."):
         return "handlers"
+    parts = module.split(".")
     if len(parts) >= 2 and (REPO / parts[0] / parts[1]).is_dir():
         return parts[1]
     return "core"
@@ -115,14 +124,14 @@ def imports_of(path: Path) -> list[ImportEdge]:
             submodules = [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
             targets = submodules if len(submodules) == len(node.names) else [base, *submodules]
         for target in targets:
-            if target.split(".")[0] in ROOTS:
+            if _source_path(target) is not None:
                 edges.append(ImportEdge(module, target, node.lineno))
     return edges
 
 
 def _is_module(dotted: str) -> bool:
-    path = REPO.joinpath(*dotted.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    path = _source_path(dotted)
+    return path is not None and (path.with_suffix(".py").is_file() or (path / "__init__.py").is_file())
 
 
 def all_edges() -> list[ImportEdge]:

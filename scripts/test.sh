@@ -100,7 +100,7 @@ fi
 # (tests/agents/helpers.py), the others run meanwhile.
 if [[ -z ${HPC_ROLLOUT_TASK_IMAGE:-} ]]; then
   export HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG=${TMPDIR:-/tmp}/hpc-rollout-task-image-$$.log
-  setsid python -c 'from handlers.bundled.image import bundled_image; print(bundled_image())' \
+  setsid python -c 'from hpc_rollout.handlers.bundled.image import bundled_image; print(bundled_image())' \
     >"$HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG" 2>&1 &
   export HPC_ROLLOUT_TASK_IMAGE_BUILD_PID=$!
   log "task image: building in the background if not cached (pid $HPC_ROLLOUT_TASK_IMAGE_BUILD_PID, log $HPC_ROLLOUT_TASK_IMAGE_BUILD_LOG)"

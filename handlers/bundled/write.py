@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from handlers.bundled import code_problems, math_problems
-from handlers.bundled.swe_repos import REPOS, Edit, SweRepo
+from hpc_rollout.handlers.bundled import code_problems, math_problems
+from hpc_rollout.handlers.bundled.swe_repos import REPOS, Edit, SweRepo
 
 FAMILIES = ("math", "code", "swe")
 # Fixed identities and dates: the same commits (and ids) on every machine.

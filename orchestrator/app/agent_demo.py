@@ -42,8 +42,8 @@ def run_task_demo(
     run_dir: Path, family: str, policy: str, samples: int, workers: int, image: Path | None = None,
     runtime: str = "auto", on_ready: Callable[..., None] | None = None, wait: Callable[..., Any] | None = None,
 ) -> TaskDemoResult:
-    from handlers.bundled.image import bundled_image
-    from handlers.bundled.write import write_bundled
+    from hpc_rollout.handlers.bundled.image import bundled_image
+    from hpc_rollout.handlers.bundled.write import write_bundled
 
     if family not in FAMILIES or policy not in POLICIES:
         raise ValueError(f"--task must be one of {', '.join(FAMILIES)} and --policy one of {', '.join(POLICIES)}")

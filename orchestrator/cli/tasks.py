@@ -88,7 +88,7 @@ def bundled_cmd(directory: Path) -> None:
     Also writes the SWE repositories' git mirrors and scripted policies for
     `serve-llm --scripted` that solve every task (scripts/right.jsonl) or do not (wrong.jsonl).
     """
-    from handlers.bundled.write import write_bundled
+    from hpc_rollout.handlers.bundled.write import write_bundled
 
     bundled = write_bundled(directory)
     for family in ("math", "code", "swe"):

@@ -10,4 +10,5 @@ Modules, one concept each:
     session       one task's sticky backend + failover, what a handler uses
     tiny_model    a tiny random Qwen2-style model + BPE tokenizer built offline
     server        the reference HTTP server; local_server starts one as a subprocess
+    reload        the server's weight-reload routes; checkpoint reads the directory they load
 """

@@ -99,9 +99,9 @@ class Engine:
         """Load new weights from a checkpoint directory between two batches; seconds it took.
 
         The batch running now finishes on the old weights; batches after it use the new ones,
-        so no request ever mixes the two. See orchestrator/llm/reload.py.
+        so no request ever mixes the two. See orchestrator/llm/reload.py and checkpoint.py.
         """
-        from orchestrator.llm.reload import read_state_dict
+        from orchestrator.llm.checkpoint import read_state_dict
 
         started = time.monotonic()
         state = await asyncio.to_thread(read_state_dict, Path(directory), self.model)

@@ -20,45 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from orchestrator.llm.checkpoint import CheckpointError
+from orchestrator.llm.request_body import read_body
+
 if TYPE_CHECKING:
     from orchestrator.llm.server import ReferenceServer
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory cannot be loaded into the served model."""
-
-
-def read_state_dict(directory: Path, model: Any) -> dict[str, Any]:
-    """The checkpoint's tensors, checked against the model's parameter names and shapes."""
-    if not directory.is_dir():
-        raise CheckpointError(f"checkpoint {directory} is not a directory: pass the directory save_pretrained wrote")
-    files = sorted(directory.glob("*.safetensors"))
-    state: dict[str, Any] = {}
-    if files:
-        from safetensors.torch import load_file
-
-        for file in files:
-            state.update(load_file(str(file), device="cpu"))
-    elif (directory / "pytorch_model.bin").is_file():
-        import torch
-
-        state = torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    else:
-        raise CheckpointError(f"checkpoint {directory} holds no *.safetensors or pytorch_model.bin")
-    expected = model.state_dict()
-    unknown = sorted(set(state) - set(expected))
-    wrong = sorted(k for k in state if k in expected and tuple(state[k].shape) != tuple(expected[k].shape))
-    tied = {"lm_head.weight"} if getattr(model.config, "tie_word_embeddings", False) else set()
-    missing = sorted(set(expected) - set(state) - tied)
-    if unknown or wrong or missing:
-        raise CheckpointError(
-            f"checkpoint {directory} does not fit the served model: "
-            + "; ".join(f"{label}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
-                        for label, names in (("unknown", unknown), ("shape differs", wrong), ("missing", missing)) if names)
-        )
-    return state
 
 
 async def _reload(server: "ReferenceServer", directory: Any) -> float:
@@ -73,8 +41,6 @@ async def _reload(server: "ReferenceServer", directory: Any) -> float:
 
 
 async def collective_rpc(server: "ReferenceServer", http: web.Request) -> web.Response:
-    from orchestrator.llm.server import read_body
-
     body = await read_body(http)
     if body.get("method") != "reload_weights":
         raise web.HTTPBadRequest(text=f"method {body.get('method')!r} is not supported here; supported: reload_weights")
@@ -87,8 +53,6 @@ async def collective_rpc(server: "ReferenceServer", http: web.Request) -> web.Re
 
 
 async def update_weights_from_disk(server: "ReferenceServer", http: web.Request) -> web.Response:
-    from orchestrator.llm.server import read_body
-
     body = await read_body(http)
     try:
         seconds = await _reload(server, body.get("model_path"))
@@ -101,8 +65,6 @@ async def update_weights_from_disk(server: "ReferenceServer", http: web.Request)
 
 
 async def update_weight_version(server: "ReferenceServer", http: web.Request) -> web.Response:
-    from orchestrator.llm.server import read_body
-
     body = await read_body(http)
     if body.get("new_version") is None:
         raise web.HTTPBadRequest(text="missing 'new_version'")

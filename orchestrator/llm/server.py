@@ -25,6 +25,7 @@ from aiohttp import web
 
 from orchestrator.llm.engine import Engine, GenRequest, GenResult
 from orchestrator.llm.reload import add_reload_routes
+from orchestrator.llm.request_body import read_body
 
 log = logging.getLogger(__name__)
 
@@ -214,16 +215,6 @@ def gen_request(prompt: list[int], budget: int, params: dict[str, Any]) -> GenRe
         )
     except (TypeError, ValueError) as exc:
         raise web.HTTPBadRequest(text=f"bad sampling parameter: {exc}") from None
-
-
-async def read_body(http: web.Request) -> dict[str, Any]:
-    try:
-        body = orjson.loads(await http.read())
-    except orjson.JSONDecodeError as exc:
-        raise web.HTTPBadRequest(text=f"body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise web.HTTPBadRequest(text="body must be a JSON object")
-    return body
 
 
 async def serve(options: ServerOptions) -> None:

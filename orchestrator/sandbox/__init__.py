@@ -4,6 +4,9 @@
     result = await sandbox.bash("pytest -q")
     await sandbox.close()
 
+One class per runtime (bwrap.BwrapRuntime, apptainer.ApptainerRuntime, local.LocalRuntime, on
+runtime.SandboxRuntime) states how it differs; launch.py does the rest for all of them.
+
 Host-side modules import nothing heavy at package import time: `server/` is also mounted
 into sandboxes and must stay standard-library only.
 """

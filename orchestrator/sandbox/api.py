@@ -2,35 +2,43 @@
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 from typing import Any
 
 from orchestrator.paths import SpoolPaths, current_node
-from orchestrator.runtimes import RUNTIME_NAMES
-from orchestrator.sandbox import apptainer, bwrap, local
+from orchestrator.runtimes import RUNTIME_NAMES, Runtime
+from orchestrator.sandbox import apptainer
+from orchestrator.sandbox.apptainer import ApptainerRuntime
 from orchestrator.sandbox.base import Sandbox
+from orchestrator.sandbox.bwrap import BwrapRuntime
 from orchestrator.sandbox.errors import SandboxAttachError, SandboxConfigError
 from orchestrator.sandbox.launch import launch
+from orchestrator.sandbox.local import LocalRuntime
 from orchestrator.sandbox.options import SandboxOptions
 from orchestrator.sandbox.process import ProcessSandbox
 from orchestrator.sandbox.records import SandboxRecord
+from orchestrator.sandbox.runtime import SandboxRuntime
 from orchestrator.sandbox.sweep import sweep_orphaned_sandboxes
 
 log = logging.getLogger(__name__)
 
 RUNTIMES = RUNTIME_NAMES
 
-__all__ = ["RUNTIMES", "resolve_runtime", "start_sandbox", "attach_sandbox", "sweep_orphaned_sandboxes"]
+# The runtime registry: one class per name of orchestrator/runtimes.py (`auto` picks one of them).
+RUNTIME_CLASSES: dict[Runtime, type[SandboxRuntime]] = {
+    runtime.name: runtime for runtime in (BwrapRuntime, ApptainerRuntime, LocalRuntime)
+}
+
+__all__ = ["RUNTIMES", "RUNTIME_CLASSES", "resolve_runtime", "start_sandbox", "attach_sandbox",
+           "sweep_orphaned_sandboxes"]
 
 
 def resolve_runtime(runtime: str) -> str:
     """`auto` is apptainer/singularity when on PATH, else bubblewrap."""
     if runtime not in RUNTIMES:
         raise SandboxConfigError(f"unknown sandbox runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
-    if runtime == "auto":
-        return "apptainer" if apptainer.find_apptainer() else "bwrap"
+    if runtime == Runtime.AUTO:
+        return Runtime.APPTAINER.value if apptainer.find_apptainer() else Runtime.BWRAP.value
     return runtime
 
 
@@ -42,30 +50,9 @@ async def start_sandbox(runtime: str, *, job_id: str, paths: SpoolPaths, **optio
     command_timeout_s}, wall_clock_s, command_timeout_s, fakeroot, workspace, keep_workspace,
     start_timeout_s, cgroup.
     """
-    kind = resolve_runtime(runtime)
-    opts = SandboxOptions.parse(**options)
-    if kind == "bwrap":
-        binary = bwrap.find_bwrap()
-        uid = 0 if opts.fakeroot else os.getuid()
-        gid = 0 if opts.fakeroot else os.getgid()
-        return await launch(
-            "bwrap", functools.partial(bwrap.build_argv, bwrap=binary), job_id=job_id,
-            paths=paths, options=opts, use_status_fd=True, tmpfs_workspace=True,
-            identity=(lambda spec: bwrap.write_identity_files(spec, uid, gid)) if opts.image is None else None,
-        )
-    if kind == "apptainer":
-        binary = apptainer.require_apptainer()
-        return await launch(
-            "apptainer", functools.partial(apptainer.build_argv, binary=binary),
-            job_id=job_id, paths=paths, options=opts, pass_host_env=True,
-            identity=apptainer.write_env_file,
-        )
-    log.warning(
-        "sandbox runtime 'local' for job %s: commands run on the host WITHOUT isolation "
-        "(development only; use bwrap or apptainer for real runs)", job_id,
-    )
-    return await launch("local", local.build_argv, job_id=job_id, paths=paths, options=opts,
-                        inside_workspace=None)
+    chosen = RUNTIME_CLASSES[Runtime(resolve_runtime(runtime))](SandboxOptions.parse(**options))
+    chosen.announce(job_id)
+    return await launch(chosen, job_id=job_id, paths=paths)
 
 
 async def attach_sandbox(descriptor: dict[str, Any]) -> Sandbox:

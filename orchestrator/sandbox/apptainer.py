@@ -12,8 +12,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from orchestrator.runtimes import Runtime
 from orchestrator.sandbox.errors import SandboxConfigError
-from orchestrator.sandbox.options import WORKSPACE
+from orchestrator.sandbox.options import WORKSPACE, SandboxOptions
+from orchestrator.sandbox.runtime import SandboxRuntime
 from orchestrator.sandbox.spec import (
     INSIDE_PY, INSIDE_RUN, PTYPROCESS_PACKAGE, SERVER_PACKAGE, LaunchSpec, server_command,
 )
@@ -79,3 +81,21 @@ def write_env_file(spec: LaunchSpec) -> None:
         if name != "PATH":  # the image's own PATH stays
             lines.append(f"{name}='" + value.replace("'", "'\\''") + "'")
     env_file(spec).write_text("\n".join(lines) + "\n")
+
+
+class ApptainerRuntime(SandboxRuntime):
+    """Apptainer or Singularity: reads its settings (APPTAINER_*, XDG_RUNTIME_DIR) from the host
+    environment, which --cleanenv then strips; the sandbox's own environment goes in an env file."""
+
+    name = Runtime.APPTAINER
+    needs_host_env = True
+
+    def __init__(self, options: SandboxOptions) -> None:
+        super().__init__(options)
+        self.binary = require_apptainer()
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        return build_argv(spec, binary=self.binary)
+
+    def prepare(self, spec: LaunchSpec) -> None:
+        write_env_file(spec)

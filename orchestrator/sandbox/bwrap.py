@@ -12,8 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
+from orchestrator.runtimes import Runtime
 from orchestrator.sandbox.errors import SandboxConfigError
-from orchestrator.sandbox.options import CONTROL_DIR, WORKSPACE
+from orchestrator.sandbox.options import CONTROL_DIR, WORKSPACE, SandboxOptions
+from orchestrator.sandbox.runtime import SandboxRuntime
 from orchestrator.sandbox.spec import (
     DEFAULT_PATH, INSIDE_PY, INSIDE_RUN, PTYPROCESS_PACKAGE, SERVER_PACKAGE, LaunchSpec,
     server_command,
@@ -116,3 +118,24 @@ def write_identity_files(spec: LaunchSpec, uid: int, gid: int) -> None:
     (spec.runtime_dir / "hosts").write_text(
         f"127.0.0.1 localhost\n::1 localhost\n{spec.loopback} sandbox\n"
     )
+
+
+class BwrapRuntime(SandboxRuntime):
+    """bubblewrap: mounts its own tmpfs /workspace, reports the child's pid on --json-status-fd,
+    and (without an image) gets passwd/group/hosts files naming the sandbox user."""
+
+    name = Runtime.BWRAP
+    mounts_tmpfs_workspace = True
+    reports_child_pid = True
+
+    def __init__(self, options: SandboxOptions) -> None:
+        super().__init__(options)
+        self.binary = find_bwrap()
+
+    def argv(self, spec: LaunchSpec) -> list[str]:
+        return build_argv(spec, bwrap=self.binary)
+
+    def prepare(self, spec: LaunchSpec) -> None:
+        if self.options.image is None:
+            uid, gid = (0, 0) if self.options.fakeroot else (os.getuid(), os.getgid())
+            write_identity_files(spec, uid, gid)

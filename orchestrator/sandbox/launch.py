@@ -15,27 +15,22 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
-
 import orjson
 
 from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.sandbox import cgroups, loopback
 from orchestrator.sandbox.errors import SandboxStartError
-from orchestrator.sandbox.options import WORKSPACE, SandboxOptions
 from orchestrator.sandbox.process import (
     ProcessSandbox, kill_processes, register_child, release_resources, wait_gone,
 )
 from orchestrator.sandbox.procs import ProcessId, start_time
 from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir, remove_sandbox_dir
 from orchestrator.sandbox.limits import MiB
+from orchestrator.sandbox.runtime import SandboxRuntime
 from orchestrator.sandbox.spec import INSIDE_RUN, LaunchSpec
 from orchestrator.sandbox.workspace import host_workspace, kept_copy
 
 log = logging.getLogger(__name__)
-
-ArgvBuilder = Callable[[LaunchSpec], list[str]]
-
 
 async def _read_line(fd: int, timeout: float) -> bytes:
     """One line from a pipe without blocking the event loop (no executor threads)."""
@@ -75,18 +70,15 @@ def _log_tail(path: Path, limit: int = 2000) -> str:
     return text[-limit:].strip()
 
 
-async def launch(
-    kind: str, build_argv: ArgvBuilder, *, job_id: str, paths: SpoolPaths, options: SandboxOptions,
-    use_status_fd: bool = False, identity: Callable[[LaunchSpec], None] | None = None,
-    inside_workspace: str | None = WORKSPACE, pass_host_env: bool = False, tmpfs_workspace: bool = False,
-) -> ProcessSandbox:
+async def launch(runtime: SandboxRuntime, *, job_id: str, paths: SpoolPaths) -> ProcessSandbox:
     """Start the runtime process and wait until its execution server is ready.
 
-    `pass_host_env`: apptainer reads its own settings (APPTAINER_*, XDG_RUNTIME_DIR) from
-    the environment and strips it with --cleanenv; bwrap and local get a minimal one.
-    `tmpfs_workspace`: the runtime mounts /workspace itself, a tmpfs of limits.workspace_mb
-    (see workspace.py); otherwise a fresh host directory is bound there.
+    What differs between runtimes (workspace mount, environment, child pid, cgroup) is stated by
+    `runtime` (runtime.py); everything else is the same for all of them.
     """
+    options = runtime.options
+    kind = runtime.name.value
+    inside_workspace = runtime.inside_workspace
     owner = ProcessId.current()
     sandbox_id, runtime_dir = new_sandbox_dir()
     address: str | None = None
@@ -97,13 +89,13 @@ async def launch(
     try:
         if workspace is not None:
             workspace.mkdir(parents=True, exist_ok=True)
-        elif tmpfs_workspace:
+        elif runtime.mounts_tmpfs_workspace:
             keep_to = str(kept_copy(paths, job_id, sandbox_id)) if options.keep_workspace else ""
         else:
             workspace = created = host_workspace(paths, job_id, sandbox_id, options.keep_workspace)
             workspace.mkdir(parents=True)
         address = loopback.allocate(owner, sandbox_id)
-        if options.cgroup and kind != "local":
+        if options.cgroup and runtime.confinable:
             groups = cgroups.create(sandbox_id, options.limits.processes, options.limits.total_memory_mb * MiB)
     except BaseException:
         loopback.release(address)
@@ -114,7 +106,7 @@ async def launch(
             shutil.rmtree(created, ignore_errors=True)
         raise
     status_r = status_w = None
-    if use_status_fd:
+    if runtime.reports_child_pid:
         status_r, status_w = os.pipe()
     spec = LaunchSpec(
         sandbox_id=sandbox_id, job_id=job_id, runtime_dir=runtime_dir,
@@ -134,9 +126,8 @@ async def launch(
     memory_capped = groups is not None and groups.memory is not None
     proc: subprocess.Popen[bytes] | None = None
     try:
-        if identity is not None:
-            identity(spec)
-        argv = build_argv(spec)
+        runtime.prepare(spec)
+        argv = runtime.argv(spec)
         inside_socket = f"{INSIDE_RUN}/sock" if inside_workspace else record.socket
         config = {
             "secret": record.secret, "socket": inside_socket,
@@ -151,7 +142,7 @@ async def launch(
                 cgroups.joining_argv(procs, argv) if procs else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
                 pass_fds=(status_w,) if status_w is not None else (),
                 start_new_session=True, cwd=str(workspace or runtime_dir),
-                env=dict(os.environ) if pass_host_env else
+                env=dict(os.environ) if runtime.needs_host_env else
                 {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
             )
         register_child(proc)

@@ -137,7 +137,7 @@ def environment() -> jinja2.Environment:
 
 
 def _load_source(name: str) -> str:
-    resource = importlib.resources.files("sbatch").joinpath(name)
+    resource = importlib.resources.files("hpc_rollout.sbatch").joinpath(name)
     if not resource.is_file():
         raise jinja2.TemplateNotFound(name)
     return resource.read_text(encoding="utf-8")

@@ -524,8 +524,7 @@ class Worker:
         if stage not in self.options.stages or self.stopping.is_set() or self.slots[stage].locked():
             return False
         await self.slots[stage].acquire()  # free: returns at once
-        ticket.stage = stage
-        ticket.enqueued_at = time.time()
+        ticket.mark_enqueued(stage)
         if stage is Stage.EVAL:
             try:
                 self.box.save(ticket)
@@ -650,7 +649,7 @@ class Worker:
         ticket.timings[f"{stage.value}_s"] = ticket.timings.get(f"{stage.value}_s", 0.0) + elapsed
         if stage is Stage.RUN:
             ticket.timings["run_ended_at"] = time.time()
-        ticket.outputs[stage.value] = outcome.output
+        ticket.record_output(stage, outcome.output)
         self.events.emit(name, f"{stage.value}_finished", {"s": round(elapsed, 6), **({"status": outcome.status.value} if outcome.status else {})})
         if outcome.error is not None and outcome.error.traceback:
             self.events.emit(name, "stage_failed", {"stage": stage.value, "error": outcome.error.as_text(),
@@ -700,11 +699,7 @@ class Worker:
     async def _end_early(self, ticket: Ticket, ctx: JobContext, status: JobStatus, error: StageError | None, output: dict[str, Any]) -> None:
         """A job that failed, timed out or was cancelled before EVAL: close it, send it to its row."""
         await self._close_runtime(ctx)
-        ticket.status = status
-        if error is not None:
-            ticket.error = error.to_record()
-        if output:
-            ticket.outputs[ctx.stage.value] = output
+        ticket.end_early(status, error.to_record() if error is not None else None, ctx.stage, output)
         if Stage.EVAL in self.options.stages:
             self._finish(ticket, self.handlers.get(ticket.job.handler), error, ctx, status)
         else:
@@ -718,8 +713,8 @@ class Worker:
         status = ticket.status or status or JobStatus.OK
         if error is None and ticket.error:
             error = StageError.from_record(ticket.error)
-        if error is not None and ticket.error is None:
-            ticket.error = error.to_record()
+        if error is not None:
+            ticket.keep_error(error.to_record())
         if handler is None:
             try:
                 handler = self._handler(ticket.job.handler)
@@ -743,10 +738,7 @@ class Worker:
         if self.lease_lost:
             return  # recovery returned it already; only its sandbox was ours to close
         ticket.history.append({"t": time.time(), "returned": stage.value, "worker": self.worker_id})
-        if stage is Stage.EVAL:
-            ticket.mark_enqueued(Stage.EVAL)
-        else:
-            ticket.back_to_init()
+        ticket.return_after_loss()
         self.box.advance(ticket, self._queue_of(ticket.stage))
         self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": ticket.stage.value})
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from handlers.bundled.write import Bundled, write_bundled
+from hpc_rollout.handlers.bundled.write import Bundled, write_bundled
 from tests.agents.helpers import task_image_path
 from tests.sandbox.conftest import private_runtime, spool  # noqa: F401  (autouse: no sandbox left behind)
 

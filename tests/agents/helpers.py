@@ -31,7 +31,7 @@ def task_image_path(wait_s: float = 1800.0) -> Path:
     When scripts/test.sh builds it in the background, wait for that build to end first; then
     the cache holds it (or building it again here reports why it failed, with the log's tail).
     """
-    from handlers.bundled.image import bundled_image
+    from hpc_rollout.handlers.bundled.image import bundled_image
 
     if not os.environ.get("HPC_ROLLOUT_TASK_IMAGE"):
         wait_for_background(BACKGROUND_BUILD_PID, "task image build", wait_s)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from handlers.bundled.math_problems import PROBLEMS as MATH
-from handlers.bundled.swe_repos import REPOS
-from handlers.bundled.write import Bundled, tool_call
+from hpc_rollout.handlers.bundled.math_problems import PROBLEMS as MATH
+from hpc_rollout.handlers.bundled.swe_repos import REPOS
+from hpc_rollout.handlers.bundled.write import Bundled, tool_call
 from orchestrator.llm.local_server import start_server
 from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
 from tests.agents.conftest import needs_bwrap

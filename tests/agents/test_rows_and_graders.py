@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from handlers.code_task import code_task
-from handlers.math_task import candidate, math_task
-from handlers.swe_task import swe_task
+from hpc_rollout.handlers.code_task import code_task
+from hpc_rollout.handlers.math_task import candidate, math_task
+from hpc_rollout.handlers.swe_task import swe_task
 from orchestrator.grading.code_tests import run_hidden_tests
 from orchestrator.grading.junit import resolution, statuses
 from orchestrator.grading.math_answers import MathVerifier

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from handlers.bundled.write import Bundled
+from hpc_rollout.handlers.bundled.write import Bundled
 from tests.agents.conftest import needs_bwrap
 
 pytestmark = [needs_bwrap]

@@ -23,3 +23,25 @@ def test_every_place_that_names_runtimes_uses_the_one_list() -> None:
     assert _runtime_choices(worker_main) == RUNTIME_NAMES
     assert _runtime_choices(cli.commands["launch"]) == RUNTIME_NAMES
     assert _runtime_choices(cli.commands["sandbox"].commands["exec"]) == RUNTIME_NAMES  # type: ignore[attr-defined]
+
+
+def test_every_runtime_but_auto_has_one_class_stating_its_differences() -> None:
+    assert set(api.RUNTIME_CLASSES) == set(Runtime) - {Runtime.AUTO}
+    assert all(cls.name is runtime for runtime, cls in api.RUNTIME_CLASSES.items())
+    differences = {runtime.value: (cls.inside_workspace, cls.mounts_tmpfs_workspace, cls.reports_child_pid,
+                                   cls.needs_host_env, cls.confinable)
+                   for runtime, cls in api.RUNTIME_CLASSES.items()}
+    assert differences == {
+        "bwrap": ("/workspace", True, True, False, True),          # own tmpfs, --json-status-fd
+        "apptainer": ("/workspace", False, False, True, True),     # reads APPTAINER_* from the host env
+        "local": (None, False, False, False, False),               # a host process: host paths, no cgroup
+    }
+
+
+def test_an_unknown_runtime_names_the_valid_ones() -> None:
+    import pytest
+
+    from orchestrator.sandbox.errors import SandboxConfigError
+
+    with pytest.raises(SandboxConfigError, match="choose one of auto, apptainer, bwrap, local"):
+        api.resolve_runtime("docker")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from handlers.sleep import draw_seconds
+from hpc_rollout.handlers.sleep import draw_seconds
 from orchestrator.config import Shards
 from orchestrator.jobs import JobSpec, JobStatus
 from orchestrator.rows import build_row

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from handlers.chat import ChatHandler
+from hpc_rollout.handlers.chat import ChatHandler
 from orchestrator.llm.local_server import local_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir

@@ -87,10 +87,10 @@ def test_every_setting_is_used_by_its_template_and_nothing_else_is_read() -> Non
 
 
 def test_templates_ship_as_package_data() -> None:
-    files = {p.name for p in importlib.resources.files("sbatch").iterdir()}
+    files = {p.name for p in importlib.resources.files("hpc_rollout.sbatch").iterdir()}
     assert {f"{n}{SUFFIX}" for n in template_names()} <= files
     pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
-    assert 'sbatch = ["*.j2"' in pyproject
+    assert '"hpc_rollout.sbatch" = ["*.j2"' in pyproject
 
 
 def test_cli_render_prints_and_rejects_unknown_keys(tmp_path: Path) -> None:

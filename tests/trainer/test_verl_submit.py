@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from handlers.answer import final_number, score
+from hpc_rollout.handlers.answer import final_number, score
 from orchestrator import fsops
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.jobs import JobSpec

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from handlers.bundled.write import Bundled
+from hpc_rollout.handlers.bundled.write import Bundled
 from tests.agents.conftest import bundled, needs_bwrap, task_image  # noqa: F401  (fixtures)
 from tests.agents.helpers import new_run, rows, run_workers, select, submit
 from tests.sandbox.conftest import private_runtime  # noqa: F401  (autouse: no sandbox left behind)

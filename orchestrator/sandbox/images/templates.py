@@ -18,7 +18,7 @@ BOOL_KEYS = {"layer_only"}
 
 def packaged_dir() -> Path:
     """images/ from the source tree or from an installed wheel."""
-    return Path(str(files("images")))
+    return Path(str(files("hpc_rollout.images")))
 
 
 def available() -> list[str]:

@@ -3,8 +3,8 @@ python, bash with its timeout and cut output, invalid calls as error outcomes.""
 
 from __future__ import annotations
 
-from orchestrator.agent.calls import ToolCall
 from orchestrator.agent import toolbox as toolbox_module
+from orchestrator.agent.calls import ToolCall
 from orchestrator.agent.toolbox import SandboxToolbox
 from orchestrator.agent.tools import tool_specs
 from orchestrator.paths import SpoolPaths

@@ -34,7 +34,8 @@ PROBES = ("", "  ", "Error: x", "<tool_response>\nx\n</tool_response>", "x</thin
 Shape = tuple[tuple[str, tuple[str, ...]], ...]
 
 
-MAX_KEYS = 64   # shapes x printed values kept per conversation (a template printing call ids adds one a turn)
+CALL_IDS = ("tool_call_id", "id")
+MAX_KEYS = 64   # shapes x keyed values kept per conversation (a template printing call ids adds one a turn)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class ObservationPieces:
         self.encode = encode
         self.fast_encode = _fast_encoder(tokenizer) or encode
         self.boundaries = _special_token_pattern(tokenizer)
-        self._printed: dict[Shape, tuple[tuple[int, str], ...] | None] = {}
+        self._keyed: dict[Shape, tuple[tuple[int, str], ...] | None] = {}
         self._segments: dict[tuple[Any, ...], list[Segment] | None] = {}
         self.hits = 0   # observations served from the pieces
 
@@ -63,12 +64,12 @@ class ObservationPieces:
         shape = _shape(new)
         if shape is None:
             return None
-        if shape not in self._printed:
-            self._printed[shape] = self._printed_fields(new, render)
-        printed = self._printed[shape]
-        if printed is None:
+        if shape not in self._keyed:
+            self._keyed[shape] = self._key_fields(new, render)
+        keyed = self._keyed[shape]
+        if keyed is None:
             return None
-        key = (closing_key, shape, tuple(new[index][name] for index, name in printed))
+        key = (closing_key, shape, tuple(new[index][name] for index, name in keyed))
         if key not in self._segments:
             if len(self._segments) >= MAX_KEYS:
                 self._segments.clear()
@@ -87,10 +88,11 @@ class ObservationPieces:
         self.hits += 1
         return ids
 
-    def _printed_fields(self, new: Sequence[dict[str, Any]],
+    def _key_fields(self, new: Sequence[dict[str, Any]],
                         render: Callable[[list[dict[str, Any]]], str]) -> tuple[tuple[int, str], ...] | None:
-        """Which fields besides role and content the template prints (e.g. a tool's name):
-        their values become part of the key; the others (a call id it ignores) do not."""
+        """The fields whose values key the pieces: all but content, and but a call id the
+        template does not print (it changes every turn). A tool's name stays in the key even
+        when not printed: a template may branch on it."""
         probe, fields = [], {}
         for index, message in enumerate(new):
             copy = dict(message)
@@ -104,7 +106,7 @@ class ObservationPieces:
             text = render(probe)
         except Exception:  # a template that insists on a field's real form: render in full
             return None
-        return tuple(place for marker, place in fields.items() if marker in text)
+        return tuple(place for marker, place in fields.items() if marker in text or place[1] not in CALL_IDS)
 
     def _split(self, new: Sequence[dict[str, Any]], render: Callable[[list[dict[str, Any]]], str]) -> list[Segment] | None:
         markers = [MARKER.format(index) for index in range(len(new))]

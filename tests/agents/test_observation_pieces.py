@@ -34,7 +34,7 @@ def play(tokenizer: Any, window: int | None, turns: int, calls_per_turn: int = 1
         stop = turn % 2 == 0
         ids = sampled if stop else sampled[:-1]
         conversation.add_assistant(ids, [0.0] * len(ids), "stop" if stop else "length")
-        new = [{"role": "tool", "name": "bash", "content": OUTPUTS[(turn + k) % len(OUTPUTS)]}
+        new = [{"role": "tool", "name": "bash" if (turn + k) % 3 else "python", "content": OUTPUTS[(turn + k) % len(OUTPUTS)]}
                for k in range(calls_per_turn)]
         if with_ids:
             new = [{**m, "tool_call_id": f"call_{turn}_{k}"} for k, m in enumerate(new)]
@@ -80,6 +80,9 @@ def test_the_template_is_not_rendered_between_verifications(tokenizer: Any) -> N
     (("message['content'] + '\\n</tool_response>", "message['content'] | trim + '\\n</tool_response>"), 0),
     # prints the call id: part of the key, so each turn gets its own pieces
     (("'<|im_start|>tool\\n<tool_response>\\n'", "'<|im_start|>tool ' + message['tool_call_id'] + '\\n<tool_response>\\n'"), 12),
+    # branches on the tool's name without printing it: the name keys the pieces
+    (("'<|im_start|>tool\\n<tool_response>\\n'",
+      "('<|im_start|>tool\\n<tool_response>\\n' if message['name'] == 'bash' else '<|im_start|>tool\\n<py>\\n')"), 12),
     # wraps empty outputs differently: the content decides, which a probe content shows
     (("'<|im_start|>tool\\n<tool_response>\\n'",
       "('<|im_start|>tool\\n<tool_response>\\n' if message['content'] else '<|im_start|>tool\\n<tool_response>empty')"), 0),

@@ -10,6 +10,10 @@
   action_tmux_median_ms     the same with the bash behind tmux send-keys + capture-pane polling
                             (the reference design's mechanism; a host tmux, like benchmarks.sandbox)
   action_speedup            tmux / ours
+  action_STEP_median_ms     the action's steps: parse, execute (toolbox: exec socket + bash),
+                            render (observation ids); measured apart in the same loop:
+                            exec_roundtrip (a ping through the exec socket) and sandbox_bash
+                            (sandbox.bash("true"): socket + bash, no toolbox around it)
   math_eval_median_ms       MathHandler.eval (math-verify in its bounded child process), warm
   code_eval_overhead_ms     per hidden test: EVAL wall time (fresh sandbox, upload, runner, close)
                             minus the time the tests' own processes ran, divided by the tests
@@ -115,7 +119,13 @@ class TmuxBash:
         subprocess.run(self.base + ["kill-server"], capture_output=True)
 
 
-async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float], list[float]]:
+# Per action: parse the reply, toolbox.execute (exec socket + bash + the toolbox around it),
+# render the observation ids; then, measured apart, the exec socket's round trip alone (ping)
+# and sandbox.bash("true") (socket + bash, no toolbox).
+STEPS = ("parse", "execute", "render", "exec_roundtrip", "sandbox_bash")
+
+
+async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float], list[float], dict[str, list[float]]]:
     from orchestrator.sandbox.api import start_sandbox
 
     parse = get_parser("hermes")
@@ -131,15 +141,28 @@ async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float],
 
     sandbox = await start_sandbox("bwrap", job_id="bench-agent", paths=spool)
     ours = []
+    steps: dict[str, list[float]] = {name: [] for name in STEPS}
     try:
         toolbox = SandboxToolbox(sandbox, specs)
         for index in range(rounds + 20):
             started = time.perf_counter()
             call = parse(reply).calls[0]
+            parsed = time.perf_counter()
             outcome = await toolbox.execute(call, 30)
+            executed = time.perf_counter()
             observation_ids(call, outcome.observation)
+            rendered = time.perf_counter()
+            # The parts of `execute` on their own, interleaved: the exec socket's round trip
+            # (a ping), and bash `true` through the sandbox API without the toolbox around it.
+            await sandbox.call("ping", {})
+            pinged = time.perf_counter()
+            await sandbox.bash("true", timeout=30, max_output=toolbox.max_output_chars)
+            bashed = time.perf_counter()
             if index >= 20:
-                ours.append((time.perf_counter() - started) * 1000)
+                ours.append((rendered - started) * 1000)
+                for name, seconds in zip(STEPS, (parsed - started, executed - parsed, rendered - executed,
+                                                pinged - rendered, bashed - pinged)):
+                    steps[name].append(seconds * 1000)
             assert outcome.exit_code == 0, outcome
     finally:
         await sandbox.close()
@@ -156,7 +179,7 @@ async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float],
                     tmux_samples.append((time.perf_counter() - started) * 1000)
         finally:
             tmux.close()
-    return ours, tmux_samples
+    return ours, tmux_samples, steps
 
 
 def context(spool: Any, handler: str) -> Any:
@@ -212,7 +235,7 @@ async def main(quick: bool) -> dict[str, Any]:
     spool = SpoolPaths.of(scratch / "spool")
     try:
         overhead = await loop_overhead(tokenizer, 5 if quick else 20, 20)
-        ours, tmux = await actions(tokenizer, 50 if quick else 300, spool)
+        ours, tmux, steps = await actions(tokenizer, 50 if quick else 300, spool)
         math_ms, code_overhead, tests = await graders(spool, 20 if quick else 100)
     finally:
         from orchestrator.grading.math_answers import shared_verifier
@@ -227,10 +250,13 @@ async def main(quick: bool) -> dict[str, Any]:
         "action_speedup": round(median(tmux) / median(ours), 1) if tmux else None,
         "math_eval_median_ms": round(median(math_ms), 3),
         "code_eval_overhead_ms": round(median(code_overhead), 3),
+        **{f"action_{name}_median_ms": round(median(samples), 3) for name, samples in steps.items()},
     }
     print_table("agent loop (python -m benchmarks.agent)", ["measure", "result", "target"], [
         ("loop overhead per turn, median", f"{figures['loop_overhead_median_ms']} ms", "<= 2 ms"),
         ("bash `true` action end to end, median / p99", f"{figures['action_median_ms']} / {figures['action_p99_ms']} ms", ""),
+        ("  parse / execute / render, median", " / ".join(f"{figures[f'action_{n}_median_ms']}" for n in STEPS[:3]) + " ms", ""),
+        ("  exec socket round trip / sandbox bash, median", " / ".join(f"{figures[f'action_{n}_median_ms']}" for n in STEPS[3:]) + " ms", ""),
         ("same through tmux, median", f"{figures['action_tmux_median_ms']} ms", ""),
         ("speed-up over tmux", f"{figures['action_speedup']}x", ">= 10x"),
         ("math EVAL (math-verify), median", f"{figures['math_eval_median_ms']} ms", "<= 50 ms"),

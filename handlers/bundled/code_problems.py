@@ -27,7 +27,24 @@ PROBLEMS: list[dict[str, Any]] = [
      "solution": "n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)\n"},
     {"name": "prime", "statement": "Read n (1 <= n <= 10^12) and print YES if it is prime, else NO.",
      "tests": _t([("2\n", "YES\n"), ("1\n", "NO\n"), ("97\n", "YES\n"), ("100\n", "NO\n"), ("999999000001\n", "YES\n"), ("1000000000000\n", "NO\n"), ("1000000007\n", "YES\n")]),
-     "solution": "n = int(input())\nok = n > 1\nd = 2\nwhile ok and d * d <= n:\n    ok = n % d != 0\n    d += 1\nprint('YES' if ok else 'NO')\n"},
+     # Miller-Rabin with the first 12 primes as bases (exact below 3.3e24): milliseconds, where
+     # trial division up to 10^6 took 1-2.5 s of the 2 s limit on a loaded machine.
+     "solution": ("n = int(input())\n"
+                  "def is_prime(n):\n"
+                  "    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)\n"
+                  "    if n < 2:\n        return False\n"
+                  "    for p in bases:\n        if n % p == 0:\n            return n == p\n"
+                  "    d, s = n - 1, 0\n"
+                  "    while d % 2 == 0:\n        d, s = d // 2, s + 1\n"
+                  "    for a in bases:\n"
+                  "        x = pow(a, d, n)\n"
+                  "        if x in (1, n - 1):\n            continue\n"
+                  "        for _ in range(s - 1):\n"
+                  "            x = x * x % n\n"
+                  "            if x == n - 1:\n                break\n"
+                  "        else:\n            return False\n"
+                  "    return True\n"
+                  "print('YES' if is_prime(n) else 'NO')\n")},
     {"name": "sort", "statement": "The first line holds n, the second n integers. Print them in increasing order, separated by spaces.",
      "tests": _t([("3\n3 1 2\n", "1 2 3\n"), ("1\n5\n", "5\n"), ("5\n5 -1 3 3 0\n", "-1 0 3 3 5\n")]),
      "solution": "input()\nprint(*sorted(map(int, input().split())))\n"},

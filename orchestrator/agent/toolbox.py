@@ -65,8 +65,10 @@ class SandboxToolbox:
             text = f"tool {call.name!r} has no implementation in this sandbox toolbox"
             return ToolOutcome(f"Error: {text}", exit_code=None, error=text)
         try:
-            outcome: ToolOutcome = await asyncio.wait_for(method(call.arguments, timeout), timeout + GUARD_MARGIN_S)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: no task per call (3.11's wait_for makes one).
+            async with asyncio.timeout(timeout + GUARD_MARGIN_S):
+                outcome: ToolOutcome = await method(call.arguments, timeout)
+        except TimeoutError:
             await self._interrupt(call.name)
             text = f"{call.name} did not answer within {timeout:.0f} s and was interrupted"
             return ToolOutcome(f"Error: {text}", exit_code=None, error="timeout")

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.llm.observation_pieces import ObservationPieces
+
 SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
 VERIFY_EVERY = 32
 
@@ -40,9 +42,14 @@ class Conversation:
     # good (window_misses counts them), so the ids stay exactly the template's.
     window: int | None = None
     window_misses: int = 0
+    # Windowed renders also reuse the template's text around message contents and its special
+    # tokens' ids (observation_pieces.py), checked on the same schedule; a difference turns that
+    # off for good (pieces_misses counts it).
+    pieces_misses: int = 0
     _last_stop_text: str | None = None
     _renders: int = 0
     _compiled: Any = None          # the compiled template of the windowed path; False: not usable
+    _pieces: ObservationPieces | None = None
 
     def __post_init__(self) -> None:
         self.messages = [dict(m) for m in self.messages]
@@ -119,12 +126,26 @@ class Conversation:
         if self.window is not None and self.window_misses == 0:
             # The tool declarations sit in the prompt's system part; the delta of later messages
             # rarely depends on them, and the check below catches a template where it does.
-            windowed = self._observation_text(list(new), self._windowed_history(), with_tools=False)
+            history = self._windowed_history()
+
+            def windowed_text(messages: list[dict[str, Any]]) -> str:
+                return self._observation_text(messages, history, with_tools=False)
+
+            pieces = None
+            if self.pieces_misses == 0:
+                if self._pieces is None:
+                    self._pieces = ObservationPieces(self.tokenizer, self.encode)
+                pieces = self._pieces.ids(new, windowed_text, self._last_stop_text)
             if self._renders <= 2 or self._renders % VERIFY_EVERY == 0:
-                if windowed != self._observation_text(list(new), self.messages[:-1]):
+                full = self._observation_text(list(new), self.messages[:-1])
+                if windowed_text(list(new)) != full:
                     self.window_misses += 1
-                    return self.encode(self._observation_text(list(new), self.messages[:-1]))
-            return self.encode(windowed)
+                    return self.encode(full)
+                ids = self.encode(full)
+                if pieces is not None and pieces != ids:
+                    self.pieces_misses += 1
+                return ids
+            return pieces if pieces is not None else self.encode(windowed_text(list(new)))
         return self.encode(self._observation_text(list(new), self.messages[:-1]))
 
     def _windowed_history(self) -> list[dict[str, Any]]:

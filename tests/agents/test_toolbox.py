@@ -3,6 +3,7 @@ python, bash with its timeout and cut output, invalid calls as error outcomes.""
 
 from __future__ import annotations
 
+from orchestrator.agent import toolbox as toolbox_module
 from orchestrator.agent.calls import ToolCall
 from orchestrator.agent.toolbox import SandboxToolbox
 from orchestrator.agent.tools import tool_specs
@@ -63,3 +64,20 @@ def test_every_tool_through_the_toolbox(spool: SpoolPaths) -> None:
     assert out["submit"].ends_episode and out["submit"].answer == "42" and out["finish"].ends_episode
     assert "unknown tool 'rm_rf'" in out["unknown"].error and out["unknown"].exit_code is None
     assert "missing required argument 'command'" in out["missing"].error
+
+
+def test_a_call_the_sandbox_does_not_answer_in_time_is_interrupted(spool: SpoolPaths, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The host-side guard normally sits GUARD_MARGIN_S behind the sandbox's own timeout; moved
+    # ahead of it, it stands for a server that does not answer: the call ends as an error
+    # observation, the command is interrupted inside the sandbox, and the shell stays usable.
+    monkeypatch.setattr(toolbox_module, "GUARD_MARGIN_S", -4.0)
+
+    async def body(sandbox):  # type: ignore[no-untyped-def]
+        box = SandboxToolbox(sandbox, tool_specs(["bash"]))
+        hung = await box.execute(ToolCall("bash", {"command": "sleep 60"}), 5.0)
+        after = await box.execute(ToolCall("bash", {"command": "echo still here"}), 20)
+        return hung, after
+
+    hung, after = with_sandbox(spool, body)
+    assert hung.error == "timeout" and "did not answer within 5 s and was interrupted" in hung.observation
+    assert after.exit_code == 0 and after.observation.startswith("still here")

@@ -5,6 +5,7 @@ hpc_rollout.images and hpc_rollout.sbatch."""
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,7 +18,12 @@ RELOCATED = ("handlers", "images", "sbatch")   # folders of the repository, inst
 
 
 def test_wheel_contains_templates_and_handlers_under_one_namespace(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+    # Built from a copy of the sources: setuptools builds in <source>/build/, and a build/ left by
+    # an older layout would slip its packages into the wheel (and the test would dirty the checkout).
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "spool"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)],
                    check=True, capture_output=True, timeout=300)
     wheel = next(tmp_path.glob("hpc_rollout-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()

@@ -20,6 +20,8 @@ from orchestrator.tickets import CorruptTicket, Ticket
 # ahead after losing a race, so that they rarely fight over the same ticket.
 START_WINDOW = 255
 SKIP_AFTER_LOST_RACE = 31
+CLAIM_DUTY = "claim"
+IDLE_POLL_DUTY = "idle_poll"
 
 
 class Claimer:
@@ -40,7 +42,20 @@ class Claimer:
         self._listed_at = 0.0
 
     def claim(self) -> str | None:
-        """Name of a ticket now in the claim directory, or None when the queue looks empty."""
+        """Name of a ticket now in the claim directory, or None when the queue looks empty.
+
+        The operations of a claim are charged to the "claim" duty of fsops; those of an
+        attempt that found nothing to an "idle_poll" (a cost per second, not per job).
+        """
+        ops, names = fsops.BY_DUTY[CLAIM_DUTY], fsops.BY_DUTY[f"{CLAIM_DUTY}:names"]
+        with fsops.duty(CLAIM_DUTY):
+            name = self._claim()
+        if name is None:
+            fsops.recharge(CLAIM_DUTY, IDLE_POLL_DUTY, fsops.BY_DUTY[CLAIM_DUTY] - ops,
+                           fsops.BY_DUTY[f"{CLAIM_DUTY}:names"] - names)
+        return name
+
+    def _claim(self) -> str | None:
         while self._hints:
             name = self._hints.popleft()
             if fsops.rename(self.queue / name, self.claims / name):

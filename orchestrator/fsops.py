@@ -11,11 +11,14 @@ crash (fsync of a file, of a directory, syncfs of the spool): see Durability.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import enum
 import os
 import secrets
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 # Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list,
@@ -24,16 +27,42 @@ OPS: Counter[str] = Counter()
 # Names returned by directory listings: a listing is one operation, but a metadata server sends a
 # large directory in several replies (the scale model, docs/scale.md, charges one per 1,000 names).
 LISTED: Counter[str] = Counter()
+# The same operations by the duty that made them (a job's own steps, heartbeats, polls...):
+# the scale model (benchmarks/scale.py) charges per-job work per job and periodic duties per
+# second, without counting anything twice. Listed names are charged as "<duty>:names".
+BY_DUTY: Counter[str] = Counter()
+JOB_DUTY = "job"
+_duty: contextvars.ContextVar[str] = contextvars.ContextVar("fsops_duty", default=JOB_DUTY)
 
 
 def count(kind: str, n: int = 1) -> None:
     OPS[kind] += n
+    BY_DUTY[_duty.get()] += n
 
 
 def listed(names: int) -> None:
     """One directory listing that returned `names` entries."""
-    OPS["list"] += 1
+    count("list")
     LISTED["names"] += names
+    BY_DUTY[f"{_duty.get()}:names"] += names
+
+
+@contextlib.contextmanager
+def duty(name: str) -> Iterator[None]:
+    """Charge the operations made inside (this thread or asyncio task) to duty `name`."""
+    token = _duty.set(name)
+    try:
+        yield
+    finally:
+        _duty.reset(token)
+
+
+def recharge(source: str, target: str, ops: int, names: int) -> None:
+    """Move operations already counted under `source` to `target` (e.g. a claim that found
+    nothing is an idle poll, not part of a job)."""
+    for suffix, n in (("", ops), (":names", names)):
+        BY_DUTY[source + suffix] -= n
+        BY_DUTY[target + suffix] += n
 
 
 class Durability(enum.Enum):

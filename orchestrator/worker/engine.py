@@ -9,6 +9,7 @@ worker only keeps a cache of tickets it wrote itself, to skip re-reading them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import logging
 import os
@@ -94,6 +95,10 @@ class Worker:
         self.running: dict[str, tuple[asyncio.Task[None], Stage]] = {}
         self.user_cancelled: set[str] = set()
         self.written: dict[str, Ticket] = {}   # tickets this worker queued, by name
+        # Jobs INIT prepared here while every RUN slot was busy, oldest first. They wait in
+        # memory, not in the node's run queue: their claims (still saying INIT) stay in the
+        # claim directory, so a crash sends them back to INIT, as it would from the run queue.
+        self.prepared: dict[str, Ticket] = {}
         self._tickets_in_flight: dict[str, Ticket] = {}
         self.handlers: dict[str, AgentHandler] = {}
         self.prepared_seen = 0
@@ -123,19 +128,19 @@ class Worker:
         log.info("worker %s on %s: pools %s", self.worker_id, self.node, {s.value: self.options.pool_size(s) for s in Stage})
         self._sweep_sandboxes()
         background = [
-            asyncio.create_task(self._every(self.config.leases.heartbeat_s, self._heartbeat_checked), name="heartbeat"),
-            asyncio.create_task(self._every(max(self.config.leases.lease_s / 3, 0.1), self._recover), name="recovery"),
-            asyncio.create_task(self._every(lambda: self._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
-                                            self._poll_cancels), name="cancels"),
-            asyncio.create_task(self._every(lambda: self._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
-                                            self._poll_stop_request), name="stop-request"),
-            asyncio.create_task(self._every(0.05, self._commit_shards_if_due), name="shards"),
-            asyncio.create_task(self._every(SWEEP_EVERY_S, self._sweep_in_background), name="sandbox-sweep"),
-            asyncio.create_task(self._every(self.config.leases.lease_s, self._audit_claims), name="claim-audit"),
+            self._background("heartbeat", self.config.leases.heartbeat_s, self._heartbeat_checked),
+            self._background("recovery", max(self.config.leases.lease_s / 3, 0.1), self._recover),
+            self._background("cancel_poll", lambda: self._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+                             self._poll_cancels),
+            self._background("stop_poll", lambda: self._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
+                             self._poll_stop_request),
+            self._background("commit", 0.05, self._commit_shards_if_due),
+            self._background("sandbox_sweep", SWEEP_EVERY_S, self._sweep_in_background),
+            self._background("claim_audit", self.config.leases.lease_s, self._audit_claims),
         ]
         if self.idle.enabled:
             period = poll_period(self.idle.idle_exit_s, self.config.leases.heartbeat_s)
-            background.append(asyncio.create_task(self._every(period, self._exit_if_idle), name="idle-exit"))
+            background.append(self._background("idle_exit", period, self._exit_if_idle))
         dispatchers = [
             asyncio.create_task(self._dispatch(stage), name=f"dispatch-{stage.value}")
             for stage in Stage if self.options.pool_size(stage) > 0
@@ -180,7 +185,9 @@ class Worker:
         return 0
 
     async def _in_spool_io(self, call: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.spool_io, call, *args)
+        # The calling task's fsops duty goes with the call into the thread.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.spool_io, context.run, call, *args)
 
     def _lose_lease(self, how: str) -> None:
         """Our claims were taken over (we were paused, partitioned or suspended past the lease).
@@ -238,6 +245,14 @@ class Worker:
 
     def _return_prepared(self) -> None:
         """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
+        for name in list(self.prepared):
+            ticket = self.prepared.pop(name)
+            asyncio.get_running_loop().create_task(self._close_quietly(ticket))
+            if self.lease_lost:
+                continue  # its claim is another worker's now
+            ticket.back_to_init()
+            self.box.advance(ticket, self.paths.init_queue)
+            self.events.emit(name, "returned", {"stage": "run", "to": "init"})
         for name in list(self.written):
             ticket = self.written.pop(name)
             if ticket.stage is not Stage.RUN or ticket.status is not None:
@@ -266,6 +281,13 @@ class Worker:
     def _count_workers(self, heartbeats: int) -> None:
         self.cluster_workers = heartbeats
 
+    def _background(self, name: str, period: float | Callable[[], float], duty: Any) -> asyncio.Task[None]:
+        """A periodic duty as its own task; its metadata operations are charged to `name`."""
+        async def run() -> None:
+            with fsops.duty(name):
+                await self._every(period, duty)
+        return asyncio.create_task(run(), name=name.replace("_", "-"))
+
     async def _every(self, period: float | Callable[[], float], duty: Any) -> None:
         """Run `duty` every `period` (a number, or a function giving the next wait); a spool error
         (full, failing) is retried next time, not fatal."""
@@ -288,7 +310,9 @@ class Worker:
         pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
         return {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
+            "prepared": len(self.prepared),
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
+            "fs_ops_by_duty": dict(fsops.BY_DUTY),
             "shards": self.shards.progress(),
         }
 
@@ -326,7 +350,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         for attempt in range(HEARTBEAT_FAILURES_FATAL):
             try:
-                held = await loop.run_in_executor(self.heartbeat_io, self._beat_if_still_ours, self._heartbeat_record())
+                held = await loop.run_in_executor(self.heartbeat_io, contextvars.copy_context().run,
+                                                  self._beat_if_still_ours, self._heartbeat_record())
             except OSError as exc:
                 log.warning("heartbeat failed (%d/%d): %s", attempt + 1, HEARTBEAT_FAILURES_FATAL, exc)
                 await asyncio.sleep(0.2)
@@ -353,6 +378,11 @@ class Worker:
         if self.cancels.signature() != before or now - self.cancel_swept_at > CANCEL_SWEEP_S:
             self.cancel_swept_at = now
             self._sweep_cancelled_queued()
+        for name, ticket in list(self.prepared.items()):
+            if self.cancels.is_cancelled(ticket.job):   # it ends now, its sandbox closed
+                del self.prepared[name]
+                self.wake[Stage.INIT].set()
+                self._start(Stage.RUN, name, holds_slot=False, ticket=ticket)
         for job_id, (task, _) in list(self.running.items()):
             if job_id not in self.user_cancelled and self._is_cancelled(job_id):
                 self.user_cancelled.add(job_id)
@@ -380,7 +410,7 @@ class Worker:
 
     def _exit_if_idle(self) -> None:
         # Jobs prepared on this node wait in its run queue, which the idle clock lists at the deadline.
-        holding = bool(self.running) or self.shards.pending > 0
+        holding = bool(self.running) or bool(self.prepared) or self.shards.pending > 0
         if self.idle.expired(holding, [self._queue_of(s) for s in self.options.stages], self.counters["claimed"]):
             log.info("worker %s: idle for %.1fs, giving its node back", self.worker_id, self.idle.idle_for())
             self.events.emit("-", "idle_exit", {"idle_s": round(self.idle.idle_for(), 3)})
@@ -445,7 +475,7 @@ class Worker:
         if self.lease_lost or self.stopping.is_set():
             return
         held = set(await self._in_spool_io(self.box.names))
-        strays = held - set(self.running) - set(self.shards.tickets) - set(self.committing)
+        strays = held - set(self.running) - set(self.prepared) - set(self.shards.tickets) - set(self.committing)
         for name in strays & self.stray_claims:
             self._requeue_claim(name, "claim held by no task of its worker")
         self.stray_claims = strays - self.stray_claims
@@ -478,6 +508,12 @@ class Worker:
             if self.stopping.is_set():
                 self.slots[stage].release()
                 return
+            if stage is Stage.RUN and self.prepared:   # prepared here: already claimed, sandbox up
+                name = next(iter(self.prepared))
+                ticket = self.prepared.pop(name)
+                self.wake[Stage.INIT].set()
+                self._start(stage, name, holds_slot=True, ticket=ticket)
+                continue
             try:
                 name = claimer.claim()
             except OSError as exc:  # the spool failing for a moment: try again later, slot freed
@@ -498,10 +534,10 @@ class Worker:
                 self.wake[Stage.INIT].set()
             self._start(stage, name, holds_slot=True)
 
-    def _start(self, stage: Stage, name: str, holds_slot: bool) -> None:
+    def _start(self, stage: Stage, name: str, holds_slot: bool, ticket: Ticket | None = None) -> None:
         self.counters["claimed"] += 1
         self.busy[stage] += 1
-        task = asyncio.create_task(self._process(stage, name), name=f"{stage.value}:{name}")
+        task = asyncio.create_task(self._process(stage, name, ticket), name=f"{stage.value}:{name}")
         self.running[name] = (task, stage)
         task.add_done_callback(lambda done: self._slot_done(stage, name, holds_slot, done))
 
@@ -535,6 +571,20 @@ class Worker:
         self._start(stage, ticket.name, holds_slot=True)
         return True
 
+    def _keeps_prepared(self) -> bool:
+        """This worker runs what it prepares (it has RUN slots), so prepared jobs wait in memory."""
+        return self.options.pool_size(Stage.RUN) > 0 and Stage.RUN in self.options.stages
+
+    def _keep_prepared(self, ticket: Ticket) -> None:
+        """Every RUN slot is busy: the job waits here for one. Nothing is written: a crash sends
+        its claim (still saying INIT) back to INIT, exactly as the node's run queue would."""
+        if self.stopping.is_set():
+            self._advance(ticket, Stage.RUN)   # the drain returns it from the run queue
+            return
+        ticket.mark_enqueued(Stage.RUN)
+        self.prepared[ticket.name] = ticket
+        self.wake[Stage.RUN].set()
+
     async def _wait_for_room(self) -> None:
         """Backpressure: INIT waits while the node's run queue (and the sandbox budget) is full."""
         options = self.options
@@ -553,9 +603,12 @@ class Worker:
                 pass
 
     def _prepared_count(self) -> int:
+        if self._keeps_prepared():
+            return len(self.prepared)   # known exactly: nothing to list
         now = time.monotonic()
         if now - self.prepared_seen_at > 0.1:
-            self.prepared_seen = len(fsops.list_names(self.run_queue))
+            with fsops.duty("backpressure"):
+                self.prepared_seen = len(fsops.list_names(self.run_queue))
             self.prepared_seen_at = now
         return self.prepared_seen
 
@@ -585,9 +638,9 @@ class Worker:
         for name in [n for n, t in self.written.items() if t.enqueued_at < horizon]:
             del self.written[name]
 
-    async def _process(self, stage: Stage, name: str) -> None:
+    async def _process(self, stage: Stage, name: str, ticket: Ticket | None = None) -> None:
         try:
-            await self._run_stage(stage, name)
+            await self._run_stage(stage, name, ticket)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug or a spool error: the claim must not stay here
@@ -607,8 +660,8 @@ class Worker:
             return  # its row is on its way: the ticket goes with the shard
         self._requeue_claim(name, f"worker error in {stage.value}: {type(exc).__name__}: {exc}")
 
-    async def _run_stage(self, stage: Stage, name: str) -> None:
-        ticket = self._cached(name, stage) or self.box.load(name)
+    async def _run_stage(self, stage: Stage, name: str, ticket: Ticket | None = None) -> None:
+        ticket = ticket or self._cached(name, stage) or self.box.load(name)
         if ticket is None:
             return  # corrupt: quarantined by load()
         self._tickets_in_flight[name] = ticket
@@ -662,7 +715,10 @@ class Worker:
         elif stage is Stage.INIT:
             ticket.node = self.node
             if not await self._hand_off(ticket, Stage.RUN):
-                self._advance(ticket, Stage.RUN)
+                if self._keeps_prepared():
+                    self._keep_prepared(ticket)
+                else:
+                    self._advance(ticket, Stage.RUN)
         elif stage is Stage.RUN:
             if not await self._hand_off(ticket, Stage.EVAL):
                 self._advance(ticket, Stage.EVAL)

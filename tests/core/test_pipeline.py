@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import orjson
 import pyarrow.dataset as ds
 
+from orchestrator import fsops
 from orchestrator.submit import submit_file
-from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 
 def test_launch_wait_status_inspect_tail(tmp_path: Path) -> None:
@@ -161,3 +163,24 @@ def test_tail_follow_prints_rows_as_shards_land(tmp_path: Path) -> None:
         follower.terminate()
         follower.wait(timeout=10)
     assert sorted(seen) == sorted(r["job_id"] for r in rows(paths))
+
+
+def test_jobs_prepared_for_busy_run_slots_wait_in_memory_not_in_the_spool(tmp_path: Path) -> None:
+    """With every RUN slot busy, what INIT prepared waits in the worker's memory (its claim,
+    still saying INIT, stays on disk for recovery) instead of a trip through the node's run
+    queue: no ticket save, hand-off rename or second claim per job (docs/scale.md)."""
+    paths = make_run(tmp_path / "run")
+    profile = {"init": 0.01, "run": 0.15, "eval": 0.01}
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 12))
+    before = Counter(fsops.BY_DUTY)
+    serve_in_process(paths, init_pool=2, run_pool=1, eval_pool=1, max_prepared=2)
+    spent = Counter(fsops.BY_DUTY)
+    spent.subtract(before)
+    got = rows(paths)
+    assert sorted(Counter(r["job_id"] for r in got).values()) == [1] * 12
+    assert {r["status"] for r in got} == {"ok"} and {r["attempt"] for r in got} == {1}
+    # per job: the claim (a rename, a share of a listing), the ticket read, the RUN output saved
+    # before EVAL (create, flush, rename); the run-queue path added a save, a rename and a claim
+    per_job = (spent[fsops.JOB_DUTY] + spent["claim"]) / 12
+    assert per_job <= 6.5, dict(spent)
+    assert not any(any(q.iterdir()) for q in paths.run_queues())

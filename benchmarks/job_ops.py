@@ -1,0 +1,97 @@
+"""What one job costs the metadata server at the pipeline benchmark's job mix, by duty.
+
+    python -m benchmarks.job_ops [--jobs 400] [--scale 0.05]
+
+The pipeline benchmark's workload (the `sleep` handler: INIT 1-3 s, RUN 2-10 s, EVAL lognormal
+mean 3 s with a 10% tail ten times longer, every duration times --scale) runs through one real
+worker process with its pools (INIT 4, RUN 8, EVAL 8, at most 4 prepared, 12 sandboxes).
+fsops charges every operation to the duty that made it (orchestrator/fsops.py, `duty`):
+
+- per job: submit (this process), claim (won claims, their lost races and listings), job (the
+  stage steps: ticket reads, saves, hand-offs) and commit (shards, ticket unlinks);
+- per second of a worker: idle polls (claims that found nothing) and backpressure (the run
+  queue listed while INIT waits for room); they depend on wall time, not on the job count;
+- periodic duties (heartbeat, recovery, cancel and stop polls, claim audit) are reported but
+  modelled per call by benchmarks.scale, never charged to jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+
+from benchmarks.common import emit_json, print_table
+from benchmarks.pipeline import RUN_SLOTS, SANDBOXES, profile
+from orchestrator import fsops
+from orchestrator.app.local_launch import start_local_workers
+from orchestrator.spool import init_run
+from orchestrator.status import pending_count
+from orchestrator.submit import submit_rows
+from orchestrator.worker.options import WorkerOptions
+
+NAMES_PER_OP = 1000
+PER_JOB_DUTIES = ("submit", "claim", fsops.JOB_DUTY, "commit")
+PER_SECOND_DUTIES = ("idle_poll", "backpressure")
+PERIODIC_DUTIES = ("heartbeat", "recovery", "cancel_poll", "stop_poll", "claim_audit", "idle_exit", "sandbox_sweep")
+
+
+def charged(by_duty: Counter[str], duty: str) -> float:
+    """Operations of one duty, its listings charged one more per 1,000 names returned."""
+    return by_duty[duty] + by_duty[f"{duty}:names"] / NAMES_PER_OP
+
+
+def pipeline_mix(base: Path, jobs: int, scale: float) -> dict[str, float]:
+    """Per-job and per-second metadata operations of the pipeline mix through one real worker."""
+    paths, _ = init_run(base / "job-ops", {"shards.idle_flush_s": 0.2})
+    options = WorkerOptions(init_pool=4, run_pool=RUN_SLOTS, eval_pool=8, max_prepared=4, max_sandboxes=SANDBOXES)
+    launch = start_local_workers(paths, 1, options, verbose=0)
+    try:
+        deadline = time.monotonic() + 60
+        while not fsops.list_names(paths.workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = Counter(fsops.BY_DUTY)
+        started = time.monotonic()
+        with fsops.duty("submit"):
+            submit_rows(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
+        by_duty = Counter(fsops.BY_DUTY)
+        by_duty.subtract(before)
+        while pending_count(paths) > 0:
+            time.sleep(0.05)
+        seconds = time.monotonic() - started
+    finally:
+        launch.terminate(timeout_s=30)
+    for heartbeat in (paths.workers / "gone").glob("*.json"):
+        by_duty.update(orjson.loads(heartbeat.read_bytes()).get("fs_ops_by_duty", {}))
+    figures: dict[str, float] = {"jobs": jobs, "seconds": seconds}
+    for duty in PER_JOB_DUTIES:
+        figures[f"{duty}_per_job"] = charged(by_duty, duty) / jobs
+    figures["per_job"] = sum(figures[f"{d}_per_job"] for d in PER_JOB_DUTIES)
+    for duty in PER_SECOND_DUTIES + PERIODIC_DUTIES:
+        figures[f"{duty}_per_s"] = charged(by_duty, duty) / seconds
+    figures["per_worker_second"] = sum(figures[f"{d}_per_s"] for d in PER_SECOND_DUTIES)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=400)
+    parser.add_argument("--scale", type=float, default=0.05, help="multiplies every stage duration")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-job-ops-"))
+    try:
+        mix = pipeline_mix(base, args.jobs, args.scale)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print_table(f"{args.jobs} sleep jobs (pipeline mix x{args.scale}), one worker", ["duty", "ops"],
+                [[k, v] for k, v in mix.items()])
+    emit_json({k: round(v, 3) for k, v in mix.items()})
+
+
+if __name__ == "__main__":
+    main()

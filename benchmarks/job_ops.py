@@ -4,7 +4,8 @@
 
 The pipeline benchmark's workload (the `sleep` handler: INIT 1-3 s, RUN 2-10 s, EVAL lognormal
 mean 3 s with a 10% tail ten times longer, every duration times --scale) runs through one real
-worker process with its pools (INIT 4, RUN 8, EVAL 8, at most 4 prepared, 12 sandboxes).
+worker process with its pools (INIT 4, RUN 8, EVAL 8, at most 4 prepared, 12 sandboxes), among
+20 simulated live workers, so that it polls as on a large run.
 fsops charges every operation to the duty that made it (orchestrator/fsops.py, `duty`):
 
 - per job: submit (this process), claim (won claims, their lost races and listings), job (the
@@ -18,6 +19,7 @@ fsops charges every operation to the duty that made it (orchestrator/fsops.py, `
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -30,9 +32,11 @@ from benchmarks.common import emit_json, print_table
 from benchmarks.pipeline import RUN_SLOTS, SANDBOXES, profile
 from orchestrator import fsops
 from orchestrator.app.local_launch import start_local_workers
+from orchestrator.paths import SpoolPaths
 from orchestrator.spool import init_run
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_rows
+from orchestrator.worker.engine import LARGE_RUN_WORKERS
 from orchestrator.worker.options import WorkerOptions
 
 NAMES_PER_OP = 1000
@@ -46,28 +50,54 @@ def charged(by_duty: Counter[str], duty: str) -> float:
     return by_duty[duty] + by_duty[f"{duty}:names"] / NAMES_PER_OP
 
 
-def pipeline_mix(base: Path, jobs: int, scale: float) -> dict[str, float]:
-    """Per-job and per-second metadata operations of the pipeline mix through one real worker."""
-    paths, _ = init_run(base / "job-ops", {"shards.idle_flush_s": 0.2})
+def keep_alive(paths: SpoolPaths, peers: int) -> None:
+    """`peers` live heartbeats of simulated workers: the real worker behaves as on a large run."""
+    for index in range(peers):
+        heartbeat = paths.heartbeat(f"peer{index:03d}-1-beef")
+        if heartbeat.exists():
+            os.utime(heartbeat)
+        else:
+            heartbeat.write_bytes(orjson.dumps({"node": f"peer{index:03d}", "state": "running"}))
+
+
+def worker_counts(paths: SpoolPaths, pattern: str) -> Counter[str]:
+    """The fsops counts by duty in the real workers' heartbeats matching `pattern`."""
+    counts: Counter[str] = Counter()
+    for heartbeat in paths.workers.glob(f"{pattern}.json"):
+        if not heartbeat.name.startswith("peer"):
+            counts.update(orjson.loads(heartbeat.read_bytes()).get("fs_ops_by_duty", {}))
+    return counts
+
+
+def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WORKERS + 4) -> dict[str, float]:
+    """Per-job and per-second metadata operations of the pipeline mix through one real worker
+    that sees `peers` other live workers (a large run, with its poll periods, once its first
+    recovery scan has counted them: every lease/3 = 2 s here)."""
+    paths, _ = init_run(base / "job-ops", {"shards.idle_flush_s": 0.2, "leases.heartbeat_s": 2.0, "leases.lease_s": 6.0})
+    keep_alive(paths, peers)
     options = WorkerOptions(init_pool=4, run_pool=RUN_SLOTS, eval_pool=8, max_prepared=4, max_sandboxes=SANDBOXES)
     launch = start_local_workers(paths, 1, options, verbose=0)
     try:
         deadline = time.monotonic() + 60
-        while not fsops.list_names(paths.workers) and time.monotonic() < deadline:
+        while len(fsops.list_names(paths.workers)) <= peers and time.monotonic() < deadline:
             time.sleep(0.05)
+        time.sleep(2.5)   # its first recovery scan has seen the peers
+        # what the worker did before the jobs came (starting, polling as a small run) is not
+        # theirs: its last heartbeat's counts are taken off (up to a beat of idle polls stays in)
+        by_duty = Counter({k: -v for k, v in worker_counts(paths, "*").items()})
         before = Counter(fsops.BY_DUTY)
         started = time.monotonic()
         with fsops.duty("submit"):
             submit_rows(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
-        by_duty = Counter(fsops.BY_DUTY)
+        by_duty.update(fsops.BY_DUTY)
         by_duty.subtract(before)
         while pending_count(paths) > 0:
+            keep_alive(paths, peers)
             time.sleep(0.05)
         seconds = time.monotonic() - started
     finally:
         launch.terminate(timeout_s=30)
-    for heartbeat in (paths.workers / "gone").glob("*.json"):
-        by_duty.update(orjson.loads(heartbeat.read_bytes()).get("fs_ops_by_duty", {}))
+    by_duty.update(worker_counts(paths, "gone/*"))
     figures: dict[str, float] = {"jobs": jobs, "seconds": seconds}
     for duty in PER_JOB_DUTIES:
         figures[f"{duty}_per_job"] = charged(by_duty, duty) / jobs

@@ -55,6 +55,10 @@ STOP_POLL_LARGE_S = 5.0
 SWEEP_EVERY_S = 60.0
 MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
+# An idle dispatcher's polls of its (empty) queue on a large run: work of its own wakes it at
+# once, so the polls only look for other workers' tickets, from this floor up to this period.
+MIN_IDLE_BACKOFF_LARGE_S = 0.25
+MAX_IDLE_BACKOFF_LARGE_S = 2.0
 HEARTBEAT_FAILURES_FATAL = 5
 CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered
 COMMIT_RETRY_S = (0.5, 30.0)   # backoff of shard commits that failed (full disk, I/O error)
@@ -278,6 +282,12 @@ class Worker:
     def _poll_period(self, small_run_s: float, large_run_s: float) -> float:
         return small_run_s if self.cluster_workers <= LARGE_RUN_WORKERS else large_run_s
 
+    def _idle_backoff_floor(self) -> float:
+        return self._poll_period(MIN_IDLE_BACKOFF_S, MIN_IDLE_BACKOFF_LARGE_S)
+
+    def _idle_backoff_cap(self) -> float:
+        return self._poll_period(MAX_IDLE_BACKOFF_S, MAX_IDLE_BACKOFF_LARGE_S)
+
     def _count_workers(self, heartbeats: int) -> None:
         self.cluster_workers = heartbeats
 
@@ -498,7 +508,7 @@ class Worker:
 
     async def _dispatch(self, stage: Stage) -> None:
         claimer = self.claimers[stage]
-        backoff = MIN_IDLE_BACKOFF_S
+        backoff = self._idle_backoff_floor()
         # Checked, not only cancelled: Python 3.11's wait_for swallows a cancellation that lands
         # as the awaited event is set, and the dispatcher would claim on after a stop.
         while not self.stopping.is_set():
@@ -524,11 +534,11 @@ class Worker:
                 self.wake[stage].clear()
                 try:
                     await asyncio.wait_for(self.wake[stage].wait(), timeout=backoff)
-                    backoff = MIN_IDLE_BACKOFF_S  # woken by work of our own
+                    backoff = self._idle_backoff_floor()  # woken by work of our own
                 except asyncio.TimeoutError:
-                    backoff = min(backoff * 2, MAX_IDLE_BACKOFF_S)
+                    backoff = min(backoff * 2, self._idle_backoff_cap())
                 continue
-            backoff = MIN_IDLE_BACKOFF_S
+            backoff = self._idle_backoff_floor()
             if stage is Stage.RUN:
                 self.prepared_seen = max(0, self.prepared_seen - 1)
                 self.wake[Stage.INIT].set()

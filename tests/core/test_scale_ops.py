@@ -159,8 +159,10 @@ def test_a_lease_shorter_than_three_heartbeats_is_refused() -> None:
     assert RunConfig().with_overrides({"leases.heartbeat_s": 20, "leases.lease_s": 60}).leases.lease_s == 60
 
 
-def test_large_runs_poll_cancel_and_stop_less_often(tmp_path: Path) -> None:
-    from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, CANCEL_POLL_S, STOP_POLL_LARGE_S, STOP_POLL_S, Worker
+def test_large_runs_poll_cancel_stop_and_empty_queues_less_often(tmp_path: Path) -> None:
+    from orchestrator.worker.engine import (CANCEL_POLL_LARGE_S, CANCEL_POLL_S, MAX_IDLE_BACKOFF_LARGE_S,
+                                            MAX_IDLE_BACKOFF_S, MIN_IDLE_BACKOFF_LARGE_S, MIN_IDLE_BACKOFF_S,
+                                            STOP_POLL_LARGE_S, STOP_POLL_S, Worker)
     from orchestrator.worker.options import WorkerOptions
 
     periods = {}
@@ -170,10 +172,15 @@ def test_large_runs_poll_cancel_and_stop_less_often(tmp_path: Path) -> None:
         worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
         reap_expired(paths, worker.worker_id, 30.0, 3, lambda *a: None, random.Random(1), worker._count_workers)
         periods[workers] = (worker._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
-                            worker._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S))
+                            worker._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
+                            (worker._idle_backoff_floor(), worker._idle_backoff_cap()))
         worker.spool_io.shutdown()
         worker.heartbeat_io.shutdown()
-    assert periods == {3: (CANCEL_POLL_S, STOP_POLL_S), 40: (CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S)}
+    # an idle dispatcher's polls of its empty queue back off from a higher floor to a longer
+    # period there: 3 dispatchers per node made ~10 listings/s each (benchmarks/job_ops.py)
+    assert periods == {3: (CANCEL_POLL_S, STOP_POLL_S, (MIN_IDLE_BACKOFF_S, MAX_IDLE_BACKOFF_S)),
+                       40: (CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S, (MIN_IDLE_BACKOFF_LARGE_S, MAX_IDLE_BACKOFF_LARGE_S))}
+    assert MIN_IDLE_BACKOFF_LARGE_S > MIN_IDLE_BACKOFF_S and MAX_IDLE_BACKOFF_LARGE_S > MAX_IDLE_BACKOFF_S
 
 
 def test_on_a_large_run_a_worker_publishes_its_board_at_most_once_per_rebuild_period(tmp_path: Path) -> None:

@@ -76,5 +76,6 @@ class Spool:
         lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
         return swap_weights(self.paths, checkpoint, version, lag)
 
-    def status(self) -> Snapshot:
-        return snapshot(self.paths, self.config)
+    def status(self, exact: bool = False) -> Snapshot:
+        """The run's figures; finished-job figures from a bounded sample of shards unless `exact`."""
+        return snapshot(self.paths, self.config, exact=exact)

@@ -2,10 +2,14 @@
 
 Only numbers here; orchestrator/cli/status.py draws them (once, or live with --watch).
 Numbers about finished jobs come from orchestrator.report.finished, shared with `report`.
+Reading every shard grows with the run (1e5 shards is routine), so by default they come from
+a random sample of STATUS_SAMPLE_SHARDS shards, counts scaled to the number of shards listed;
+`exact=True` (`status --exact`) reads them all. Small runs fit in the sample: exact anyway.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from orchestrator.report.finished import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, 
 from orchestrator.report.shard_read import read_shards, shard_files
 
 THROUGHPUT_WINDOW_S = 60.0
+STATUS_SAMPLE_SHARDS = 100
 
 
 @dataclass
@@ -34,6 +39,8 @@ class Snapshot:
     failure_reasons: dict[str, int] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)
     shards: int = 0
+    shards_read: int = 0
+    exact: bool = True                     # finished figures from every shard (else a sample, scaled)
     finished_last_minute: int = 0
     quarantined: int = 0
     warnings: list[str] = field(default_factory=list)
@@ -57,7 +64,8 @@ class Snapshot:
         return {
             "queued": self.queued, "claimed": self.claimed, "pending": self.pending,
             "finished": self.finished, "failure_reasons": self.failure_reasons,
-            "workers": self.workers, "shards": self.shards, "jobs_per_s_last_minute": round(self.jobs_per_s, 3),
+            "workers": self.workers, "shards": self.shards, "shards_read": self.shards_read,
+            "finished_exact": self.exact, "jobs_per_s_last_minute": round(self.jobs_per_s, 3),
             "tokens_per_s_last_minute": round(self.tokens_per_s, 3),
             "quarantined": self.quarantined, "warnings": self.warnings,
             "results": self.results.to_json() if self.results is not None else None,
@@ -80,7 +88,9 @@ def _claim_dirs(paths: SpoolPaths) -> list[Any]:
 
 
 def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
-             pass_reward: float = DEFAULT_PASS_REWARD) -> Snapshot:
+             pass_reward: float = DEFAULT_PASS_REWARD, exact: bool = False,
+             sample_shards: int = STATUS_SAMPLE_SHARDS) -> Snapshot:
+    """The run's figures; finished-job figures from at most `sample_shards` shards unless `exact`."""
     snap = Snapshot()
     snap.queued["init"] = len(fsops.list_names(paths.init_queue))
     for queue in paths.run_queues():
@@ -100,16 +110,19 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
             **{k: v for k, v in info.items() if k.startswith("slurm_")},
         })
     if with_rows:
-        shards = read_shards(paths, FINISHED_COLUMNS)
-        snap.shards = shards.shards_read + len(shards.skipped)
+        files = shard_files(paths)
+        chosen = files if exact or len(files) <= sample_shards else random.sample(files, sample_shards)
+        shards = read_shards(paths, FINISHED_COLUMNS, files=chosen)
+        snap.shards, snap.shards_read, snap.exact = len(files), shards.shards_read, len(chosen) == len(files)
+        scale = len(files) / len(chosen) if chosen else 1.0
         snap.warnings += [f"could not read {item}" for item in shards.skipped]
         rows = shards.rows
         snap.results = finished_stats(rows, pass_reward)
-        snap.finished = dict(snap.results.by_status)
-        snap.failure_reasons = _failure_reasons(rows)
+        snap.finished = _scaled(snap.results.by_status, scale)
+        snap.failure_reasons = _scaled(_failure_reasons(rows), scale)
         recent = seconds(rows.column("finished_at")) >= time.time() - THROUGHPUT_WINDOW_S
         tokens = rows.column("sampled_tokens").to_numpy(zero_copy_only=False)
-        snap.tokens_last_minute = int(np.nansum(np.asarray(tokens, dtype=float)[recent])) if recent.any() else 0
+        snap.tokens_last_minute = round(scale * np.nansum(np.asarray(tokens, dtype=float)[recent])) if recent.any() else 0
     else:
         snap.shards = len(shard_files(paths))
     since = time.time() - THROUGHPUT_WINDOW_S
@@ -119,6 +132,11 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
         snap.warnings.append(f"{snap.quarantined} corrupt file(s) quarantined in {paths.quarantine}")
     snap.warnings += _slurm_warnings(snap.workers)
     return snap
+
+
+def _scaled(counts: dict[str, int], scale: float) -> dict[str, int]:
+    """Counts of a sample of the shards, estimated for all of them."""
+    return {key: round(count * scale) for key, count in counts.items()}
 
 
 def _failure_reasons(rows: pa.Table) -> dict[str, int]:

@@ -15,7 +15,7 @@ from orchestrator.cli.core import _dumps, _open, out
 from orchestrator.paths import SpoolPaths
 from orchestrator.report.finished import DEFAULT_PASS_REWARD
 from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
-from orchestrator.status import Snapshot, snapshot
+from orchestrator.status import STATUS_SAMPLE_SHARDS, Snapshot, snapshot
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -40,8 +40,11 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
         f"{snap.jobs_per_s:.2f} jobs/s, {snap.tokens_per_s:.1f} tokens/s over the last minute"))
     results = snap.results
     if results is not None and results.jobs:
+        if not snap.exact:
+            parts.append(Text(f"finished-job figures estimated from {snap.shards_read} of {snap.shards} shards "
+                              f"(a random sample; --exact reads every shard)"))
         parts.append(Text(
-            f"finished {results.jobs}: reward mean {_number(results.reward_mean)} | pass rate {_number(results.pass_rate)} "
+            f"finished {sum(snap.finished.values())}: reward mean {_number(results.reward_mean)} | pass rate {_number(results.pass_rate)} "
             f"(reward >= {results.pass_reward:g}) | {results.tokens} sampled tokens, {_number(results.tokens_per_s)} tokens/s over the run"))
         if results.latency:
             latency = Table(title="seconds per stage (finished jobs)", title_justify="left")
@@ -83,7 +86,10 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
               help="Seconds between refreshes with --watch.")
 @click.option("--pass-reward", default=DEFAULT_PASS_REWARD, show_default=True, type=float,
               help="A finished job passes when its reward is at least this.")
-def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_reward: float) -> None:
+@click.option("--exact", is_flag=True,
+              help=f"Read every shard for the finished-job figures (default: a random sample of "
+                   f"{STATUS_SAMPLE_SHARDS} shards, counts scaled; small runs are exact anyway).")
+def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_reward: float, exact: bool) -> None:
     """Jobs per queue and state, workers, throughput, reward, pass rate, stage latency, failures.
 
     \b
@@ -91,11 +97,12 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
       hpc-rollout status spool/run1
       hpc-rollout status spool/run1 --watch          # live, refreshed in place
       hpc-rollout status spool/run1 --json | jq .results.reward_mean
+      hpc-rollout status spool/run1 --exact          # every shard read, not a sample
     """
     paths, config = _open(run_dir)
 
     def take() -> tuple[Snapshot, dict[str, Any]]:
-        return snapshot(paths, config, pass_reward=pass_reward), slurm_section(paths)
+        return snapshot(paths, config, pass_reward=pass_reward, exact=exact), slurm_section(paths)
 
     def draw() -> Group:
         snap, slurm_part = take()

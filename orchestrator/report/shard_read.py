@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from orchestrator import fsops
 from orchestrator.paths import SpoolPaths
 from orchestrator.rows import SCHEMA, TURN_TYPE
 
@@ -48,18 +49,20 @@ def shard_files(paths: SpoolPaths) -> list[Path]:
         names = [entry.name for entry in os.scandir(paths.shards)]
     except FileNotFoundError:
         return []
+    fsops.listed(len(names))
     return [paths.shards / n for n in names if n.endswith(".parquet") and not n.startswith(("_", "."))]
 
 
 def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence[str] = (),
-                since: float | None = None) -> ShardData:
-    """`columns` of every row (finished at or after `since`, epoch seconds) and `turn_fields` of their turns."""
+                since: float | None = None, files: Sequence[Path] | None = None) -> ShardData:
+    """`columns` of every row (finished at or after `since`, epoch seconds) and `turn_fields` of
+    their turns, from every committed shard or only from `files`."""
     wanted = list(dict.fromkeys([*columns, *(["finished_at"] if since is not None else [])]))
     unknown = [c for c in wanted if SCHEMA.get_field_index(c) < 0]
     unknown += [f for f in turn_fields if f not in TURN_TYPES and f != OUTPUT_TOKENS]
     if unknown:
         raise ValueError(f"unknown shard column(s) {unknown}; valid: {', '.join(SCHEMA.names)}")
-    files = shard_files(paths)
+    files = shard_files(paths) if files is None else list(files)
     with ThreadPoolExecutor(READ_THREADS) as pool:
         parts = list(pool.map(lambda f: _read_one(f, wanted, tuple(turn_fields), since), files))
     row_tables, turn_tables, skipped, read, firsts = [], [], [], [], []
@@ -94,6 +97,7 @@ def _turn_schema(turn_fields: Sequence[str]) -> pa.Schema:
 
 def _read_one(path: Path, columns: list[str], turn_fields: tuple[str, ...],
               since: float | None) -> tuple[pa.Table, pa.Table] | str:
+    fsops.count("open")
     try:
         return _decode(path, columns, turn_fields, since)
     except FileNotFoundError:

@@ -202,3 +202,35 @@ def test_on_a_large_run_a_worker_publishes_its_board_at_most_once_per_rebuild_pe
     router.release(backend.url)
     router.release(next(iter(router.board.inflight)))   # idle now: published at once
     assert orjson.loads((paths.backends_inflight / "me.json").read_bytes())["inflight"] == {}
+
+
+def committed_shards(paths: SpoolPaths, shards: int, rows_each: int) -> None:
+    writer = ShardWriter(paths, "w", Shards())
+    for s in range(shards):
+        for r in range(rows_each):
+            name = f"j{s:03d}-{r}"
+            writer.add(build_row(Ticket(job=JobSpec(job_id=name, group_id="g", instance_id="i", sample_index=0,
+                                                    handler="echo", instance={}), stage=Stage.EVAL),
+                                 {"reward": 1.0}, JobStatus.OK, "w"), name)
+        writer.write(writer.take(), staging=paths.tmp)
+
+
+def test_status_reads_a_bounded_sample_of_shards_unless_exact(tmp_path: Path) -> None:
+    from orchestrator.cli.status import status_cmd
+    from click.testing import CliRunner
+    from orchestrator.status import snapshot
+
+    paths = make_run(tmp_path / "run")
+    committed_shards(paths, 30, 2)
+    config = RunConfig.load(paths.run_config)
+    sampled = snapshot(paths, config, sample_shards=10)
+    assert (sampled.shards, sampled.shards_read, sampled.exact) == (30, 10, False)
+    assert sampled.finished == {"ok": 60}   # scaled from 20 rows in 10 of 30 shards
+    assert sampled.results is not None and sampled.results.reward_mean == 1.0
+    exact = snapshot(paths, config, sample_shards=10, exact=True)
+    assert (exact.shards, exact.shards_read, exact.exact, exact.finished) == (30, 30, True, {"ok": 60})
+    small = snapshot(paths, config, sample_shards=100)   # every shard fits in the sample: exact
+    assert (small.shards_read, small.exact) == (30, True)
+    shown = CliRunner().invoke(status_cmd, [str(paths.root), "--json", "--exact"])
+    assert shown.exit_code == 0, shown.output
+    assert orjson.loads(shown.output)["finished_exact"] is True

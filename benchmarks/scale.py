@@ -15,6 +15,7 @@ Figures (last line, one JSON object):
   pick_median_ms_w1000          wall time of a decision with 1,000 simulated workers (<= 5)
   restart_ops_s1e5_over_s1e2    reaping a dead worker's claims with 1e5 shards vs 1e2 (<= 2)
   status_s_q1e5                 `status` with 1e5 queued jobs, seconds (<= 2)
+  status_s_s1e5                 `status` with 1e5 shards (a bounded sample read), seconds
   overhead_ratio_vs_bare_queue  per-job wall time of echo jobs through real workers over a bare
                                 loop doing create, claim rename, hand-off rename, unlink (<= 3)
   mds_ops_per_s_1000_nodes      the model's steady-state total (report; < 5,000)
@@ -35,6 +36,7 @@ from typing import Any
 import orjson
 
 from benchmarks.common import emit_json, median, print_table
+from benchmarks.job_ops import pipeline_mix
 from benchmarks.overhead import end_to_end
 from benchmarks.tail import poll_cost
 from orchestrator import fsops
@@ -49,7 +51,7 @@ from orchestrator.llm.router import Router
 from orchestrator.paths import SpoolPaths
 from orchestrator.recovery import reap_expired
 from orchestrator.rows import build_row
-from orchestrator.shardlog import WriterDirectory, shard_name
+from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name
 from orchestrator.shards import ShardWriter
 from orchestrator.spool import init_run
 from orchestrator.status import snapshot
@@ -110,6 +112,8 @@ def claim_cost(base: Path, queued: int, claimers: int, claims_each: int = 3) -> 
     queue_tickets(paths, paths.init_queue, queued)
     boxes = [ClaimBox(paths, f"w{i}") for i in range(claimers)]
     who = [Claimer(paths.init_queue, box.dir, min_relist_s=0.0) for box in boxes]
+    for claimer in who:   # what a worker's recovery scans tell its claimers of the shared queues
+        claimer.claimers = claimers
     before, won = charged(), 0
     for _ in range(claims_each):
         for claimer in who:
@@ -213,12 +217,20 @@ def restart_cost(base: Path, shards: int) -> float:
     return ops
 
 
-def status_cost(base: Path, queued: int) -> dict[str, float]:
-    paths = new_run(base, f"status-q{queued}")
+def status_cost(base: Path, queued: int, shards: int, exact: bool = False) -> dict[str, float]:
+    """`status` (finished figures from a bounded sample of shards, or every shard with `exact`)."""
+    paths = new_run(base, f"status-q{queued}-s{shards}-{exact}")
     queue_tickets(paths, paths.init_queue, queued)
+    writer = ShardWriter(paths, "w", Shards())
+    writer.add(build_row(ticket("done-1"), {}, JobStatus.OK, "w"), "done-1")
+    writer.write(writer.take(), staging=paths.tmp)
+    first = next(paths.shards.glob("*.parquet"))
+    name, _ = parse_shard_name(first.name) or ("", 0)
+    for seq in range(2, shards + 1):   # the same one-row shard under S names (only names matter)
+        os.link(first, paths.shards / shard_name(name, seq))
     config = RunConfig.load(paths.run_config)
-    ops, seconds, snap = measure(lambda: snapshot(paths, config), 3)
-    assert snap.queued["init"] == queued
+    ops, seconds, snap = measure(lambda: snapshot(paths, config, exact=exact), 3)
+    assert snap.queued["init"] == queued and snap.finished == {"ok": shards}, snap.finished
     return {"ops": ops, "s": seconds}
 
 
@@ -256,15 +268,24 @@ def bare_queue_s_per_job(base: Path, jobs: int) -> float:
 
 
 # -- the model -------------------------------------------------------------------------------------
-def steady_state(per_call: dict[str, float], per_job_ops: float, config: RunConfig, nodes: int,
+def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunConfig, nodes: int,
                  slots: int, run_s: float, workers_alive: int) -> list[tuple[str, float, str]]:
-    """Metadata operations per second of the whole run, term by term: (term, ops/s, how)."""
+    """Metadata operations per second of the whole run, term by term: (term, ops/s, how).
+
+    `mix` is benchmarks.job_ops at the pipeline mix: per-job operations by duty, and the idle
+    polls per worker-second. The INIT claim from the shared queue is charged at its contended
+    cost (per_call["claim"]); the mix's other claims (hand-off misses) as measured.
+    """
     lease = config.leases.lease_s
     jobs_per_s = nodes * slots / run_s
     rebuild_ops = per_call["rebuild"]
+    own = mix["submit_per_job"] + mix["job_per_job"] + mix["commit_per_job"]
+    claims = per_call["claim"] + max(0.0, mix["claim_per_job"] - 1.0)
     terms = [
-        ("jobs (submit..row, measured end to end)", jobs_per_s * per_job_ops,
-         f"{jobs_per_s:.0f} jobs/s x {per_job_ops:.1f} ops/job"),
+        ("jobs: submit, stage steps, shard + unlink (pipeline mix)", jobs_per_s * own,
+         f"{jobs_per_s:.0f} jobs/s x {own:.2f} ops/job"),
+        ("jobs: claims (the INIT one contended)", jobs_per_s * claims, f"{jobs_per_s:.0f} jobs/s x {claims:.2f} ops/job"),
+        ("idle polls of empty queues", nodes * mix["per_worker_second"], f"{mix['per_worker_second']:.2f} ops/s per node"),
         ("routing (one pick + release per job)", jobs_per_s * per_call["pick"], f"{per_call['pick']:.2f} ops/pick"),
         ("routing: own board published", nodes * 2 / rebuild_period_s(workers_alive, config.llm.view_s),
          f"create + rename / {rebuild_period_s(workers_alive, config.llm.view_s):g} s"),
@@ -297,7 +318,7 @@ def main() -> None:
         claims = {(q, w): claim_cost(base, q, w, 3 if q == 100 else 50) for q in (100, big_q) for w in (1, 10, 100)}
         for (q, w), ops in claims.items():
             table.append(["claim (rename; relist when dry)", f"Q={q} W={w}", ops])
-        per_call["claim"] = max(claims.values())
+        per_call["claim"] = claims[(big_q, 100)]   # a long queue, the most claimers measured
         table.append(["advance (save + hand to next queue)", "any", advance_cost(base)])
         for rows in (1, 20, 100):
             table.append(["commit (shard + drop tickets), per job", f"{rows} rows/shard", commit_cost(base, rows)])
@@ -321,15 +342,20 @@ def main() -> None:
         restart = {s: restart_cost(base, s) for s in (100, big_s)}
         for s, ops in restart.items():
             table.append(["restart: reap a dead worker's claims", f"S={s}", ops])
-        status = {q: status_cost(base, q) for q in (100, big_q)}
-        for q, st in status.items():
-            table.append(["status", f"Q={q}", st["ops"]])
+        status = {(q, s): status_cost(base, q, s) for q, s in ((100, 100), (big_q, 100), (100, big_s))}
+        for (q, s), st in status.items():
+            table.append(["status (sampled shards)", f"Q={q} S={s}", st["ops"]])
+        status_exact = status_cost(base, 100, 1000, exact=True)
+        table.append(["status --exact", "Q=100 S=1000", status_exact["ops"]])
         polls = {s: poll_cost(base, s, 100, 50) for s in (100, big_s)}
         for s, poll in polls.items():
             table.append(["reader poll (100 open writers)", f"S={s}", poll["ops_per_poll"]])
         print_table("metadata operations per call (fsops counters; listings + 1 per 1,000 names)",
                     ["operation", "size", "ops/call"], table)
 
+        mix = pipeline_mix(base, 200 if args.quick else 400, 0.05)
+        print_table("the pipeline mix through a real worker (benchmarks.job_ops), operations by duty",
+                    ["duty", "ops"], [[k, v] for k, v in mix.items()])
         e2e = end_to_end(base, 600 if args.quick else 2000, 4)
         bare = bare_queue_s_per_job(base, 2000)
         e2e_s_per_job = e2e["seconds"] / e2e["jobs"]
@@ -340,7 +366,7 @@ def main() -> None:
 
         config = RunConfig()
         nodes, slots, run_s = 1000, 8, 6.0   # the pipeline benchmark's RUN stage: uniform 2-10 s
-        terms = steady_state(per_call, e2e["metadata_ops_per_job"], config, nodes, slots, run_s, nodes)
+        terms = steady_state(per_call, mix, config, nodes, slots, run_s, nodes)
         total = sum(ops for _, ops, _ in terms)
         print_table(f"steady state, {nodes} nodes x {slots} RUN slots, RUN mean {run_s:g} s (defaults of run.toml)",
                     ["term", "ops/s", "from"], [[t, ops, how] for t, ops, how in terms] + [["total", total, ""]])
@@ -352,11 +378,14 @@ def main() -> None:
         "pick_ops_w10": round(picks[10]["ops"], 2), "pick_ops_w1000": round(picks[big_w]["ops"], 2),
         "pick_median_ms_w1000": round(picks[big_w]["ms"], 3),
         "restart_ops_s1e5_over_s1e2": round(restart[big_s] / restart[100], 3),
-        "status_s_q1e5": round(status[big_q]["s"], 3),
+        "status_s_q1e5": round(status[(big_q, 100)]["s"], 3),
+        "status_s_s1e5": round(status[(100, big_s)]["s"], 3),
+        "status_ops_s1e5_over_s1e2": round(status[(100, big_s)]["ops"] / status[(100, 100)]["ops"], 2),
+        "mds_ops_per_job": round(sum(ops for _, ops, _ in terms[:2]) / (nodes * slots / run_s), 2),
         "overhead_ratio_vs_bare_queue": round(e2e_s_per_job / bare, 2),
         "mds_ops_per_s_1000_nodes": round(total),
-        "mds_ops_per_s_1000_nodes_jobs": round(terms[0][1]),
-        "mds_ops_per_s_1000_nodes_cluster_size_terms": round(total - terms[0][1] - terms[1][1]),
+        "mds_ops_per_s_1000_nodes_jobs": round(terms[0][1] + terms[1][1]),
+        "mds_ops_per_s_1000_nodes_cluster_size_terms": round(total - terms[0][1] - terms[1][1] - terms[3][1]),
         "recovery_ops_w1000_over_w10": round(recovery[big_w] / recovery[10], 2),
         "sizes": {"W": big_w, "Q": big_q, "S": big_s},
     })

@@ -20,6 +20,9 @@ from orchestrator.tickets import CorruptTicket, Ticket
 # ahead after losing a race, so that they rarely fight over the same ticket.
 START_WINDOW = 255
 SKIP_AFTER_LOST_RACE = 31
+# With many claimers the window widens (this many tickets per claimer): 100 workers starting in
+# the same 255 tickets lost a race on most claims (docs/scale.md).
+START_SPREAD_PER_CLAIMER = 64
 CLAIM_DUTY = "claim"
 IDLE_POLL_DUTY = "idle_poll"
 
@@ -37,6 +40,7 @@ class Claimer:
         self.queue = queue
         self.claims = claims
         self.min_relist_s = min_relist_s
+        self.claimers = 1   # workers claiming from this queue, as far as this one knows
         self._candidates: deque[str] = deque()
         self._hints: deque[str] = deque()
         self._listed_at = 0.0
@@ -85,7 +89,8 @@ class Claimer:
         self._listed_at = now
         names = sorted(fsops.list_names(self.queue))
         if len(names) > 1:
-            start = random.randint(0, min(len(names) - 1, START_WINDOW))
+            window = max(START_WINDOW, START_SPREAD_PER_CLAIMER * self.claimers)
+            start = random.randint(0, min(len(names) - 1, window))
             names = names[start:] + names[:start]
         self._candidates = deque(names)
 

@@ -290,6 +290,8 @@ class Worker:
 
     def _count_workers(self, heartbeats: int) -> None:
         self.cluster_workers = heartbeats
+        for stage in (Stage.INIT, Stage.EVAL):   # the shared queues: every worker claims there
+            self.claimers[stage].claimers = heartbeats
 
     def _background(self, name: str, period: float | Callable[[], float], duty: Any) -> asyncio.Task[None]:
         """A periodic duty as its own task; its metadata operations are charged to `name`."""

@@ -234,3 +234,23 @@ def test_status_reads_a_bounded_sample_of_shards_unless_exact(tmp_path: Path) ->
     shown = CliRunner().invoke(status_cmd, [str(paths.root), "--json", "--exact"])
     assert shown.exit_code == 0, shown.output
     assert orjson.loads(shown.output)["finished_exact"] is True
+
+
+def test_many_claimers_on_one_queue_rarely_lose_races(tmp_path: Path) -> None:
+    """Claimers told how many they are spread over the queue's head instead of all walking the
+    same 255 oldest tickets (at 1,000 nodes most claims were lost races)."""
+    from orchestrator.claims import Claimer
+
+    paths = make_run(tmp_path / "run")
+    data = Ticket(job=JobSpec(job_id="x", group_id="g", instance_id="i", sample_index=0, handler="echo",
+                              instance={})).encode()
+    for index in range(3000):
+        (paths.init_queue / f"q{index:06d}").write_bytes(data)
+    claimers = [Claimer(paths.init_queue, ClaimBox(paths, f"w{i}").dir, min_relist_s=0.0) for i in range(50)]
+    for claimer in claimers:
+        claimer.claimers = len(claimers)
+    before, won = sum(fsops.OPS.values()), 0
+    for _ in range(10):
+        won += sum(claimer.claim() is not None for claimer in claimers)
+    per_claim = (sum(fsops.OPS.values()) - before) / won
+    assert won == 500 and per_claim <= 2.5, per_claim

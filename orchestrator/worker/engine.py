@@ -57,7 +57,7 @@ MIN_IDLE_BACKOFF_S = 0.002
 MAX_IDLE_BACKOFF_S = 0.25
 # An idle dispatcher's polls of its (empty) queue on a large run: work of its own wakes it at
 # once, so the polls only look for other workers' tickets, from this floor up to this period.
-MIN_IDLE_BACKOFF_LARGE_S = 0.25
+MIN_IDLE_BACKOFF_LARGE_S = 1.0
 MAX_IDLE_BACKOFF_LARGE_S = 2.0
 HEARTBEAT_FAILURES_FATAL = 5
 CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered

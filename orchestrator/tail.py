@@ -302,7 +302,7 @@ class RowReader:
     def _decode(self, path: Path) -> pa.Table:
         fsops.count("open")
         columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-        return pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=False)
+        return pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=True)
 
     def _decode_if_there(self, writer: str, seq: int) -> pa.Table | None:
         if not shard_exists(self.paths, writer, seq):

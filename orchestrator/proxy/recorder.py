@@ -109,7 +109,7 @@ class CallRecorder:
             delta = chain.conversation.render_new(new_messages)
             prompt = chain.conversation.input_ids + delta
         else:
-            chain_index, delta = len(self.chains), []
+            chain_index, delta = -1, []   # known once appended: calls in flight may start chains too
             chain = Chain(Conversation(self.tokenizer, new_messages, tools=request.tools, window=RENDER_WINDOW),
                           [], request.tools_key)
             prompt = chain.conversation.input_ids
@@ -124,8 +124,6 @@ class CallRecorder:
         rendered_ms = (time.perf_counter() - began) * 1000
         try:
             turn = await self.llm.generate(prompt, sampling)
-        except LimitReached:
-            raise
         except Exception as exc:
             self.failure = f"{type(exc).__name__}: {exc}"
             self.failed_with = exc
@@ -139,6 +137,7 @@ class CallRecorder:
             conversation.append_rendered(new_messages, delta)
         else:
             self.chains.append(chain)
+            chain_index = len(self.chains) - 1
         conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
         text = reply_text(self.tokenizer, turn.output_ids, turn.finish_reason)
         parsed = self.parse(text) if request.parse_tools else None

@@ -175,6 +175,31 @@ def test_history_rewrite_starts_a_new_sample(job: Job, backend: Backend) -> None
     assert_well_formed(build_samples(recorder.calls, Builder.PER_REQUEST), recorder.calls)
 
 
+def test_concurrent_new_calls_record_the_chains_they_start(job: Job, backend: Backend) -> None:
+    """Two calls that start chains while both are in flight: each record names its own chain."""
+    import threading
+
+    messages = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Task rewrite."}]
+    start = threading.Barrier(2)
+    answers: list[int] = []
+
+    def ask() -> None:
+        with job.http(job.token) as http:
+            start.wait(30)
+            answers.append(http.post("/chat/completions", json={"model": "x", "messages": messages,
+                                                                "tools": BASH_TOOL}).status_code)
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    recorder = job.recorder
+    assert recorder is not None and answers == [200, 200]
+    assert [c["extended"] for c in recorder.calls] == [False, False] and len(recorder.chains) == 2
+    assert sorted(c["chain"] for c in recorder.calls) == [0, 1]
+
+
 def test_requests_without_the_jobs_token_are_refused(job: Job, backend: Backend) -> None:
     body = {"model": "x", "messages": [{"role": "user", "content": "Task sandbox."}]}
     with job.http() as anonymous, job.http("hr-not-the-token") as wrong, job.http(job.token) as right:

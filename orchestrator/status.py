@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -117,8 +117,8 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
         scale = len(files) / len(chosen) if chosen else 1.0
         snap.warnings += [f"could not read {item}" for item in shards.skipped]
         rows = shards.rows
-        snap.results = finished_stats(rows, pass_reward)
-        snap.finished = _scaled(snap.results.by_status, scale)
+        snap.results = _scaled_stats(finished_stats(rows, pass_reward), scale)
+        snap.finished = snap.results.by_status
         snap.failure_reasons = _scaled(_failure_reasons(rows), scale)
         recent = seconds(rows.column("finished_at")) >= time.time() - THROUGHPUT_WINDOW_S
         tokens = rows.column("sampled_tokens").to_numpy(zero_copy_only=False)
@@ -137,6 +137,17 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
 def _scaled(counts: dict[str, int], scale: float) -> dict[str, int]:
     """Counts of a sample of the shards, estimated for all of them."""
     return {key: round(count * scale) for key, count in counts.items()}
+
+
+def _scaled_stats(stats: FinishedStats, scale: float) -> FinishedStats:
+    """Totals of a sample of the shards (jobs, tokens, counts by status and by failure), estimated
+    for all of them; means, rates and percentiles stand as measured on the sample."""
+    if scale == 1.0:
+        return stats
+    failures = tuple(replace(group, count=round(group.count * scale)) for group in stats.failures)
+    return replace(stats, jobs=round(stats.jobs * scale), tokens=round(stats.tokens * scale),
+                   rewarded=round(stats.rewarded * scale),
+                   by_status=_scaled(stats.by_status, scale), failures=failures)
 
 
 def _failure_reasons(rows: pa.Table) -> dict[str, int]:

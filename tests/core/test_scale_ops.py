@@ -229,6 +229,8 @@ def test_status_reads_a_bounded_sample_of_shards_unless_exact(tmp_path: Path) ->
     assert sampled.results is not None and sampled.results.reward_mean == 1.0
     exact = snapshot(paths, config, sample_shards=10, exact=True)
     assert (exact.shards, exact.shards_read, exact.exact, exact.finished) == (30, 30, True, {"ok": 60})
+    assert exact.results is not None   # totals of the sample are estimated for the run, like `finished`
+    assert (sampled.results.jobs, sampled.results.by_status) == (exact.results.jobs, exact.finished) == (60, {"ok": 60})
     small = snapshot(paths, config, sample_shards=100)   # every shard fits in the sample: exact
     assert (small.shards_read, small.exact) == (30, True)
     shown = CliRunner().invoke(status_cmd, [str(paths.root), "--json", "--exact"])

@@ -358,6 +358,8 @@ class Worker:
     async def _heartbeat_checked(self) -> None:
         if self.lease_lost:
             return
+        if self.services.llm_router is not None:   # in-flight counts held back on a large run (its
+            self.services.llm_router.board.publish_if_due()   # tasks run long: no new pick publishes)
         self._expire_cache()
         loop = asyncio.get_running_loop()
         for attempt in range(HEARTBEAT_FAILURES_FATAL):

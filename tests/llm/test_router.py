@@ -147,3 +147,31 @@ def test_the_worker_builds_its_router_from_its_run_config_and_injects_it(tmp_pat
     router = worker.services.llm_router
     assert isinstance(router, Router) and router.worker_id == worker.worker_id
     assert (router.health_check_s, router.probe_after_s, router.lease_s) == (0, 7, config.leases.lease_s)
+
+
+def test_counts_held_back_on_a_large_run_go_out_with_the_workers_heartbeat(tmp_path: Path) -> None:
+    """On a large run a board publishes at most every few seconds; a worker whose tasks run long
+    makes no new pick, so its heartbeat must publish what was held back (others route on it)."""
+    import time
+
+    import orjson
+
+    paths = make_run(tmp_path / "run")
+    worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
+    worker.box.dir.mkdir(parents=True, exist_ok=True)   # its claim directory, as a started worker has
+    router = worker.services.llm_router
+    assert router is not None
+    router.board.publish_every_s = 0.2
+    url = "http://127.0.0.1:9/v1"
+    router.board.change(url, +1)
+    router.board.change(url, +1)   # within the period: held back
+    def published() -> int | None:
+        return orjson.loads(router.board.own_file.read_bytes())["inflight"].get(url)
+
+    assert published() == 1
+    time.sleep(0.3)
+    try:
+        asyncio.run(worker._heartbeat_checked())
+    finally:
+        worker.heartbeat_io.shutdown(wait=True)
+    assert published() == 2

@@ -49,7 +49,6 @@ class Segment:
 class ObservationPieces:
     def __init__(self, tokenizer: Any, encode: Callable[[str], list[int]]) -> None:
         self.encode = encode
-        self.fast_encode = _fast_encoder(tokenizer) or encode
         self.boundaries = _special_token_pattern(tokenizer)
         self._keyed: dict[Shape, tuple[tuple[int, str], ...] | None] = {}
         self._segments: dict[tuple[Any, ...], list[Segment] | None] = {}
@@ -84,7 +83,7 @@ class ObservationPieces:
                 continue
             text = segment.texts[0] + "".join(new[c]["content"] + t for c, t in zip(segment.contents, segment.texts[1:]))
             if text:
-                ids.extend(self.fast_encode(text))
+                ids.extend(self.encode(text))
         self.hits += 1
         return ids
 
@@ -174,12 +173,3 @@ def _special_token_pattern(tokenizer: Any) -> re.Pattern[str] | None:
     if not tokens or getattr(tokenizer, "split_special_tokens", False):
         return None
     return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
-
-
-def _fast_encoder(tokenizer: Any) -> Callable[[str], list[int]] | None:
-    """The Rust tokenizer itself: transformers' encode() spends most of a short text's time in
-    Python around it. Same ids (checked with the rest on the verification schedule)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or not hasattr(backend, "encode"):
-        return None
-    return lambda text: backend.encode(text, add_special_tokens=False).ids

@@ -39,7 +39,7 @@ from orchestrator.submit import submit_rows
 from orchestrator.worker.engine import LARGE_RUN_WORKERS
 from orchestrator.worker.options import WorkerOptions
 
-NAMES_PER_OP = 1000
+NAMES_PER_OP = 1000   # one more operation per this many names a listing returns
 PER_JOB_DUTIES = ("submit", "claim", fsops.JOB_DUTY, "commit")
 PER_SECOND_DUTIES = ("idle_poll", "backpressure")
 PERIODIC_DUTIES = ("heartbeat", "recovery", "cancel_poll", "stop_poll", "claim_audit", "idle_exit", "sandbox_sweep")

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from benchmarks.common import emit_json, median, print_table
-from benchmarks.job_ops import pipeline_mix
+from benchmarks.job_ops import NAMES_PER_OP, pipeline_mix
 from benchmarks.overhead import end_to_end
 from benchmarks.tail import poll_cost
 from orchestrator import fsops
@@ -57,8 +57,6 @@ from orchestrator.spool import init_run
 from orchestrator.status import snapshot
 from orchestrator.tickets import Ticket
 from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S
-
-NAMES_PER_OP = 1000   # one more operation per this many names a listing returns
 
 
 def charged() -> float:
@@ -334,10 +332,10 @@ def main() -> None:
             table.append(["routing pick (+ release)", f"W={w}", p["ops"]])
             table.append(["  cluster view rebuild (one worker, bounded rate)", f"W={w}", p["rebuild_ops"]])
         per_call["pick"], per_call["rebuild"] = picks[big_w]["ops"], picks[big_w]["rebuild_ops"]
-        for requests in (0, 100):
-            per_call["cancel"] = cancel_poll_cost(base, requests)
-            table.append(["cancel poll", f"{requests} requests", per_call["cancel"]])
-        per_call["cancel"] = cancel_poll_cost(base, 0)
+        cancel = {requests: cancel_poll_cost(base, requests) for requests in (0, 100)}
+        for requests, ops in cancel.items():
+            table.append(["cancel poll", f"{requests} requests", ops])
+        per_call["cancel"] = cancel[0]
         per_call["stop"] = stop_poll_cost(base)
         table.append(["stop poll", "any", per_call["stop"]])
         recovery = {w: recovery_cost(base, w) for w in (10, 100, big_w)}

@@ -135,8 +135,11 @@ def read_throughput(base: Path, total_rows: int) -> dict[str, float]:
                 count = sum(1 for _ in reader.rows())
             elif mode == "groups":
                 count = sum(len(g) for g in reader.groups())
-            else:   # a trainer persists the cursor after each batch: its cost is counted
-                count = sum(batch.num_rows for batch in reader.batches() if str(reader.cursor))
+            else:
+                count = 0
+                for batch in reader.batches():
+                    str(reader.cursor)   # a trainer persists the cursor after each batch: its cost is counted
+                    count += batch.num_rows
             figures[label] = max(figures.get(label, 0.0), count / (time.perf_counter() - started))
             figures[f"{label}_cpu"] = max(figures.get(f"{label}_cpu", 0.0), count / (time.process_time() - cpu))
     return figures

@@ -120,6 +120,9 @@ class ShardWriter:
             fsops.replace(tmp, self.paths.shards / name)
         except FileNotFoundError as exc:
             if staging is not None and not staging.is_dir():
+                # Fenced for good: this writer commits nothing more. Close it here, since the
+                # reaper may have closed the worker's writers before this one was registered.
+                self.close()
                 raise FencedOut(f"{staging} was taken over: {len(batch.rows)} row(s) not committed") from exc
             raise
         self._seq = seq

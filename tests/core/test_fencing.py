@@ -70,3 +70,25 @@ def _log_of(paths, process) -> str:
     for log in paths.root.glob("worker-*.log"):
         text += log.read_text(errors="replace")
     return text
+
+
+def test_a_writer_fenced_before_its_first_shard_is_closed_not_left_open(tmp_path: Path) -> None:
+    """A worker paused before its first commit, reaped, then resumed: its first commit registers
+    the writer and fails (the claim directory is gone). The reaper closed the dead worker's
+    writers before that one existed, so nobody else ever will: the writer must close itself,
+    or readers probe it for ever (seen once in CI's fault mix)."""
+    import pytest
+
+    from orchestrator.config import Shards
+    from orchestrator.shardlog import WriterDirectory
+    from orchestrator.shards import FencedOut, ShardWriter
+
+    paths = make_run(tmp_path / "run")
+    writer = ShardWriter(paths, "paused-1", Shards())
+    writer.add({"job_id": "j1"}, "j1")
+    taken_over = paths.active / "paused-1"   # never created here: as if renamed away by a reaper
+    with pytest.raises(FencedOut):
+        writer.commit(taken_over)
+    directory = WriterDirectory(paths)
+    assert directory.open() == []
+    assert directory.closed() == {"paused-1": 0}

@@ -89,6 +89,21 @@ class RowReader:
         self._next = dict(start.next_seq)
         self._refetch(start.held_keys())
 
+    def close(self) -> None:
+        """Stop decoding ahead and end the read-ahead thread; the cursor stays valid."""
+        if self._read_ahead is not None:
+            self._read_ahead[2].cancel()
+            self._read_ahead = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> "RowReader":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     # -- the cursor ---------------------------------------------------------------------------
     @property
     def cursor(self) -> Cursor:

@@ -251,6 +251,7 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
     except KeyboardInterrupt:
         pass
     finally:
+        reader.close()
         final = str(reader.cursor)
         if cursor_file is not None:
             _save_cursor(cursor_file, final)

@@ -178,6 +178,7 @@ class DynamicSampler:
             self.spool.cancel(groups=list(self._outstanding))
             self._abandoned.update(self._outstanding)
             self._outstanding.clear()
+        self.reader.close()   # its read-ahead thread; the cursor in state() stays valid
 
     # -- judging ------------------------------------------------------------------------------
     def _judge(self, group: list[Row], stats: SamplerStats) -> bool:

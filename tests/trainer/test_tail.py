@@ -208,3 +208,22 @@ def test_rows_held_by_a_cursor_come_first_as_one_batch(tmp_path: Path) -> None:
     commit(writer, group_rows("g2", 3)[2:])
     assert [b.column("job_id").to_pylist() for b in batches] == [["g2-0002"]]
     assert reader.held == 0 and list(RowReader(paths, reader.cursor).batches()) == []
+
+
+def test_a_closed_reader_leaves_no_read_ahead_thread_and_a_new_one_resumes(tmp_path: Path) -> None:
+    import threading
+
+    def read_ahead_threads() -> int:
+        return sum(t.name.startswith("shard-read-ahead") for t in threading.enumerate())
+
+    paths = make_run(tmp_path / "run")
+    writer = ShardWriter(paths, "w1", Shards())
+    commit(writer, group_rows("a", 2))
+    commit(writer, group_rows("b", 2))
+    before = read_ahead_threads()
+    with RowReader(paths) as reader:
+        first = next(reader.rows())
+        assert read_ahead_threads() == before + 1   # the next shard is being decoded meanwhile
+    assert read_ahead_threads() == before
+    rest = [row["job_id"] for row in RowReader(paths, reader.cursor).rows()]
+    assert [first["job_id"], *rest] == ["a-0000", "a-0001", "b-0000", "b-0001"]

@@ -73,7 +73,7 @@ def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WOR
     """Per-job and per-second metadata operations of the pipeline mix through one real worker
     that sees `peers` other live workers (a large run, with its poll periods, once its first
     recovery scan has counted them: every lease/3 = 2 s here)."""
-    paths, _ = init_run(base / "job-ops", {"shards.idle_flush_s": 0.2, "leases.heartbeat_s": 2.0, "leases.lease_s": 6.0})
+    paths, _ = init_run(base / f"job-ops-x{scale:g}", {"shards.idle_flush_s": 0.2, "leases.heartbeat_s": 2.0, "leases.lease_s": 6.0})
     keep_alive(paths, peers)
     options = WorkerOptions(init_pool=4, run_pool=RUN_SLOTS, eval_pool=8, max_prepared=4, max_sandboxes=SANDBOXES)
     launch = start_local_workers(paths, 1, options, verbose=0)

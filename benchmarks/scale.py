@@ -42,21 +42,23 @@ from benchmarks.tail import poll_cost
 from orchestrator import fsops
 from orchestrator.cancel import CancelWatch
 from orchestrator.claims import ClaimBox, Claimer
+from orchestrator.cluster import build_summary, rebuild_period_s
 from orchestrator.config import RunConfig, Shards
 from orchestrator.jobs import JobSpec, JobStatus, Stage
 from orchestrator.liveness import write_heartbeat
-from orchestrator.llm.load_view import rebuild_period_s
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
 from orchestrator.paths import SpoolPaths
-from orchestrator.recovery import reap_expired
+from orchestrator.recovery import reap_expired, reap_found
 from orchestrator.rows import build_row
 from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name
 from orchestrator.shards import ShardWriter
 from orchestrator.spool import init_run
 from orchestrator.status import snapshot
 from orchestrator.tickets import Ticket
-from orchestrator.worker.engine import CANCEL_POLL_LARGE_S, STOP_POLL_LARGE_S
+
+
+SLOW_SCALE = 0.25   # stage durations of the idle-poll measurement (x0.05 makes idle episodes 20x as frequent)
 
 
 def charged() -> float:
@@ -92,12 +94,14 @@ def queue_tickets(paths: SpoolPaths, queue: Path, count: int) -> None:
 
 
 def simulate_workers(paths: SpoolPaths, workers: int, urls: list[str]) -> list[str]:
+    """W workers as a worker writes them: a heartbeat carrying its in-flight counts (what the
+    cluster summary reads on large runs), a board (what small runs read) and a claim directory."""
     names = []
     for w in range(workers):
         name = f"node{w:04d}-1-abcd"
-        write_heartbeat(paths, name, {"node": f"node{w:04d}"})
-        board = {"worker": name, "inflight": {urls[w % len(urls)]: 1}, "assigned": {urls[w % len(urls)]: 5}}
-        (paths.backends_inflight / f"{name}.json").write_bytes(orjson.dumps(board))
+        load = {"inflight": {urls[w % len(urls)]: 1}, "assigned": {urls[w % len(urls)]: 5}}
+        write_heartbeat(paths, name, {"node": f"node{w:04d}", "load": load})
+        (paths.backends_inflight / f"{name}.json").write_bytes(orjson.dumps({"worker": name, **load}))
         ClaimBox(paths, name)
         names.append(name)
     return names
@@ -171,7 +175,7 @@ def pick_cost(base: Path, workers: int, picks: int = 200) -> dict[str, float]:
     router.board.change(router.choose(router.registry.read()).url, +1)
     # Another worker is rebuilding the summary (the case of all workers but one): this one's
     # decisions only read it. The rebuild's own cost is measured below and bounded in the model.
-    router.view.lock_file.write_bytes(b"")
+    router.view.cluster.lock_file.write_bytes(b"")
 
     def decide() -> None:
         backend = router.choose(router.registry.read())
@@ -179,9 +183,20 @@ def pick_cost(base: Path, workers: int, picks: int = 200) -> dict[str, float]:
         router.release(backend.url)
 
     ops, seconds, _ = measure(decide, picks)
-    router.view.lock_file.unlink()
-    rebuild_ops, _, _ = measure(lambda: router.view._rebuild_if_first(time.time()))
+    router.view.cluster.lock_file.unlink()
+    rebuild_ops, _, _ = measure(lambda: router.view.cluster._rebuild_if_first(time.time(), None))
     return {"ops": ops, "ms": seconds * 1e3, "rebuild_ops": rebuild_ops}
+
+
+def rare_recovery_cost(base: Path, workers: int) -> float:
+    """A large run's recovery beyond the dead workers the summary's rebuilder found (those are
+    the restart cost): the rare duties of a full scan, once per lease for the whole run."""
+    paths = new_run(base, f"sweep-w{workers}")
+    simulate_workers(paths, workers, ["http://b:1/v1"])
+    rebuild = build_summary(paths, 30.0, time.time())
+    assert rebuild.sweep and not rebuild.dead
+    ops, _, _ = measure(lambda: reap_found(paths, "node0000-1-abcd", 30.0, 3, lambda *a: None, rebuild), 5)
+    return ops
 
 
 def recovery_cost(base: Path, workers: int) -> float:
@@ -272,15 +287,18 @@ def bare_queue_s_per_job(base: Path, jobs: int) -> float:
 
 # -- the model -------------------------------------------------------------------------------------
 def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunConfig, nodes: int,
-                 slots: int, run_s: float, workers_alive: int) -> list[tuple[str, float, str]]:
+                 slots: int, run_s: float, workers_alive: int, idle_per_worker_second: float,
+                 ) -> list[tuple[str, float, str]]:
     """Metadata operations per second of the whole run, term by term: (term, ops/s, how).
 
-    `mix` is benchmarks.job_ops at the pipeline mix: per-job operations by duty, and the idle
-    polls per worker-second. The INIT claim from the shared queue is charged at its contended
+    `mix` is benchmarks.job_ops at the pipeline mix: per-job operations by duty;
+    `idle_per_worker_second` its idle polls, measured at less compressed time. The INIT claim from the shared queue is charged at its contended
     cost (per_call["claim"]); the mix's other claims (hand-off misses) as measured.
     """
     lease = config.leases.lease_s
     jobs_per_s = nodes * slots / run_s
+    period = rebuild_period_s(workers_alive, config.llm.view_s)   # rebuilt, and re-read, once per period
+    idle_per_s = idle_per_worker_second
     rebuild_ops = per_call["rebuild"]
     own = mix["submit_per_job"] + mix["job_per_job"] + mix["commit_per_job"]
     claims = per_call["claim"] + max(0.0, mix["claim_per_job"] - 1.0)
@@ -288,19 +306,17 @@ def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunC
         ("jobs: submit, stage steps, shard + unlink (pipeline mix)", jobs_per_s * own,
          f"{jobs_per_s:.0f} jobs/s x {own:.2f} ops/job"),
         ("jobs: claims (the INIT one contended)", jobs_per_s * claims, f"{jobs_per_s:.0f} jobs/s x {claims:.2f} ops/job"),
-        ("idle polls of empty queues", nodes * mix["per_worker_second"], f"{mix['per_worker_second']:.2f} ops/s per node"),
+        ("idle polls of empty queues", nodes * idle_per_s, f"{idle_per_s:.2f} ops/s per node"),
         ("routing (one pick + release per job)", jobs_per_s * per_call["pick"], f"{per_call['pick']:.2f} ops/pick"),
-        ("routing: own board published", nodes * 2 / rebuild_period_s(workers_alive, config.llm.view_s),
-         f"create + rename / {rebuild_period_s(workers_alive, config.llm.view_s):g} s"),
-        ("cluster view: each node re-reads the summary", nodes / config.llm.view_s, f"1 open / {config.llm.view_s:g} s"),
-        ("cluster view: summary rebuilds", rebuild_ops / rebuild_period_s(workers_alive, config.llm.view_s),
-         f"{rebuild_ops:.0f} ops / {rebuild_period_s(workers_alive, config.llm.view_s):g} s"),
+        ("routing: own board published", 0.0, "none: the heartbeat carries the counts"),
+        ("cluster view: each node re-reads the summary", nodes / period, f"1 open / {period:g} s"),
+        ("cluster view: summary rebuilds", rebuild_ops / period, f"{rebuild_ops:.0f} ops / {period:g} s"),
         ("heartbeats", nodes * per_call["heartbeat"] / config.leases.heartbeat_s,
          f"{per_call['heartbeat']:.1f} ops / {config.leases.heartbeat_s:g} s"),
-        ("cancel poll", nodes * per_call["cancel"] / CANCEL_POLL_LARGE_S,
-         f"{per_call['cancel']:.1f} ops / {CANCEL_POLL_LARGE_S:g} s"),
-        ("stop poll", nodes * per_call["stop"] / STOP_POLL_LARGE_S, f"{per_call['stop']:.1f} ops / {STOP_POLL_LARGE_S:g} s"),
-        ("recovery scan", nodes * per_call["recovery"] / (lease / 3), f"{per_call['recovery']:.1f} ops / {lease / 3:g} s"),
+        ("cancel poll", 0.0, "none: cancel/ is in the summary"),
+        ("stop poll", 0.0, "none: control/stop is in the summary"),
+        ("recovery (dead workers: by the rebuilder; rare duties once per lease)", per_call["recovery"] / lease,
+         f"{per_call['recovery']:.1f} ops / {lease:g} s for the run"),
         ("claim audit", nodes * 1.0 / lease, f"1 listing / {lease:g} s"),
     ]
     return terms
@@ -340,8 +356,11 @@ def main() -> None:
         table.append(["stop poll", "any", per_call["stop"]])
         recovery = {w: recovery_cost(base, w) for w in (10, 100, big_w)}
         for w, ops in recovery.items():
-            table.append(["recovery scan", f"W={w}", ops])
-        per_call["recovery"] = recovery[big_w]
+            table.append(["recovery scan (no cluster summary)", f"W={w}", ops])
+        rare = {w: rare_recovery_cost(base, w) for w in (100, big_w)}
+        for w, ops in rare.items():
+            table.append(["recovery's rare duties (by the rebuilder)", f"W={w}", ops])
+        per_call["recovery"] = rare[big_w]
         restart = {s: restart_cost(base, s) for s in (100, big_s)}
         for s, ops in restart.items():
             table.append(["restart: reap a dead worker's claims", f"S={s}", ops])
@@ -359,6 +378,10 @@ def main() -> None:
         mix = pipeline_mix(base, 200 if args.quick else 400, 0.05)
         print_table("the pipeline mix through a real worker (benchmarks.job_ops), operations by duty",
                     ["duty", "ops"], [[k, v] for k, v in mix.items()])
+        # idle episodes come as often as jobs end: at x0.05 twenty times as often as for real
+        slow = pipeline_mix(base, 60 if args.quick else 200, SLOW_SCALE)
+        print_table(f"the same at durations x{SLOW_SCALE:g}: idle polls per worker-second",
+                    ["duty", "ops"], [[k, v] for k, v in slow.items() if k.endswith("_per_s") or k == "seconds"])
         e2e = end_to_end(base, 600 if args.quick else 2000, 4)
         bare = bare_queue_s_per_job(base, 2000)
         e2e_s_per_job = e2e["seconds"] / e2e["jobs"]
@@ -369,7 +392,7 @@ def main() -> None:
 
         config = RunConfig()
         nodes, slots, run_s = 1000, 8, 6.0   # the pipeline benchmark's RUN stage: uniform 2-10 s
-        terms = steady_state(per_call, mix, config, nodes, slots, run_s, nodes)
+        terms = steady_state(per_call, mix, config, nodes, slots, run_s, nodes, slow["per_worker_second"])
         total = sum(ops for _, ops, _ in terms)
         print_table(f"steady state, {nodes} nodes x {slots} RUN slots, RUN mean {run_s:g} s (defaults of run.toml)",
                     ["term", "ops/s", "from"], [[t, ops, how] for t, ops, how in terms] + [["total", total, ""]])
@@ -390,6 +413,8 @@ def main() -> None:
         "mds_ops_per_s_1000_nodes_jobs": round(terms[0][1] + terms[1][1]),
         "mds_ops_per_s_1000_nodes_cluster_size_terms": round(total - terms[0][1] - terms[1][1] - terms[3][1]),
         "recovery_ops_w1000_over_w10": round(recovery[big_w] / recovery[10], 2),
+        "idle_polls_per_worker_s": {"x0.05": round(mix["per_worker_second"], 3),
+                                    f"x{SLOW_SCALE:g}": round(slow["per_worker_second"], 3)},
         "sizes": {"W": big_w, "Q": big_q, "S": big_s},
     })
     shutil.rmtree(base, ignore_errors=True)   # after the figures: 3e5 files take a while to remove

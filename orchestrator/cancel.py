@@ -11,7 +11,7 @@ import calendar
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import orjson
 
@@ -90,6 +90,18 @@ def _submission(paths: SpoolPaths, submission_id: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+def read_requests(paths: SpoolPaths) -> tuple[list[str], float]:
+    """The request names in cancel/ and the time in cancel/ALL (0: none): one listing, a read if ALL."""
+    names = fsops.list_names(paths.cancel)
+    all_before = 0.0
+    if ALL in names:
+        try:
+            all_before = float(fsops.read_bytes(paths.cancel / ALL) or 0)
+        except (OSError, ValueError):
+            all_before = time.time()
+    return names, all_before
+
+
 @dataclass
 class CancelWatch:
     """A worker's view of cancel/, refreshed by listing the directory (one op per refresh)."""
@@ -100,17 +112,15 @@ class CancelWatch:
     all_before: float = 0.0
 
     def refresh(self) -> None:
+        self.apply(*read_requests(self.paths))
+
+    def apply(self, names: Iterable[str], all_before: float) -> None:
+        """Take the requests as listed (by this worker, or by the cluster summary's rebuilder)."""
         jobs, groups = set(), set()
-        all_before = 0.0
-        for name in fsops.list_names(self.paths.cancel):
-            if name == ALL:
-                try:
-                    all_before = float(fsops.read_bytes(self.paths.cancel / ALL) or 0)
-                except (OSError, ValueError):
-                    all_before = time.time()
-            elif name.startswith(GROUP_PREFIX):
+        for name in names:
+            if name.startswith(GROUP_PREFIX):
                 groups.add(name[len(GROUP_PREFIX):])
-            else:
+            elif name != ALL:
                 jobs.add(name)
         self.jobs, self.groups, self.all_before = jobs, groups, all_before
 

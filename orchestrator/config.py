@@ -38,9 +38,9 @@ class Jobs:
 
 @dataclass(frozen=True)
 class Leases:
-    # Each beat is ~3 metadata operations (a stat, a create, a rename): with 1,000 nodes a 5 s
-    # period costs the metadata server ~600 operations/s; 2 s would cost 1,500 (docs/scale.md).
-    heartbeat_s: float = 5.0    # how often a worker refreshes workers/<id>.json
+    # Each beat is ~3 metadata operations (a stat, a create, a rename): with 1,000 nodes a 10 s
+    # period costs the metadata server ~300 operations/s; 2 s would cost 1,500 (docs/scale.md).
+    heartbeat_s: float = 10.0   # how often a worker refreshes workers/<id>.json
     lease_s: float = 30.0       # claims of a worker silent this long go back to their queue (>= 3 beats)
 
 
@@ -84,7 +84,7 @@ class Llm:
     probe_after_s: float = 15.0   # a `down` backend is probed again after this long
     request_timeout_s: float = 120.0  # one generation request; past it the backend is marked down
     outage_wait_s: float = 300.0  # a task waits this long for a backend to come back (within its budget)
-    view_s: float = 1.0           # runs of > 16 workers: others' in-flight counts re-read this often (0: every pick)
+    view_s: float = 1.0           # runs of > 16 workers: the cluster summary is re-read at most this often (0: never used)
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,17 @@ def list_names(directory: Path) -> list[str]:
     return [name for name in names if not name.startswith(".")]
 
 
+def has_entries(directory: Path) -> bool:
+    """Whether a directory holds anything: one listing that stops at its first name, however
+    large the directory (a metadata server sends its first reply only)."""
+    count("list")
+    try:
+        with os.scandir(directory) as entries:
+            return any(not entry.name.startswith(".") for entry in entries)
+    except FileNotFoundError:
+        return False
+
+
 def mtime(path: Path) -> float | None:
     count("stat")
     try:

@@ -17,6 +17,7 @@ The layout is the interface researchers see with `ls`; keep it obvious:
     shards/*.parquet            committed trajectory rows (written as _tmp-*, then renamed)
     cancel/JOB | group-G | ALL  cancellation requests
     control/stop                ask every worker of the run to drain and exit
+    control/cluster.json        runs of > 16 workers: the cluster summary every worker reads (+ .lock)
     quarantine/                 corrupt files, moved aside (never deleted)
     logs/LAUNCH/                worker logs of one launch; logs/latest points at the newest
     tmp/                        half-written files on their way to a rename
@@ -150,6 +151,10 @@ class SpoolPaths:
     @property
     def stop_request(self) -> Path:
         return self.control / "stop"
+
+    @property
+    def cluster_summary(self) -> Path:
+        return self.control / "cluster.json"
 
     @property
     def quarantine(self) -> Path:

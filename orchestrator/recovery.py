@@ -19,9 +19,10 @@ import orjson
 
 from orchestrator import fsops
 from orchestrator.claims import enqueue
+from orchestrator.cluster import Rebuild
 from orchestrator.handler import StageError
 from orchestrator.jobs import Stage
-from orchestrator.liveness import WorkerRecord, is_alive, read_workers, retire
+from orchestrator.liveness import is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
 from orchestrator.shardlog import WriterDirectory, writers_of_worker
 from orchestrator.shards import committed_job_ids
@@ -81,7 +82,28 @@ def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, em
             retire(paths, worker.worker_id)
     moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
-    moved += _rescue_orphaned_run_queues(paths, workers, lease_s, max_attempts, emit)
+    moved += _rescue_orphaned_run_queues(paths, {w.node for w in workers if w.alive}, lease_s, max_attempts, emit)
+    return moved
+
+
+def reap_found(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit, rebuild: Rebuild) -> int:
+    """Recovery by the worker that just rebuilt the cluster summary (large runs): it read every
+    heartbeat, so it returns the dead workers' claims itself and the others need not scan.
+    Once per lease for the run (`rebuild.sweep`) it also does a full scan's rarer duties."""
+    moved = 0
+    for worker, progress in rebuild.dead.items():
+        if worker == me:
+            continue
+        moved += _reap_worker(paths, worker, me, max_attempts, emit, progress)
+        close_dead_writers(paths, worker, progress)
+        retire(paths, worker)
+    if rebuild.sweep:
+        workers = rebuild.summary.workers
+        alive = {w for w, state in workers.items() if state.alive} | {me}
+        moved += _reap_claims_without_heartbeat(paths, set(workers) | {me}, me, lease_s, max_attempts, emit)
+        moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
+        live_nodes = {state.node for state in workers.values() if state.alive}
+        moved += _rescue_orphaned_run_queues(paths, live_nodes, lease_s, max_attempts, emit)
     return moved
 
 
@@ -233,10 +255,9 @@ def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, 
 
 
 def _rescue_orphaned_run_queues(
-    paths: SpoolPaths, workers: list[WorkerRecord], lease_s: float, max_attempts: int, emit: Emit
+    paths: SpoolPaths, live_nodes: set[str], lease_s: float, max_attempts: int, emit: Emit
 ) -> int:
     """Jobs prepared on a node where no worker lives any more cannot run there: back to INIT."""
-    live_nodes = {w.node for w in workers if w.alive}
     moved = 0
     for queue in paths.run_queues():
         node = queue.name[len("run@"):]

@@ -5,11 +5,14 @@ its counts change: {"worker": W, "node": N, "inflight": {url: n}, "assigned": {u
 A reader sums the files of live workers only: a worker is alive while its heartbeat file
 (`workers/<worker>.json`, refreshed by the worker engine) is younger than the lease, so a
 dead worker's counts vanish with its lease and nobody has to clean them up.
+On a run of more than 16 workers the boards are not written: the heartbeat carries the same
+counts (`InflightBoard.counts`) to the cluster summary (orchestrator/llm/load_view.py).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -45,8 +48,8 @@ class InflightBoard:
     lease_s: float = DEFAULT_LEASE_S
     inflight: Counter[str] = field(default_factory=Counter)
     assigned: Counter[str] = field(default_factory=Counter)
-    # 0: publish every change (small runs: others read the boards at every decision). On a large
-    # run others see a summary rebuilt every few seconds, so publishing more often is wasted.
+    # 0: publish every change (small runs: others read the boards at every decision). inf on a
+    # large run: others see the counts through the heartbeat and the cluster summary only.
     publish_every_s: float = 0.0
     _published_at: float = field(default=-1e18, repr=False)
     _unpublished: bool = field(default=False, repr=False)
@@ -66,8 +69,8 @@ class InflightBoard:
         if delta > 0:
             self.assigned[url] += delta
         self._unpublished = True
-        if not self.inflight:   # idle now: say so at once, or others would route around a phantom load
-            self.publish()
+        if not self.inflight and math.isfinite(self.publish_every_s):
+            self.publish()   # idle now: say so at once, or others would route around a phantom load
         else:
             self.publish_if_due()
 
@@ -82,6 +85,10 @@ class InflightBoard:
         if self.assigned[url] <= 0:
             del self.assigned[url]
         self.change(url, -1)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """What the heartbeat carries to the cluster summary on a large run."""
+        return {"inflight": dict(self.inflight), "assigned": dict(self.assigned)}
 
     def publish(self) -> None:
         """Write this worker's counts; a spool that cannot take them (full) only makes other

@@ -29,7 +29,8 @@ import httpx
 from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
-from orchestrator.llm.load_view import DEFAULT_VIEW_S, ClusterView
+from orchestrator.cluster import DEFAULT_VIEW_S, ClusterView
+from orchestrator.llm.load_view import LoadView
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
 from orchestrator.llm.urls import health_url
 from orchestrator.paths import SpoolPaths, current_node
@@ -62,7 +63,9 @@ class Router:
     view_s: float = DEFAULT_VIEW_S   # on a large run, other workers' counts are re-read this often
     registry: BackendRegistry = field(init=False)
     board: InflightBoard = field(init=False)
-    view: ClusterView = field(init=False)
+    # The cluster summary, when the worker engine keeps it (None: this router keeps its own).
+    cluster: ClusterView | None = None
+    view: LoadView = field(init=False)
     _rng: random.Random = field(default_factory=random.Random, repr=False)
     # Backends this process saw fail, skipped until the registry write catches up everywhere.
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
@@ -76,7 +79,11 @@ class Router:
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
         self.board = InflightBoard(self.paths, self.worker_id, self.node, self.lease_s)
-        self.view = ClusterView(self.paths, self.lease_s, self.view_s)
+        shared = self.cluster is not None
+        cluster = self.cluster or ClusterView(self.paths, self.lease_s, self.view_s)
+        self.view = LoadView(self.paths, self.lease_s, cluster, shared)
+        # On a large run the summary vouches for the registry file: a pick needs no stat of it.
+        self.registry.vouch = lambda: (summary.registry_key if (summary := cluster.fresh()) else None)
 
     # -- the decision ---------------------------------------------------------------------
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:
@@ -252,7 +259,8 @@ async def generation_problem(http: httpx.AsyncClient, backend: Backend,
     return None
 
 
-def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "RunConfig") -> Router:
+def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "RunConfig",
+                       cluster: ClusterView | None = None) -> Router:
     """The router a worker builds once from its RunConfig and hands to its jobs (WorkerServices).
 
     The lease is [leases] lease_s (as the worker heartbeats by it), the health timings [llm]
@@ -267,6 +275,7 @@ def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "Ru
         request_timeout_s=config.llm.request_timeout_s,
         outage_wait_s=config.llm.outage_wait_s,
         view_s=config.llm.view_s,
+        cluster=cluster,
     )
 
 

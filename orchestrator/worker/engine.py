@@ -22,6 +22,7 @@ from typing import Any, Callable
 from orchestrator import fsops
 from orchestrator.cancel import CancelWatch
 from orchestrator.claims import ClaimBox, Claimer
+from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary
 from orchestrator.config import RunConfig
 from orchestrator.context import JobContext, WorkerServices
 from orchestrator.events import EventLog
@@ -32,7 +33,7 @@ from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.paths import SpoolPaths, current_node
-from orchestrator.recovery import reap_expired, release_own_claims, requeue_claim
+from orchestrator.recovery import reap_expired, reap_found, release_own_claims, requeue_claim
 from orchestrator.rows import build_row
 from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.shards import Batch, FencedOut, ShardWriter
@@ -47,9 +48,9 @@ log = logging.getLogger(__name__)
 CANCEL_POLL_S = 0.5
 CANCEL_SWEEP_S = 10.0
 STOP_POLL_S = 1.0
-# A run of more than LARGE_RUN_WORKERS workers polls cancel/ and control/stop less often: each
-# poll is a metadata operation per node, 3,000 per second at 1,000 nodes (docs/scale.md).
-LARGE_RUN_WORKERS = 16
+# A run of more than LARGE_RUN_WORKERS workers learns of cancel/ and control/stop from the cluster
+# summary (orchestrator/cluster.py), and polls them itself, less often, only while it has none:
+# each poll is a metadata operation per node, 3,000 per second at 1,000 nodes (docs/scale.md).
 CANCEL_POLL_LARGE_S = 2.0
 STOP_POLL_LARGE_S = 5.0
 SWEEP_EVERY_S = 60.0
@@ -59,6 +60,10 @@ MAX_IDLE_BACKOFF_S = 0.25
 # once, so the polls only look for other workers' tickets, from this floor up to this period.
 MIN_IDLE_BACKOFF_LARGE_S = 1.0
 MAX_IDLE_BACKOFF_LARGE_S = 2.0
+# On a large run an idle dispatcher polls a queue the cluster summary says is empty only this
+# often (the summary's rebuilder looks at the shared queues; a node's run queue fills only
+# when the summary shows a `--stages init` worker on the node).
+UNHINTED_POLL_LARGE_S = 30.0
 HEARTBEAT_FAILURES_FATAL = 5
 CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered
 COMMIT_RETRY_S = (0.5, 30.0)   # backoff of shard commits that failed (full disk, I/O error)
@@ -83,11 +88,13 @@ class Worker:
         self.events = EventLog(paths, self.worker_id)
         self.shards = ShardWriter(paths, self.worker_id, config.shards)
         self.cancels = CancelWatch(paths)
+        # Large runs only: what the worker knows of the others, read once per rebuild period.
+        self.cluster = ClusterView(paths, config.leases.lease_s, config.llm.view_s)
         self.registry = BackendRegistry(paths)   # its min_policy_version says which samples are stale
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
-            llm_router=router_from_config(paths, self.worker_id, self.node, config),
+            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
         )
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)
@@ -134,6 +141,7 @@ class Worker:
         background = [
             self._background("heartbeat", self.config.leases.heartbeat_s, self._heartbeat_checked),
             self._background("recovery", max(self.config.leases.lease_s / 3, 0.1), self._recover),
+            self._background("cluster_view", max(self.config.llm.view_s, 0.5), self._refresh_cluster_view),
             self._background("cancel_poll", lambda: self._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
                              self._poll_cancels),
             self._background("stop_poll", lambda: self._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
@@ -288,6 +296,14 @@ class Worker:
     def _idle_backoff_cap(self) -> float:
         return self._poll_period(MAX_IDLE_BACKOFF_S, MAX_IDLE_BACKOFF_LARGE_S)
 
+    def _may_hold_work(self, stage: Stage, unpolled_s: float) -> bool:
+        """Whether an idle dispatcher should look at its queue again: always on small runs; on a
+        large one when the cluster summary says it may hold a ticket, or after a long while."""
+        summary = self.cluster.fresh()
+        if summary is None or unpolled_s >= UNHINTED_POLL_LARGE_S:
+            return True
+        return _summary_hints_work(summary, self._queue_of(stage).name, self.node)
+
     def _count_workers(self, heartbeats: int) -> None:
         self.cluster_workers = heartbeats
         for stage in (Stage.INIT, Stage.EVAL):   # the shared queues: every worker claims there
@@ -326,6 +342,7 @@ class Worker:
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
             "fs_ops_by_duty": dict(fsops.BY_DUTY),
             "shards": self.shards.progress(),
+            **({"load": router.board.counts()} if (router := self.services.llm_router) is not None else {}),
         }
 
     def _heartbeat(self) -> None:
@@ -376,8 +393,8 @@ class Worker:
         raise RuntimeError(f"spool unreachable: cannot write {self.paths.heartbeat(self.worker_id)}")
 
     async def _recover(self) -> None:
-        if self.lease_lost:
-            return
+        if self.lease_lost or self.cluster.fresh() is not None:
+            return   # a large run: the summary's rebuilder finds the dead workers (_refresh_cluster_view)
         moved = await self._in_spool_io(reap_expired, self.paths, self.worker_id, self.config.leases.lease_s,
                                         self.config.jobs.max_attempts, self.events.emit, None, self._count_workers)
         if moved:
@@ -385,9 +402,34 @@ class Worker:
             for stage in Stage:
                 self.wake[stage].set()
 
+    async def _refresh_cluster_view(self) -> None:
+        """Large runs: re-read the cluster summary when a newer one may exist (rebuild it when due,
+        and then return the dead workers' claims it found); small runs: nothing."""
+        if self.lease_lost or self.cluster_workers <= LARGE_RUN_WORKERS:
+            return
+        moved = await self._in_spool_io(self._read_cluster_view)
+        summary = self.cluster.fresh()
+        if summary is not None:
+            self._count_workers(summary.alive)
+        if moved:
+            self.counters["requeued"] += moved
+            for stage in Stage:
+                self.wake[stage].set()
+
+    def _read_cluster_view(self) -> int:
+        rebuilt = self.cluster.refresh()
+        if rebuilt is None:
+            return 0
+        return reap_found(self.paths, self.worker_id, self.config.leases.lease_s, self.config.jobs.max_attempts,
+                          self.events.emit, rebuilt)
+
     def _poll_cancels(self) -> None:
         before = self.cancels.signature()
-        self.cancels.refresh()
+        summary = self.cluster.fresh()
+        if summary is not None:   # a large run: cancel/ as the summary's rebuilder listed it
+            self.cancels.apply(summary.cancel_names, summary.cancel_all_before)
+        else:
+            self.cancels.refresh()
         now = time.monotonic()
         if self.cancels.signature() != before or now - self.cancel_swept_at > CANCEL_SWEEP_S:
             self.cancel_swept_at = now
@@ -417,7 +459,8 @@ class Worker:
         return ticket is not None and self.cancels.is_cancelled(ticket.job)
 
     def _poll_stop_request(self) -> None:
-        requested = fsops.mtime(self.paths.stop_request)
+        summary = self.cluster.fresh()
+        requested = summary.stop_at if summary is not None else fsops.mtime(self.paths.stop_request)
         if requested is not None and requested >= self.started_at:
             log.info("stop requested through %s", self.paths.stop_request)
             self.request_stop()
@@ -535,12 +578,17 @@ class Worker:
                 name = None
             if name is None:
                 self.slots[stage].release()
-                self.wake[stage].clear()
-                try:
-                    await asyncio.wait_for(self.wake[stage].wait(), timeout=backoff)
-                    backoff = self._idle_backoff_floor()  # woken by work of our own
-                except asyncio.TimeoutError:
-                    backoff = min(backoff * 2, self._idle_backoff_cap())
+                polled_at = time.monotonic()
+                while True:
+                    self.wake[stage].clear()
+                    try:
+                        await asyncio.wait_for(self.wake[stage].wait(), timeout=backoff)
+                        backoff = self._idle_backoff_floor()  # woken by work of our own
+                        break
+                    except asyncio.TimeoutError:
+                        backoff = min(backoff * 2, self._idle_backoff_cap())
+                    if self.stopping.is_set() or self._may_hold_work(stage, time.monotonic() - polled_at):
+                        break
                 continue
             backoff = self._idle_backoff_floor()
             if stage is Stage.RUN:
@@ -812,3 +860,9 @@ class Worker:
         self.box.advance(ticket, self._queue_of(ticket.stage))
         self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": ticket.stage.value})
 
+
+def _summary_hints_work(summary: Summary, queue: str, node: str) -> bool:
+    """The shared queues as the rebuilder found them; a node's run queue, whether a worker there fills it."""
+    if queue in summary.queued:
+        return summary.queued[queue]
+    return node in summary.nodes_filling_run_queues()

@@ -175,3 +175,5 @@ def test_counts_held_back_on_a_large_run_go_out_with_the_workers_heartbeat(tmp_p
     finally:
         worker.heartbeat_io.shutdown(wait=True)
     assert published() == 2
+    # and the heartbeat carries the counts itself: on a large run it is all the cluster summary reads
+    assert orjson.loads(paths.heartbeat(worker.worker_id).read_bytes())["load"]["inflight"] == {url: 2}

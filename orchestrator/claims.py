@@ -45,6 +45,11 @@ class Claimer:
         self._hints: deque[str] = deque()
         self._listed_at = 0.0
 
+    @property
+    def hinted(self) -> bool:
+        """Names this worker queued itself wait to be claimed (no listing needed to find them)."""
+        return bool(self._hints)
+
     def claim(self) -> str | None:
         """Name of a ticket now in the claim directory, or None when the queue looks empty.
 

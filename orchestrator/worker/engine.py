@@ -297,10 +297,14 @@ class Worker:
         return self._poll_period(MAX_IDLE_BACKOFF_S, MAX_IDLE_BACKOFF_LARGE_S)
 
     def _may_hold_work(self, stage: Stage, unpolled_s: float) -> bool:
-        """Whether an idle dispatcher should look at its queue again: always on small runs; on a
-        large one when the cluster summary says it may hold a ticket, or after a long while."""
+        """Whether a dispatcher with a free slot should ask the spool for a ticket: always on small
+        runs; on a large one after work of this worker's own (its wake-up is set, or it hinted a
+        name), when the cluster summary says the queue may hold a ticket, or after a long while."""
         summary = self.cluster.fresh()
         if summary is None or unpolled_s >= UNHINTED_POLL_LARGE_S:
+            return True
+        own_work_queued = self.wake[stage].is_set() and not (stage is Stage.RUN and self._keeps_prepared())
+        if own_work_queued or self.claimers[stage].hinted:   # (jobs prepared here wait in memory, not in the queue)
             return True
         return _summary_hints_work(summary, self._queue_of(stage).name, self.node)
 
@@ -556,6 +560,7 @@ class Worker:
     async def _dispatch(self, stage: Stage) -> None:
         claimer = self.claimers[stage]
         backoff = self._idle_backoff_floor()
+        polled_at = time.monotonic()   # the last claim that asked the spool
         # Checked, not only cancelled: Python 3.11's wait_for swallows a cancellation that lands
         # as the awaited event is set, and the dispatcher would claim on after a stop.
         while not self.stopping.is_set():
@@ -571,14 +576,15 @@ class Worker:
                 self.wake[Stage.INIT].set()
                 self._start(stage, name, holds_slot=True, ticket=ticket)
                 continue
-            try:
-                name = claimer.claim()
-            except OSError as exc:  # the spool failing for a moment: try again later, slot freed
-                log.warning("claiming from %s failed: %s", claimer.queue, exc)
-                name = None
+            name = None
+            if self._may_hold_work(stage, time.monotonic() - polled_at):
+                polled_at = time.monotonic()
+                try:
+                    name = claimer.claim()
+                except OSError as exc:  # the spool failing for a moment: try again later, slot freed
+                    log.warning("claiming from %s failed: %s", claimer.queue, exc)
             if name is None:
                 self.slots[stage].release()
-                polled_at = time.monotonic()
                 while True:
                     self.wake[stage].clear()
                     try:

@@ -97,6 +97,16 @@ def test_cancel_stop_and_dead_workers_reach_a_large_run_through_the_summary(peer
         assert not paths.heartbeat("dead00-1-beef").exists()   # retired by the summary's rebuilder
         assert duty_ops(paths, "recovery") == {"recovery": before["recovery"]}   # no scan of its own
 
+        # new work reaches the idle dispatchers through the summary (init queue not empty), and a
+        # free slot asks the spool only when the summary or the worker's own work says there is
+        # something: polling each queue as its slot frees would make 18 polls here
+        idle_before = duty_ops(paths, "idle_poll")["idle_poll"]
+        quick = submit_file(paths, write_jsonl(tmp_path / "quick.jsonl", [{"handler": "echo", "instance": {}}] * 6))
+        wait_until(lambda: sum(r["job_id"].startswith(quick.submission_id) for r in rows(paths)) == 6, 60,
+                   "six quick jobs to finish")
+        time.sleep(1.5)   # the heartbeat after them
+        assert duty_ops(paths, "idle_poll")["idle_poll"] - idle_before <= 6   # the init queue's end, at most
+
         cli("cancel", str(paths.root), report.first_job)
         wait_until(lambda: any(r["job_id"] == report.first_job for r in rows(paths)), 60, "the cancelled row")
         row = next(r for r in rows(paths) if r["job_id"] == report.first_job)

@@ -19,7 +19,7 @@ import orjson
 
 from orchestrator import fsops
 from orchestrator.claims import enqueue
-from orchestrator.cluster import Rebuild
+from orchestrator.cluster import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.handler import StageError
 from orchestrator.jobs import Stage
 from orchestrator.liveness import is_alive, read_workers, retire
@@ -31,7 +31,7 @@ from orchestrator.tickets import CorruptTicket, Ticket
 log = logging.getLogger(__name__)
 Emit = Callable[[str, str, dict], None]
 REAP_PREFIX = ".reap-"
-RING_ABOVE = 16   # workers: beyond, a scan checks its ring successors instead of every heartbeat
+RING_ABOVE = LARGE_RUN_WORKERS   # beyond, a scan checks its ring successors instead of every heartbeat
 
 
 def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit,

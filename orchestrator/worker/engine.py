@@ -142,9 +142,9 @@ class Worker:
             self._background("heartbeat", self.config.leases.heartbeat_s, self._heartbeat_checked),
             self._background("recovery", max(self.config.leases.lease_s / 3, 0.1), self._recover),
             self._background("cluster_view", max(self.config.llm.view_s, 0.5), self._refresh_cluster_view),
-            self._background("cancel_poll", lambda: self._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+            self._background("cancel_poll", lambda: self._request_poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
                              self._poll_cancels),
-            self._background("stop_poll", lambda: self._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
+            self._background("stop_poll", lambda: self._request_poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
                              self._poll_stop_request),
             self._background("commit", 0.05, self._commit_shards_if_due),
             self._background("sandbox_sweep", SWEEP_EVERY_S, self._sweep_in_background),
@@ -289,6 +289,13 @@ class Worker:
     # -- periodic duties ---------------------------------------------------------------------
     def _poll_period(self, small_run_s: float, large_run_s: float) -> float:
         return small_run_s if self.cluster_workers <= LARGE_RUN_WORKERS else large_run_s
+
+    def _request_poll_period(self, small_run_s: float, large_run_s: float) -> float:
+        """cancel/ and control/stop: a large run with a fresh cluster summary finds them there, in
+        memory, so it looks as often as a small run polls; without one, every large_run_s."""
+        if self.cluster.fresh() is not None:
+            return small_run_s
+        return self._poll_period(small_run_s, large_run_s)
 
     def _idle_backoff_floor(self) -> float:
         return self._poll_period(MIN_IDLE_BACKOFF_S, MIN_IDLE_BACKOFF_LARGE_S)

@@ -201,6 +201,12 @@ class ClusterView:
             return None
         return summary
 
+    def registry_key(self) -> tuple[int, int, int] | None:
+        """The registry file's identity as the fresh summary saw it (BackendRegistry.vouch): a
+        registry change then reaches this process within two rebuild periods, without a stat per read."""
+        summary = self.fresh()
+        return summary.registry_key if summary is not None else None
+
     def refresh(self, now: float | None = None) -> Rebuild | None:
         """Re-read the summary when a newer one may exist; rebuild it if it is due and nobody else
         is on it. The rebuild's findings when this process rebuilt, None otherwise."""

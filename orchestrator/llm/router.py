@@ -82,8 +82,7 @@ class Router:
         shared = self.cluster is not None
         cluster = self.cluster or ClusterView(self.paths, self.lease_s, self.view_s)
         self.view = LoadView(self.paths, self.lease_s, cluster, shared)
-        # On a large run the summary vouches for the registry file: a pick needs no stat of it.
-        self.registry.vouch = lambda: (summary.registry_key if (summary := cluster.fresh()) else None)
+        self.registry.vouch = cluster.registry_key   # large runs: a pick needs no stat of the registry
 
     # -- the decision ---------------------------------------------------------------------
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:

@@ -90,7 +90,8 @@ class Worker:
         self.cancels = CancelWatch(paths)
         # Large runs only: what the worker knows of the others, read once per rebuild period.
         self.cluster = ClusterView(paths, config.leases.lease_s, config.llm.view_s)
-        self.registry = BackendRegistry(paths)   # its min_policy_version says which samples are stale
+        # Its min_policy_version says which samples are stale (vouched for by the summary on large runs).
+        self.registry = BackendRegistry(paths, vouch=self.cluster.registry_key)
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,

@@ -46,13 +46,15 @@ class Spool:
 
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
                sampling: dict[str, Any] | None = None, strict: bool = False,
-               sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None) -> SubmitReport:
+               sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None,
+               batch_size: int | None = None) -> SubmitReport:
         """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report.
 
-        `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"}.
+        `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"};
+        `batch_size` jobs share a queue entry (default run.toml's jobs.batch_size).
         """
         return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
-                           sampling_unchecked, source_handlers)
+                           sampling_unchecked, source_handlers, batch_size)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)

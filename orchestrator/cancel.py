@@ -16,6 +16,7 @@ from typing import Any, Iterable
 import orjson
 
 from orchestrator import fsops
+from orchestrator.batches import first_job_of, is_batch, may_hold_job, may_hold_task
 from orchestrator.jobs import JobSpec
 from orchestrator.paths import SpoolPaths, safe_name
 
@@ -127,11 +128,25 @@ class CancelWatch:
     def signature(self) -> tuple[int, int, float]:
         return (len(self.jobs), len(self.groups), self.all_before)
 
-    def matches_name(self, job_id: str) -> bool:
-        """Whether a queued ticket is cancelled, judged from its name alone (no read)."""
-        if job_id in self.jobs or job_id.rsplit("-", 1)[0] in self.groups:
+    def matches_name(self, name: str) -> bool:
+        """Whether a queue entry may hold a cancelled job, judged from its name alone (no read).
+
+        A single ticket is named by its job: exact. A batch (orchestrator/batches.py) matches when
+        one of its jobs may be cancelled: a false positive costs the sweeper a claim, never a miss.
+        """
+        if not is_batch(name):
+            if name in self.jobs or name.rsplit("-", 1)[0] in self.groups:
+                return True
+            return self.all_before > 0 and submitted_at_of(name) <= self.all_before
+        if self.all_before > 0 and submitted_at_of(first_job_of(name)) <= self.all_before:
             return True
-        return self.all_before > 0 and submitted_at_of(job_id) <= self.all_before
+        if any(may_hold_job(name, job_id) for job_id in self.jobs):
+            return True
+        for group in self.groups:
+            parts = GROUP_ID.match(group)
+            if parts is not None and may_hold_task(name, parts.group("submission"), int(parts.group("task"))):
+                return True
+        return False
 
     def is_cancelled(self, job: JobSpec) -> bool:
         return (

@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 
 from orchestrator import fsops
+from orchestrator.batches import decode_batch
 from orchestrator.paths import SpoolPaths
 from orchestrator.tickets import CorruptTicket, Ticket
 
@@ -120,6 +121,15 @@ class ClaimBox:
         path = self.dir / name
         try:
             return Ticket.decode(fsops.read_bytes(path), name)
+        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
+            fsops.quarantine(path, self.paths.quarantine, f"{path}: {exc}")
+            return None
+
+    def load_batch(self, name: str) -> list[Ticket] | None:
+        """Decode a claimed batch file; a corrupt one is quarantined (never deleted) and None returned."""
+        path = self.dir / name
+        try:
+            return decode_batch(fsops.read_bytes(path), name)
         except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
             fsops.quarantine(path, self.paths.quarantine, f"{path}: {exc}")
             return None

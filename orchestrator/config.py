@@ -34,6 +34,9 @@ class Workers:
 class Jobs:
     timeout_s: float = 3600.0   # budget per job, counting only time inside stages
     max_attempts: int = 3       # a claim lost with its worker counts as an attempt
+    # Consecutive jobs `submit` puts in one queue/init/ entry: submit, claim, ticket read and
+    # unlink are paid once per batch (docs/scale.md); 1 queues one ticket per job.
+    batch_size: int = 8
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
     "pools.max_prepared": (0, 4096), "pools.max_sandboxes": (0, 65536),
     "jobs.timeout_s": (0.001, 7 * 86400), "jobs.max_attempts": (1, 100),
+    "jobs.batch_size": (1, 256),
     "leases.heartbeat_s": (0.05, 600), "leases.lease_s": (0.2, 86400),
     "shutdown.grace_s": (0, 86400), "workers.idle_exit_s": (0, 30 * 86400),
     "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),

@@ -8,6 +8,8 @@ from typing import Any
 import orjson
 import pyarrow.dataset as ds
 
+from orchestrator import fsops
+from orchestrator.batches import decode_batch, is_batch, jobs_in, may_hold_job
 from orchestrator.events import events_of
 from orchestrator.paths import SpoolPaths, safe_name
 from orchestrator.quarantine import READ_ERRORS, readable_shard, warn_skipped
@@ -22,9 +24,33 @@ class JobNotFound(LookupError):
 def locate_ticket(paths: SpoolPaths, job_id: str) -> Path | None:
     candidates = [paths.init_queue / job_id, paths.eval_queue / job_id]
     candidates += [queue / job_id for queue in paths.run_queues()]
-    if paths.active.is_dir():
-        candidates += [claims / job_id for claims in paths.active.iterdir() if claims.is_dir()]
+    candidates += [claims / job_id for claims in _claim_dirs(paths)]
     return next((c for c in candidates if c.exists()), None)
+
+
+def _claim_dirs(paths: SpoolPaths) -> list[Path]:
+    return [claims for claims in paths.active.iterdir() if claims.is_dir()] if paths.active.is_dir() else []
+
+
+def locate_in_batch(paths: SpoolPaths, job_id: str) -> tuple[Path, Ticket | CorruptTicket] | None:
+    """The batch file (queued or claimed) holding `job_id`, with its ticket (or why it cannot be read).
+
+    Only batches whose name says they may hold the job are opened (orchestrator/batches.py).
+    """
+    for directory in [paths.init_queue, *_claim_dirs(paths)]:
+        for name in sorted(fsops.list_names(directory)):
+            if not is_batch(name) or not may_hold_job(name, job_id):
+                continue
+            try:
+                tickets = decode_batch(fsops.read_bytes(directory / name), name)
+            except OSError:
+                continue   # claimed or finished meanwhile
+            except CorruptTicket as exc:   # its name says it may hold the job: say why it cannot tell
+                return directory / name, exc
+            found = next((t for t in tickets if t.name == job_id), None)
+            if found is not None:
+                return directory / name, found
+    return None
 
 
 def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
@@ -72,6 +98,12 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
             ticket = Ticket.decode(location.read_bytes())
         except (CorruptTicket, OSError) as exc:
             report["ticket_error"] = str(exc)
+    elif (in_batch := locate_in_batch(paths, job_id)) is not None:
+        report["where"] = f"{in_batch[0].relative_to(paths.root)} (a batch of {jobs_in(in_batch[0].name)} jobs)"
+        if isinstance(in_batch[1], CorruptTicket):
+            report["ticket_error"] = str(in_batch[1])
+        else:
+            ticket = in_batch[1]
     if row is _LOOK_UP:
         row = find_row(paths, job_id)
     if events is _LOOK_UP:

@@ -18,9 +18,11 @@ from typing import Callable
 import orjson
 
 from orchestrator import fsops
+from orchestrator.batches import decode_batch, is_batch
 from orchestrator.claims import enqueue
 from orchestrator.cluster import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.handler import StageError
+from orchestrator.handoffs import read_handoffs
 from orchestrator.jobs import Stage
 from orchestrator.liveness import is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
@@ -212,7 +214,11 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
         else f"left behind by worker {dead} when it stopped"
     moved = 0
-    for name in fsops.list_names(reap_dir):
+    names = fsops.list_names(reap_dir)
+    batches = [name for name in names if is_batch(name)]
+    if batches:
+        names = _expand_batches(paths, reap_dir, batches, set(names) - set(batches), done, reason)
+    for name in names:
         path = reap_dir / name
         if name in done:  # its row is committed; only the unlink was lost
             fsops.unlink(path)
@@ -225,6 +231,35 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     except OSError:
         pass
     return moved
+
+
+def _expand_batches(paths: SpoolPaths, reap_dir: Path, batches: list[str], singles: set[str], done: set[str],
+                    reason: str) -> list[str]:
+    """Turn the claimed batch files of `reap_dir` into tickets of their own there; the tickets to return.
+
+    A job of a batch is already accounted for when its row is committed (`done`), when it has its
+    own ticket here (written before it left: that ticket is the newer state), or when the
+    hand-off log says it left as its own ticket (orchestrator/handoffs.py). The others are written
+    here as tickets and flushed before the batch file goes, so a reaper dying half-way leaves
+    nothing lost and nothing twice: the next one finds the same jobs by the same rules.
+    """
+    handed_off = read_handoffs(reap_dir)
+    tickets = set(singles)
+    for name in batches:
+        path = reap_dir / name
+        try:
+            jobs = decode_batch(fsops.read_bytes(path), name)
+        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
+            fsops.quarantine(path, paths.quarantine, f"{reason}; its batch {name} is corrupt: {exc}")
+            continue
+        for ticket in jobs:
+            if ticket.name in done or ticket.name in handed_off or ticket.name in tickets:
+                continue
+            fsops.write_atomic(reap_dir / ticket.name, ticket.encode(), paths.tmp)
+            tickets.add(ticket.name)
+        fsops.sync_dir(reap_dir)
+        fsops.unlink(path)
+    return sorted(tickets)
 
 
 def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit,

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orchestrator import fsops
+from orchestrator.batches import count_jobs
 from orchestrator.config import RunConfig
 from orchestrator.events import recent_events
 from orchestrator.liveness import read_workers
@@ -73,11 +74,16 @@ class Snapshot:
 
 
 def pending_count(paths: SpoolPaths) -> int:
-    """Cheap count of unfinished jobs: queued plus claimed tickets (for progress bars)."""
-    total = len(fsops.list_names(paths.init_queue)) + len(fsops.list_names(paths.eval_queue))
+    """Cheap count of unfinished jobs: queued plus claimed tickets (for progress bars).
+
+    Jobs, not files: a batch counts its jobs from its name (orchestrator/batches.py). A claimed
+    batch counts all its jobs until its last is resolved; a job of it that went on as a
+    ticket of its own is then counted twice for that while.
+    """
+    total = count_jobs(fsops.list_names(paths.init_queue)) + len(fsops.list_names(paths.eval_queue))
     total += sum(len(fsops.list_names(q)) for q in paths.run_queues())
     for claims in _claim_dirs(paths):
-        total += len(fsops.list_names(claims))
+        total += count_jobs(fsops.list_names(claims))
     return total
 
 
@@ -92,12 +98,12 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
              sample_shards: int = STATUS_SAMPLE_SHARDS) -> Snapshot:
     """The run's figures; finished-job figures from at most `sample_shards` shards unless `exact`."""
     snap = Snapshot()
-    snap.queued["init"] = len(fsops.list_names(paths.init_queue))
+    snap.queued["init"] = count_jobs(fsops.list_names(paths.init_queue))   # jobs, batches counted by name
     for queue in paths.run_queues():
         snap.queued[queue.name] = len(fsops.list_names(queue))
     snap.queued["eval"] = len(fsops.list_names(paths.eval_queue))
     for claims in _claim_dirs(paths):
-        count = len(fsops.list_names(claims))
+        count = count_jobs(fsops.list_names(claims))
         if count:
             snap.claimed[claims.name] = count
     for record in read_workers(paths, config.leases.lease_s):

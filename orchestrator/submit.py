@@ -27,6 +27,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from orchestrator import fsops
+from orchestrator.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.cancel import request_cancel
 from orchestrator.handler import AgentHandler, HandlerError, load_handler
 from orchestrator.jobs import JobSpec, Stage
@@ -67,12 +68,13 @@ class SubmitReport:
     rejected: list[RowProblem] = field(default_factory=list)
     first_job: str = ""
     last_job: str = ""
+    batches: int = 0       # queue/init/ entries written (a batch holds up to jobs.batch_size jobs)
     error: str = ""        # why nothing was queued, when queueing failed
 
     def to_json(self) -> dict[str, Any]:
         return {
             "submission_id": self.submission_id, "source": self.source, "tasks": self.tasks,
-            "jobs": self.jobs, "first_job": self.first_job, "last_job": self.last_job,
+            "jobs": self.jobs, "batches": self.batches, "first_job": self.first_job, "last_job": self.last_job,
             "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
             **({"error": self.error} if self.error else {}),
         }
@@ -151,20 +153,21 @@ def new_submission_id() -> str:
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
-    source_handlers: Mapping[str, str] | None = None,
+    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None,
 ) -> SubmitReport:
     return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked,
-                       source_handlers)
+                       source_handlers, batch_size)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
     samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
-    source_handlers: Mapping[str, str] | None = None,
+    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed).
 
-    `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources].
+    `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources];
+    `batch_size` (default run.toml's jobs.batch_size) consecutive jobs share a queue entry.
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
@@ -173,7 +176,11 @@ def submit_rows(
     problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
     if problem:
         raise SubmitError(problem)
-    mapping = {**_configured_sources(paths), **(source_handlers or {})}
+    config = _run_config(paths)
+    mapping = {**config.data_sources, **(source_handlers or {})}
+    batch_size = config.jobs.batch_size if batch_size is None else batch_size
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise SubmitError(f"batch size {batch_size} is outside [1, {MAX_BATCH_SIZE}]")
     report = SubmitReport(new_submission_id(), source)
     tasks = _validated_tasks(rows, handler, report, mapping)
     if strict and report.rejected:
@@ -181,7 +188,7 @@ def submit_rows(
         return report
     tickets = _tickets(report, tasks, samples, dict(sampling or {}))
     try:
-        names = stage_and_publish(paths, report.submission_id, tickets)
+        names, entries = stage_and_publish(paths, report.submission_id, tickets, batch_size)
     except (OSError, KeyboardInterrupt) as exc:
         report.error = f"nothing was queued: {_describe(exc)}"
         try:  # say what happened, if the spool takes even that
@@ -191,6 +198,7 @@ def submit_rows(
         raise SubmitError(report.error) from None
     report.tasks = len(tasks)
     report.jobs = len(names)
+    report.batches = entries
     report.first_job, report.last_job = (names[0], names[-1]) if names else ("", "")
     _record(paths, report)
     return report
@@ -210,35 +218,41 @@ def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: di
             yield Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
 
 
-def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[Ticket]) -> list[str]:
+def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[Ticket],
+                      batch_size: int = 1) -> tuple[list[str], int]:
     """Queue every ticket or none: all are written (and flushed) aside first, then renamed in.
 
-    Should a rename fail midway, the tickets already queued are taken back; any a worker had
-    claimed meanwhile is cancelled, so no job of a failed submission runs to a normal end.
+    Consecutive tickets go `batch_size` to a queue entry (orchestrator/batches.py). The job ids
+    queued and the number of entries. Should a rename fail midway, the entries already queued
+    are taken back; any job a worker had claimed meanwhile is cancelled, so no job of a failed
+    submission runs to a normal end.
     """
     staging = paths.tmp / f".submit-{submission_id}"
     fsops.ensure_dir(staging)
-    names: list[str] = []
+    job_ids: list[str] = []
+    entries: list[tuple[str, list[str]]] = []
     published = 0
     try:
-        for ticket in tickets:
-            fsops.write_new(staging / ticket.name, ticket.encode())
-            names.append(ticket.name)
-        fsops.sync_filesystem(staging)  # one flush for the whole batch, before any becomes visible
-        for name in names:
+        for batch in chunks(tickets, batch_size):
+            name = entry_name(batch)
+            fsops.write_new(staging / name, entry_content(batch))
+            entries.append((name, [ticket.name for ticket in batch]))
+            job_ids.extend(ticket.name for ticket in batch)
+        fsops.sync_filesystem(staging)  # one flush for the whole submission, before any becomes visible
+        for name, _ in entries:
             fsops.replace(staging / name, paths.init_queue / name)
             published += 1
         fsops.sync_dir(paths.init_queue)
     except BaseException:
-        _withdraw(paths, staging, names[:published])
+        _withdraw(paths, staging, entries[:published])
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return names
+    return job_ids, len(entries)
 
 
-def _withdraw(paths: SpoolPaths, staging: Path, published: list[str]) -> None:
-    started = [name for name in published if not fsops.rename(paths.init_queue / name, staging / name)]
+def _withdraw(paths: SpoolPaths, staging: Path, published: list[tuple[str, list[str]]]) -> None:
+    started = [job for name, jobs in published if not fsops.rename(paths.init_queue / name, staging / name) for job in jobs]
     if started:
         request_cancel(paths, tuple(started), check=False)  # no submission record yet
 
@@ -251,11 +265,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _configured_sources(paths: SpoolPaths) -> dict[str, str]:
+def _run_config(paths: SpoolPaths) -> Any:
     from orchestrator.config import ConfigError, RunConfig
 
     try:
-        return dict(RunConfig.load(paths.run_config).data_sources)
+        return RunConfig.load(paths.run_config)
     except ConfigError as exc:
         raise SubmitError(str(exc)) from None
 

@@ -121,6 +121,14 @@ class Ticket:
         """
         try:
             raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptTicket(f"cannot decode ticket: {exc}") from exc
+        return cls.from_json(raw, name)
+
+    @classmethod
+    def from_json(cls, raw: Any, name: str | None = None) -> "Ticket":
+        """A ticket from its decoded JSON (one entry of a batch file, say); checked like decode()."""
+        try:
             ticket = cls(
                 job=JobSpec.from_json(raw["job"]),
                 stage=Stage(raw["stage"]),
@@ -134,7 +142,7 @@ class Ticket:
                 enqueued_at=float(raw.get("enqueued_at") or 0.0),
                 history=raw.get("history") or [],
             )
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise CorruptTicket(f"cannot decode ticket: {exc}") from exc
         job_id = ticket.job.job_id
         if not isinstance(job_id, str) or not SAFE_NAME.match(job_id):

@@ -40,6 +40,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError
 
 
+def _batch_size(paths: Any) -> int:
+    from orchestrator.config import RunConfig
+
+    return RunConfig.load(paths.run_config).jobs.batch_size
+
+
 def _dumps(value: Any, indent: bool = False) -> str:
     option = orjson.OPT_INDENT_2 if indent else 0
     return orjson.dumps(value, default=_json_default, option=option | orjson.OPT_SERIALIZE_NUMPY).decode()
@@ -136,6 +142,8 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
         f"queued in {elapsed:.1f}s" + (f", [red]{len(report.rejected)} row(s) rejected[/red]" if report.rejected else "")
     )
+    if report.batches and report.batches < report.jobs:
+        out.print(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
     if report.jobs:
         out.print(f"  jobs {report.first_job} .. {report.last_job}")
         out.print(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")

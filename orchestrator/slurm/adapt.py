@@ -29,6 +29,7 @@ from typing import Any, Callable
 import orjson
 
 from orchestrator import fsops
+from orchestrator.batches import count_jobs
 from orchestrator.jobs import Stage
 from orchestrator.leasefile import Lease
 from orchestrator.paths import SpoolPaths
@@ -151,7 +152,7 @@ class Controller:
     def observe(self) -> tuple[Observation, dict[str, tuple[TaskState, bool]]]:
         backlog = 0
         if Stage.INIT in self.worker.stages:
-            backlog += len(fsops.list_names(self.paths.init_queue))
+            backlog += count_jobs(fsops.list_names(self.paths.init_queue))
         if Stage.EVAL in self.worker.stages and (self.kind == "eval" or not self._eval_controller_alive()):
             backlog += len(fsops.list_names(self.paths.eval_queue))
         arrays = self._launched()

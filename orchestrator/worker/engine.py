@@ -20,12 +20,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from orchestrator import fsops
+from orchestrator.batches import is_batch
 from orchestrator.cancel import CancelWatch
 from orchestrator.claims import ClaimBox, Claimer
 from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary
 from orchestrator.config import RunConfig
 from orchestrator.context import JobContext, WorkerServices
 from orchestrator.events import EventLog
+from orchestrator.handoffs import HandoffLog
 from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
@@ -39,6 +41,7 @@ from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.shards import Batch, FencedOut, ShardWriter
 from orchestrator.staleness import STALE_KIND, stale_reason
 from orchestrator.tickets import Ticket
+from orchestrator.worker.held_batches import HeldBatches
 from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.stages import execute_stage, final_fields
@@ -111,6 +114,13 @@ class Worker:
         # memory, not in the node's run queue: their claims (still saying INIT) stay in the
         # claim directory, so a crash sends them back to INIT, as it would from the run queue.
         self.prepared: dict[str, Ticket] = {}
+        # Jobs of claimed batch files waiting for an INIT slot, oldest first (like prepared jobs,
+        # in memory: the batch file in the claim directory stands for them until each resolves).
+        self.waiting_init: dict[str, Ticket] = {}
+        self.held = HeldBatches()
+        self.handoffs = HandoffLog(self.box.dir)
+        self.own_ticket_files: set[str] = set()   # jobs of held batches with their own file here too
+        self.singles_dropped_through = 0           # dropped_through as the single tickets alone allow
         self._tickets_in_flight: dict[str, Ticket] = {}
         self.handlers: dict[str, AgentHandler] = {}
         self.prepared_seen = 0
@@ -175,6 +185,8 @@ class Worker:
             await self._commit_shards()
             if not self.shards.pending:
                 self.shards.close()   # readers stop probing this writer
+            if not self.held.names():
+                self.handoffs.remove()   # nothing of a batch left to account for
             leftovers = await self._in_spool_io(
                 release_own_claims, self.paths, self.worker_id, self.config.jobs.max_attempts, self.events.emit)
             self.counters["requeued"] += leftovers
@@ -183,6 +195,7 @@ class Worker:
         else:
             self.shards.take()  # rows of claims other workers now hold: never committed
             self.state = "fenced"
+        self.handoffs.close()
         retire(self.paths, self.worker_id)
         if self.metrics is not None:
             self.metrics.remove()
@@ -258,13 +271,14 @@ class Worker:
 
     def _return_prepared(self) -> None:
         """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
+        self._return_waiting()
         for name in list(self.prepared):
             ticket = self.prepared.pop(name)
             asyncio.get_running_loop().create_task(self._close_quietly(ticket))
             if self.lease_lost:
                 continue  # its claim is another worker's now
             ticket.back_to_init()
-            self.box.advance(ticket, self.paths.init_queue)
+            self._move_out(ticket, self.paths.init_queue)
             self.events.emit(name, "returned", {"stage": "run", "to": "init"})
         for name in list(self.written):
             ticket = self.written.pop(name)
@@ -279,6 +293,70 @@ class Worker:
             fsops.write_atomic(self.paths.init_queue / name, ticket.encode(), self.paths.tmp)
             fsops.unlink(holding)
             self.events.emit(name, "returned", {"stage": "run", "to": "init"})
+
+    def _return_waiting(self) -> None:
+        """Jobs of held batches that never started go back unchanged: a batch none of whose jobs
+        started goes back whole (one rename), the others one ticket each."""
+        waiting, self.waiting_init = self.waiting_init, {}
+        if self.lease_lost:
+            return
+        by_batch: dict[str, list[Ticket]] = {}
+        for ticket in waiting.values():
+            by_batch.setdefault(self.held.batch_of(ticket.name) or "", []).append(ticket)
+        for name, tickets in by_batch.items():
+            if name and not self.held.started(name) and self.box.release(name, self.paths.init_queue):
+                self.held.forget(name)
+                continue
+            for ticket in tickets:
+                self._move_out(ticket, self.paths.init_queue)
+
+    def _move_out(self, ticket: Ticket, queue: Any) -> None:
+        """Save the ticket and hand it to `queue` (ClaimBox.advance). A job of a held batch leaves
+        as its own ticket: written here first, recorded in the hand-off log, then renamed, so
+        that recovery finds it exactly once whatever moment a crash comes (orchestrator/handoffs.py)."""
+        if self.held.batch_of(ticket.name) is None:
+            self.box.advance(ticket, queue)
+            return
+        self.box.save(ticket)
+        self.own_ticket_files.add(ticket.name)
+        self.handoffs.record(ticket.name)
+        fsops.replace(self.box.dir / ticket.name, queue / ticket.name)
+        self.own_ticket_files.discard(ticket.name)
+        self._resolve_batch_job(ticket.name, None)
+
+    def _resolve_batch_job(self, job_id: str, shard_seq: int | None) -> None:
+        """One job of a held batch is done with (row in shard `shard_seq`, or handed off): the
+        batch file goes with its last job."""
+        emptied = self.held.resolve(job_id, shard_seq)
+        if emptied is not None:
+            self.box.drop(emptied)
+            self._publish_dropped_through()
+
+    def _publish_dropped_through(self) -> None:
+        """What recovery may skip: shards all of whose claims are gone from the claim directory
+        (single tickets dropped, no batch with a row in them still held)."""
+        blocked = self.held.blocked_from()
+        limit = self.singles_dropped_through if blocked is None else min(self.singles_dropped_through, blocked - 1)
+        self.shards.dropped_through = max(self.shards.dropped_through, limit)
+
+    def _take_batch(self, name: str) -> bool:
+        """A batch file just claimed here: its jobs wait in memory for INIT slots. False when corrupt
+        (quarantined, never deleted)."""
+        tickets = self.box.load_batch(name)
+        if tickets is None:
+            self.events.emit("-", "batch_quarantined", {"batch": name})
+            return False
+        self.held.hold(name, [ticket.name for ticket in tickets])
+        for ticket in tickets:
+            self.waiting_init[ticket.name] = ticket
+        self.wake[Stage.INIT].set()
+        return True
+
+    def _start_waiting(self, holds_slot: bool, name: str | None = None) -> None:
+        name = name or next(iter(self.waiting_init))
+        ticket = self.waiting_init.pop(name)
+        self.held.mark_started(name)
+        self._start(Stage.INIT, name, holds_slot=holds_slot, ticket=ticket)
 
     async def _close_quietly(self, ticket: Ticket) -> None:
         ctx = self._context(ticket, Stage.RUN)
@@ -350,7 +428,7 @@ class Worker:
         pools = {s.value: {"busy": self.busy[s], "size": self.options.pool_size(s)} for s in Stage}
         return {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
-            "prepared": len(self.prepared),
+            "prepared": len(self.prepared), "waiting_init": len(self.waiting_init),
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
             "fs_ops_by_duty": dict(fsops.BY_DUTY),
             "shards": self.shards.progress(),
@@ -446,6 +524,9 @@ class Worker:
         if self.cancels.signature() != before or now - self.cancel_swept_at > CANCEL_SWEEP_S:
             self.cancel_swept_at = now
             self._sweep_cancelled_queued()
+        for name, ticket in list(self.waiting_init.items()):
+            if self.cancels.is_cancelled(ticket.job):   # a job of a held batch: it ends now
+                self._start_waiting(holds_slot=False, name=name)
         for name, ticket in list(self.prepared.items()):
             if self.cancels.is_cancelled(ticket.job):   # it ends now, its sandbox closed
                 del self.prepared[name]
@@ -464,7 +545,10 @@ class Worker:
         for stage, queue in queues:
             for name in fsops.list_names(queue):
                 if self.cancels.matches_name(name) and fsops.rename(queue / name, self.box.dir / name):
-                    self._start(stage, name, holds_slot=False)
+                    if is_batch(name):   # its jobs wait here; the cancelled ones end at once (below)
+                        self._take_batch(name)
+                    else:
+                        self._start(stage, name, holds_slot=False)
 
     def _is_cancelled(self, job_id: str) -> bool:
         ticket = self._tickets_in_flight.get(job_id)
@@ -479,7 +563,7 @@ class Worker:
 
     def _exit_if_idle(self) -> None:
         # Jobs prepared on this node wait in its run queue, which the idle clock lists at the deadline.
-        holding = bool(self.running) or bool(self.prepared) or self.shards.pending > 0
+        holding = bool(self.running) or bool(self.prepared) or bool(self.waiting_init) or self.shards.pending > 0
         if self.idle.expired(holding, [self._queue_of(s) for s in self.options.stages], self.counters["claimed"]):
             log.info("worker %s: idle for %.1fs, giving its node back", self.worker_id, self.idle.idle_for())
             self.events.emit("-", "idle_exit", {"idle_s": round(self.idle.idle_for(), 3)})
@@ -530,10 +614,18 @@ class Worker:
 
     def _write_batch(self, batch: Batch, remove_workspaces_of: list[str]) -> None:
         self.shards.write(batch, staging=self.box.dir)
+        seq = self.shards.last_seq
         for name in batch.tickets:
-            self.box.drop(name)
-        if self.shards.dropped_through == self.shards.last_seq - 1:   # no earlier shard left tickets behind
-            self.shards.dropped_through = self.shards.last_seq
+            if self.held.batch_of(name) is None:
+                self.box.drop(name)
+                continue
+            if name in self.own_ticket_files:   # saved before EVAL: its own file goes too
+                self.box.drop(name)
+                self.own_ticket_files.discard(name)
+            self._resolve_batch_job(name, seq)
+        if self.singles_dropped_through == seq - 1:   # no earlier shard left tickets behind
+            self.singles_dropped_through = seq
+        self._publish_dropped_through()
         for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
             for workspace in removable_workspaces(self.paths.job_dir(name)):
                 shutil.rmtree(workspace, ignore_errors=True)
@@ -544,12 +636,24 @@ class Worker:
         if self.lease_lost or self.stopping.is_set():
             return
         held = set(await self._in_spool_io(self.box.names))
-        strays = held - set(self.running) - set(self.prepared) - set(self.shards.tickets) - set(self.committing)
+        strays = held - set(self.running) - set(self.prepared) - set(self.shards.tickets) - set(self.committing) \
+            - self.held.names()
         for name in strays & self.stray_claims:
             self._requeue_claim(name, "claim held by no task of its worker")
         self.stray_claims = strays - self.stray_claims
 
     def _requeue_claim(self, name: str, reason: str) -> None:
+        if self.held.batch_of(name) is not None:   # a job of a held batch: it leaves as its own ticket
+            ticket = self._tickets_in_flight.get(name) or self.waiting_init.pop(name, None)
+            if ticket is None:
+                log.error("job %s of batch %s: no ticket to requeue; recovery will return it", name, self.held.batch_of(name))
+                return
+            if name not in self.own_ticket_files:
+                self.box.save(ticket)
+                self.own_ticket_files.add(name)
+            self.handoffs.record(name)
+            self.own_ticket_files.discard(name)
+            self._resolve_batch_job(name, None)
         try:
             moved = requeue_claim(self.paths, self.box.dir / name, f"{reason} (worker {self.worker_id})",
                                   self.config.jobs.max_attempts, self.events.emit)
@@ -578,6 +682,9 @@ class Worker:
             if self.stopping.is_set():
                 self.slots[stage].release()
                 return
+            if stage is Stage.INIT and self.waiting_init:   # a job of a batch claimed here
+                self._start_waiting(holds_slot=True)
+                continue
             if stage is Stage.RUN and self.prepared:   # prepared here: already claimed, sandbox up
                 name = next(iter(self.prepared))
                 ticket = self.prepared.pop(name)
@@ -605,6 +712,15 @@ class Worker:
                         break
                 continue
             backoff = self._idle_backoff_floor()
+            if is_batch(name):
+                if stage is Stage.INIT and self._take_batch(name):
+                    self._start_waiting(holds_slot=True)
+                else:   # corrupt (quarantined), or a batch where only single tickets go (quarantined)
+                    if stage is not Stage.INIT:
+                        fsops.quarantine(self.box.dir / name, self.paths.quarantine,
+                                         f"a batch file in {claimer.queue.name}: batches are queued in queue/init only")
+                    self.slots[stage].release()
+                continue
             if stage is Stage.RUN:
                 self.prepared_seen = max(0, self.prepared_seen - 1)
                 self.wake[Stage.INIT].set()
@@ -640,6 +756,8 @@ class Worker:
         if stage is Stage.EVAL:
             try:
                 self.box.save(ticket)
+                if self.held.batch_of(ticket.name) is not None:
+                    self.own_ticket_files.add(ticket.name)
             except BaseException:  # a full spool, say: the slot must not leak with the error
                 self.slots[stage].release()
                 raise
@@ -820,7 +938,7 @@ class Worker:
 
     def _advance(self, ticket: Ticket, stage: Stage) -> None:
         ticket.mark_enqueued(stage)
-        self.box.advance(ticket, self._queue_of(stage))
+        self._move_out(ticket, self._queue_of(stage))
         if stage is Stage.RUN:
             self.prepared_seen += 1  # counted now; the periodic listing corrects it
         self.written[ticket.name] = ticket
@@ -871,7 +989,7 @@ class Worker:
             return  # recovery returned it already; only its sandbox was ours to close
         ticket.history.append({"t": time.time(), "returned": stage.value, "worker": self.worker_id})
         ticket.return_after_loss()
-        self.box.advance(ticket, self._queue_of(ticket.stage))
+        self._move_out(ticket, self._queue_of(ticket.stage))
         self.events.emit(ticket.name, "returned", {"stage": stage.value, "to": ticket.stage.value})
 
 

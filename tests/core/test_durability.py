@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def is_flush(call: str) -> bool:
 
 
 def test_submit_flushes_its_tickets_before_they_appear_and_the_queue_after(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run")
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 2})   # 5 jobs: entries of 2, 2 and 1
     tasks = write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(5)])
     result = traced([sys.executable, "-c", "from orchestrator.cli import main; main()", "submit", str(paths.root),
                      str(tasks)], tmp_path / "trace")
@@ -76,7 +77,8 @@ def test_submit_flushes_its_tickets_before_they_appear_and_the_queue_after(tmp_p
     events = calls(tmp_path / "trace")
     queue = str(paths.init_queue)
     into_queue = [i for i, (c, p) in enumerate(events) if c.startswith("rename") and p[-1].startswith(queue + "/")]
-    assert len(into_queue) == 5
+    assert len(into_queue) == 3
+    assert sorted(n.rsplit("-", 1)[-1] for n in os.listdir(queue)) == ["0000", "0000+2", "0000+2"]
     synced = first(events, lambda c, p: c == "syncfs")
     assert synced < into_queue[0], "tickets must be on disk before any of them is queued"
     assert first(events, lambda c, p: is_flush(c) and p == [queue], into_queue[-1]) > into_queue[-1]

@@ -110,7 +110,7 @@ def test_eval_only_workers_take_over_from_any_node(tmp_path: Path) -> None:
 
 
 def test_backpressure_stops_init_when_run_queue_is_full(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run")
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1})   # one ticket per job: queue counts are jobs
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}] * 20))
     worker = start_worker(paths, "--run-pool", "0", "--init-pool", "4", "--max-prepared", "3")
     try:

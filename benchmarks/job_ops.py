@@ -1,6 +1,10 @@
 """What one job costs the metadata server at the pipeline benchmark's job mix, by duty.
 
-    python -m benchmarks.job_ops [--jobs 400] [--scale 0.05]
+    python -m benchmarks.job_ops [--jobs 400] [--scale 0.05] [--batch-sizes 1,8]
+
+Each batch size (jobs.batch_size: jobs per queue/init/ entry) is measured in turn, in one run;
+the JSON line carries the figures of the last (run.toml's default, 8) and, per duty, the ratio
+of the first to it (`*_ratio_b1_over_b8`).
 
 The pipeline benchmark's workload (the `sleep` handler: INIT 1-3 s, RUN 2-10 s, EVAL lognormal
 mean 3 s with a 10% tail ten times longer, every duration times --scale) runs through one real
@@ -69,11 +73,15 @@ def worker_counts(paths: SpoolPaths, pattern: str) -> Counter[str]:
     return counts
 
 
-def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WORKERS + 4) -> dict[str, float]:
+def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WORKERS + 4,
+                 batch_size: int | None = None) -> dict[str, float]:
     """Per-job and per-second metadata operations of the pipeline mix through one real worker
     that sees `peers` other live workers (a large run, with its poll periods, once its first
     recovery scan has counted them: every lease/3 = 2 s here)."""
-    paths, _ = init_run(base / f"job-ops-x{scale:g}", {"shards.idle_flush_s": 0.2, "leases.heartbeat_s": 2.0, "leases.lease_s": 6.0})
+    settings: dict[str, float] = {"shards.idle_flush_s": 0.2, "leases.heartbeat_s": 2.0, "leases.lease_s": 6.0}
+    if batch_size is not None:
+        settings["jobs.batch_size"] = batch_size
+    paths, config = init_run(base / f"job-ops-x{scale:g}-b{batch_size or 'default'}", settings)
     keep_alive(paths, peers)
     options = WorkerOptions(init_pool=4, run_pool=RUN_SLOTS, eval_pool=8, max_prepared=4, max_sandboxes=SANDBOXES)
     launch = start_local_workers(paths, 1, options, verbose=0)
@@ -98,7 +106,7 @@ def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WOR
     finally:
         launch.terminate(timeout_s=30)
     by_duty.update(worker_counts(paths, "gone/*"))
-    figures: dict[str, float] = {"jobs": jobs, "seconds": seconds}
+    figures: dict[str, float] = {"jobs": jobs, "seconds": seconds, "batch_size": config.jobs.batch_size}
     for duty in PER_JOB_DUTIES:
         figures[f"{duty}_per_job"] = charged(by_duty, duty) / jobs
     figures["per_job"] = sum(figures[f"{d}_per_job"] for d in PER_JOB_DUTIES)
@@ -112,15 +120,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--scale", type=float, default=0.05, help="multiplies every stage duration")
+    parser.add_argument("--batch-sizes", default="1,8", help="jobs per queue/init entry, measured in turn")
     args = parser.parse_args()
+    sizes = [int(size) for size in args.batch_sizes.split(",")]
     base = Path(tempfile.mkdtemp(prefix="bench-job-ops-"))
     try:
-        mix = pipeline_mix(base, args.jobs, args.scale)
+        mixes = {size: pipeline_mix(base, args.jobs, args.scale, batch_size=size) for size in sizes}
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print_table(f"{args.jobs} sleep jobs (pipeline mix x{args.scale}), one worker", ["duty", "ops"],
-                [[k, v] for k, v in mix.items()])
-    emit_json({k: round(v, 3) for k, v in mix.items()})
+    print_table(f"{args.jobs} sleep jobs (pipeline mix x{args.scale}), one worker, by batch size", ["duty", *map(str, sizes)],
+                [[k, *(mixes[size][k] for size in sizes)] for k in mixes[sizes[-1]]])
+    result = {k: round(v, 3) for k, v in mixes[sizes[-1]].items()}
+    if len(sizes) > 1:
+        first, last = mixes[sizes[0]], mixes[sizes[-1]]
+        for key in [f"{d}_per_job" for d in PER_JOB_DUTIES] + ["per_job"]:
+            result[f"{key}_b{sizes[0]}"] = round(first[key], 3)
+            result[f"{key}_ratio_b{sizes[0]}_over_b{sizes[-1]}"] = round(first[key] / last[key], 2) if last[key] else 0.0
+    emit_json(result)
 
 
 if __name__ == "__main__":

@@ -301,7 +301,10 @@ def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunC
     idle_per_s = idle_per_worker_second
     rebuild_ops = per_call["rebuild"]
     own = mix["submit_per_job"] + mix["job_per_job"] + mix["commit_per_job"]
-    claims = per_call["claim"] + max(0.0, mix["claim_per_job"] - 1.0)
+    # One INIT claim per batch of jobs.batch_size (its rename at the contended cost), plus the
+    # mix's other claims (eval queue, hand-off misses) as measured.
+    batch = mix.get("batch_size", 1)
+    claims = per_call["claim"] / batch + max(0.0, mix["claim_per_job"] - 1.0 / batch)
     terms = [
         ("jobs: submit, stage steps, shard + unlink (pipeline mix)", jobs_per_s * own,
          f"{jobs_per_s:.0f} jobs/s x {own:.2f} ops/job"),

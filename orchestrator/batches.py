@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
 
+from orchestrator import fsops
 from orchestrator.tickets import CorruptTicket, Ticket
 
 BATCH_MARK = "+"
@@ -140,3 +142,14 @@ def entry_name(tickets: list[Ticket]) -> str:
 
 def entry_content(tickets: list[Ticket]) -> bytes:
     return tickets[0].encode() if len(tickets) == 1 else encode_batch(tickets)
+
+
+def read_entry(path: Path) -> list[Ticket]:
+    """The tickets of one queue entry, a single ticket or a batch (CorruptTicket when unreadable)."""
+    data = fsops.read_bytes(path)
+    return decode_batch(data, path.name) if is_batch(path.name) else [Ticket.decode(data, path.name)]
+
+
+def queued_tickets(queue: Path) -> list[Ticket]:
+    """Every ticket waiting in `queue`, batches opened, in job order (reads every entry: not for hot paths)."""
+    return sorted((t for name in fsops.list_names(queue) for t in read_entry(queue / name)), key=lambda t: t.name)

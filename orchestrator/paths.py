@@ -7,9 +7,11 @@ The layout is the interface researchers see with `ls`; keep it obvious:
     backends/inflight/W.json    tasks in flight per backend, one file per worker
     backends/history.jsonl      every registry change (added, removed, down/up, new version)
     queue/init/TICKET           pending jobs, names sort in submission order
+    queue/init/JOB+N            a batch: N consecutive jobs from JOB in one file (orchestrator/batches.py)
     queue/run@NODE/TICKET       jobs prepared by INIT on NODE, waiting for RUN there
     queue/eval/TICKET           jobs whose RUN is over, any node may evaluate them
     active/W/TICKET             tickets claimed by worker W (its lease is workers/W.json)
+    active/W/.handoffs          jobs of W's claimed batches that left as tickets of their own
     workers/W.json              heartbeat: host, node, pid, Slurm ids, pools, counters
     events/W.jsonl              every job event worker W produced (one open file per worker)
     jobs/XX/JOB/                per-job artifacts and logs, created only when a handler needs it

@@ -13,12 +13,12 @@ import pytest
 from hpc_rollout.handlers.code_task import code_task
 from hpc_rollout.handlers.math_task import candidate, math_task
 from hpc_rollout.handlers.swe_task import swe_task
+from orchestrator.batches import queued_tickets
 from orchestrator.grading.code_tests import run_hidden_tests
 from orchestrator.grading.junit import resolution, statuses
 from orchestrator.grading.math_answers import MathVerifier
 from orchestrator.spool import init_run
 from orchestrator.submit import submit_file
-from orchestrator.tickets import Ticket
 from tests.agents.conftest import needs_bwrap
 from tests.sandbox.helpers import with_sandbox
 
@@ -36,7 +36,7 @@ def test_verl_rows_for_math_are_accepted_by_submit(tmp_path: Path) -> None:
     for source, jobs in ((jsonl, 2), (parquet, 4)):
         report = submit_file(paths, source, samples=2)
         assert report.rejected == [] and report.jobs == jobs
-    ticket = Ticket.decode(sorted(paths.init_queue.iterdir())[0].read_bytes())
+    ticket = queued_tickets(paths.init_queue)[0]
     assert (ticket.job.handler, ticket.job.instance_id, ticket.job.data_source) == ("math", "7", "math")
     # the same row sent to the chat handler is refused: chat needs "messages"
     jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat"}) + "\n")

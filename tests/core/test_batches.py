@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def test_a_batch_name_says_what_it_holds_and_its_content_must_agree() -> None:
     # the name narrows the batches a job or task can be in: never a miss
     assert may_hold_job(name, f"{SUB}-0000004-0000") and may_hold_task(name, SUB, 7)
     assert not may_hold_job(name, f"{SUB}-0000002-0005") and not may_hold_task(name, SUB, 8)
-    assert not may_hold_job(name, f"other-0000003-0001")
+    assert not may_hold_job(name, "other-0000003-0001")
     for wrong_name in (batch_name(tickets[0].name, 4), batch_name(tickets[1].name, 5)):
         with pytest.raises(CorruptTicket, match="its name says"):
             decode_batch(encode_batch(tickets), wrong_name)

@@ -56,7 +56,7 @@ def test_a_stage_output_that_cannot_be_stored_fails_the_job_not_the_claim(tmp_pa
 
 
 def test_claims_left_by_a_stopped_worker_are_returned(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run")
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1})   # a single ticket file, moved by hand
     report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
     gone = "oldnode-7-gone"
     claims = paths.claims(gone)
@@ -77,7 +77,7 @@ def test_claims_left_by_a_stopped_worker_are_returned(tmp_path: Path) -> None:
 
 
 def test_a_ticket_whose_job_id_walks_out_of_the_spool_is_quarantined(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run")
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1})   # a single ticket file, moved by hand
     report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": 1}}] * 2))
     ticket_path = paths.init_queue / report.first_job
     ticket = orjson.loads(ticket_path.read_bytes())

@@ -10,13 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import fsops
+from orchestrator.batches import queued_tickets
 from orchestrator.submit import SubmitError, new_submission_id, parse_sampling, submit_file
 from orchestrator.tickets import Ticket
 from tests.core.util import cli, make_run, write_jsonl
 
 
 def queued(paths) -> list[Ticket]:
-    return [Ticket.decode((paths.init_queue / n).read_bytes()) for n in sorted(fsops.list_names(paths.init_queue))]
+    return queued_tickets(paths.init_queue)   # single tickets and batches (orchestrator/batches.py)
 
 
 def test_three_row_shapes_and_sample_groups(tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import orjson
+
 from orchestrator.cancel import request_cancel
 from orchestrator.submit import submit_file
 from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
@@ -40,11 +42,12 @@ def test_cancel_running_queued_group_and_all(tmp_path: Path) -> None:
     submit_file(paths, write_jsonl(tmp_path / "c.jsonl", [long_run] * 4))
     worker = start_worker(paths, "--run-pool", "2", "--init-pool", "1", "--max-prepared", "1")
     try:
-        def claimed() -> list[str]:
-            return [p.name for d in paths.active.iterdir() if d.is_dir() for p in d.iterdir()]
+        def started() -> list[str]:   # jobs of a claimed batch have no file of their own: ask the events
+            return [e["job"] for f in paths.events.glob("*.jsonl") for line in f.read_bytes().splitlines()
+                    if (e := orjson.loads(line))["event"] == "run_started"]
 
-        wait_until(lambda: bool(claimed()), 30, "a job to run")
-        running = claimed()[0]
+        wait_until(lambda: bool(started()), 30, "a job to run")
+        running = started()[0]
         cli("cancel", str(paths.root), running)
         wait_until(lambda: len(rows(paths)) == 1, 30, "the cancelled row")
         row = rows(paths)[0]

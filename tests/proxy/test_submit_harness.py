@@ -8,13 +8,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from orchestrator.batches import queued_tickets
 from orchestrator.cli import cli
 from orchestrator.paths import SpoolPaths
 from orchestrator.spool import init_run
 
 
 def queued_instances(paths: SpoolPaths) -> list[dict]:
-    return [json.loads(p.read_text())["job"]["instance"] for p in sorted(paths.root.rglob("queue/init/*")) if p.is_file()]
+    return [ticket.job.instance for ticket in queued_tickets(paths.init_queue)]
 
 
 def test_set_fills_the_harness_settings_of_every_row(tmp_path: Path) -> None:

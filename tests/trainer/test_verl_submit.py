@@ -10,10 +10,10 @@ import pytest
 
 from hpc_rollout.handlers.answer import final_number, score
 from orchestrator import fsops
+from orchestrator.batches import queued_tickets
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.jobs import JobSpec
 from orchestrator.submit import parse_source_handlers, submit_file
-from orchestrator.tickets import Ticket
 from tests.core.util import cli, make_run
 
 GSM8K = [
@@ -33,7 +33,7 @@ def verl_parquet(path: Path) -> Path:
 
 def queued_handlers(run: Path) -> list[str]:
     paths = make_run(run)
-    return sorted(Ticket.decode(fsops.read_bytes(paths.init_queue / n)).job.handler for n in fsops.list_names(paths.init_queue))
+    return sorted(t.job.handler for t in queued_tickets(paths.init_queue))
 
 
 def test_a_gsm8k_parquet_is_refused_with_the_fix_then_mapped_by_option_or_run_toml(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_a_gsm8k_parquet_is_refused_with_the_fix_then_mapped_by_option_or_run_to
     assert "openai/gsm8k" in configured.run_config.read_text()
     report = submit_file(configured, data)
     assert report.jobs == 2 and not report.rejected
-    ticket = Ticket.decode(fsops.read_bytes(configured.init_queue / report.first_job))
+    ticket = queued_tickets(configured.init_queue)[0]
     assert (ticket.job.handler, ticket.job.data_source, ticket.job.instance_id) == ("answer", "openai/gsm8k", "0")
     assert ticket.job.instance["reward_model"]["ground_truth"] == "72"     # the row as it is
 
@@ -59,7 +59,7 @@ def test_handler_option_is_the_fallback_for_unmapped_data_sources(tmp_path: Path
     paths = make_run(tmp_path / "run")
     report = submit_file(paths, verl_parquet(tmp_path / "d.parquet"), handler="answer")
     assert report.jobs == 2 and not report.rejected
-    job: JobSpec = Ticket.decode(fsops.read_bytes(paths.init_queue / report.first_job)).job
+    job: JobSpec = queued_tickets(paths.init_queue)[0].job
     assert job.handler == "answer" and job.data_source == "openai/gsm8k"
 
 

@@ -27,7 +27,6 @@ from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary
 from orchestrator.config import RunConfig
 from orchestrator.context import JobContext, WorkerServices
 from orchestrator.events import EventLog
-from orchestrator.handoffs import HandoffLog
 from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
 from orchestrator.jobs import JobStatus, Stage
 from orchestrator.liveness import base_info, retire, write_heartbeat
@@ -41,7 +40,7 @@ from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.shards import Batch, FencedOut, ShardWriter
 from orchestrator.staleness import STALE_KIND, stale_reason
 from orchestrator.tickets import Ticket
-from orchestrator.worker.held_batches import HeldBatches
+from orchestrator.worker.held_batches import BatchClaims
 from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.stages import execute_stage, final_fields
@@ -117,10 +116,7 @@ class Worker:
         # Jobs of claimed batch files waiting for an INIT slot, oldest first (like prepared jobs,
         # in memory: the batch file in the claim directory stands for them until each resolves).
         self.waiting_init: dict[str, Ticket] = {}
-        self.held = HeldBatches()
-        self.handoffs = HandoffLog(self.box.dir)
-        self.own_ticket_files: set[str] = set()   # jobs of held batches with their own file here too
-        self.singles_dropped_through = 0           # dropped_through as the single tickets alone allow
+        self.batches = BatchClaims(self.box, self.shards)
         self._tickets_in_flight: dict[str, Ticket] = {}
         self.handlers: dict[str, AgentHandler] = {}
         self.prepared_seen = 0
@@ -149,6 +145,7 @@ class Worker:
         self.events.emit("-", "worker_started", {"node": self.node, "pid": os.getpid(), "stages": sorted(s.value for s in self.options.stages)})
         log.info("worker %s on %s: pools %s", self.worker_id, self.node, {s.value: self.options.pool_size(s) for s in Stage})
         self._sweep_sandboxes()
+        self.cancels.refresh()   # a job cancelled before this worker started never starts here
         background = [
             self._background("heartbeat", self.config.leases.heartbeat_s, self._heartbeat_checked),
             self._background("recovery", max(self.config.leases.lease_s / 3, 0.1), self._recover),
@@ -185,8 +182,7 @@ class Worker:
             await self._commit_shards()
             if not self.shards.pending:
                 self.shards.close()   # readers stop probing this writer
-            if not self.held.names():
-                self.handoffs.remove()   # nothing of a batch left to account for
+            self.batches.close(stopped_cleanly=True)
             leftovers = await self._in_spool_io(
                 release_own_claims, self.paths, self.worker_id, self.config.jobs.max_attempts, self.events.emit)
             self.counters["requeued"] += leftovers
@@ -195,7 +191,7 @@ class Worker:
         else:
             self.shards.take()  # rows of claims other workers now hold: never committed
             self.state = "fenced"
-        self.handoffs.close()
+        self.batches.close(stopped_cleanly=False)
         retire(self.paths, self.worker_id)
         if self.metrics is not None:
             self.metrics.remove()
@@ -302,10 +298,9 @@ class Worker:
             return
         by_batch: dict[str, list[Ticket]] = {}
         for ticket in waiting.values():
-            by_batch.setdefault(self.held.batch_of(ticket.name) or "", []).append(ticket)
+            by_batch.setdefault(self.batches.held.batch_of(ticket.name) or "", []).append(ticket)
         for name, tickets in by_batch.items():
-            if name and not self.held.started(name) and self.box.release(name, self.paths.init_queue):
-                self.held.forget(name)
+            if name and self.batches.give_back_whole(name, self.paths.init_queue):
                 continue
             for ticket in tickets:
                 self._move_out(ticket, self.paths.init_queue)
@@ -314,39 +309,18 @@ class Worker:
         """Save the ticket and hand it to `queue` (ClaimBox.advance). A job of a held batch leaves
         as its own ticket: written here first, recorded in the hand-off log, then renamed, so
         that recovery finds it exactly once whatever moment a crash comes (orchestrator/handoffs.py)."""
-        if self.held.batch_of(ticket.name) is None:
+        if self.batches.holds(ticket.name):
+            self.batches.leave(ticket, queue)
+        else:
             self.box.advance(ticket, queue)
-            return
-        self.box.save(ticket)
-        self.own_ticket_files.add(ticket.name)
-        self.handoffs.record(ticket.name)
-        fsops.replace(self.box.dir / ticket.name, queue / ticket.name)
-        self.own_ticket_files.discard(ticket.name)
-        self._resolve_batch_job(ticket.name, None)
-
-    def _resolve_batch_job(self, job_id: str, shard_seq: int | None) -> None:
-        """One job of a held batch is done with (row in shard `shard_seq`, or handed off): the
-        batch file goes with its last job."""
-        emptied = self.held.resolve(job_id, shard_seq)
-        if emptied is not None:
-            self.box.drop(emptied)
-            self._publish_dropped_through()
-
-    def _publish_dropped_through(self) -> None:
-        """What recovery may skip: shards all of whose claims are gone from the claim directory
-        (single tickets dropped, no batch with a row in them still held)."""
-        blocked = self.held.blocked_from()
-        limit = self.singles_dropped_through if blocked is None else min(self.singles_dropped_through, blocked - 1)
-        self.shards.dropped_through = max(self.shards.dropped_through, limit)
 
     def _take_batch(self, name: str) -> bool:
         """A batch file just claimed here: its jobs wait in memory for INIT slots. False when corrupt
         (quarantined, never deleted)."""
-        tickets = self.box.load_batch(name)
+        tickets = self.batches.take(name)
         if tickets is None:
             self.events.emit("-", "batch_quarantined", {"batch": name})
             return False
-        self.held.hold(name, [ticket.name for ticket in tickets])
         for ticket in tickets:
             self.waiting_init[ticket.name] = ticket
         self.wake[Stage.INIT].set()
@@ -355,7 +329,7 @@ class Worker:
     def _start_waiting(self, holds_slot: bool, name: str | None = None) -> None:
         name = name or next(iter(self.waiting_init))
         ticket = self.waiting_init.pop(name)
-        self.held.mark_started(name)
+        self.batches.held.mark_started(name)
         self._start(Stage.INIT, name, holds_slot=holds_slot, ticket=ticket)
 
     async def _close_quietly(self, ticket: Ticket) -> None:
@@ -544,6 +518,8 @@ class Worker:
         queues = [(s, self._queue_of(s)) for s in Stage if s in self.options.stages]
         for stage, queue in queues:
             for name in fsops.list_names(queue):
+                if is_batch(name) and self.stopping.is_set():
+                    continue   # its other jobs would only go back: leave it to a worker that stays
                 if self.cancels.matches_name(name) and fsops.rename(queue / name, self.box.dir / name):
                     if is_batch(name):   # its jobs wait here; the cancelled ones end at once (below)
                         self._take_batch(name)
@@ -614,18 +590,7 @@ class Worker:
 
     def _write_batch(self, batch: Batch, remove_workspaces_of: list[str]) -> None:
         self.shards.write(batch, staging=self.box.dir)
-        seq = self.shards.last_seq
-        for name in batch.tickets:
-            if self.held.batch_of(name) is None:
-                self.box.drop(name)
-                continue
-            if name in self.own_ticket_files:   # saved before EVAL: its own file goes too
-                self.box.drop(name)
-                self.own_ticket_files.discard(name)
-            self._resolve_batch_job(name, seq)
-        if self.singles_dropped_through == seq - 1:   # no earlier shard left tickets behind
-            self.singles_dropped_through = seq
-        self._publish_dropped_through()
+        self.batches.committed(batch.tickets, self.shards.last_seq)
         for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
             for workspace in removable_workspaces(self.paths.job_dir(name)):
                 shutil.rmtree(workspace, ignore_errors=True)
@@ -637,23 +602,18 @@ class Worker:
             return
         held = set(await self._in_spool_io(self.box.names))
         strays = held - set(self.running) - set(self.prepared) - set(self.shards.tickets) - set(self.committing) \
-            - self.held.names()
+            - self.batches.held.names()
         for name in strays & self.stray_claims:
             self._requeue_claim(name, "claim held by no task of its worker")
         self.stray_claims = strays - self.stray_claims
 
     def _requeue_claim(self, name: str, reason: str) -> None:
-        if self.held.batch_of(name) is not None:   # a job of a held batch: it leaves as its own ticket
+        if self.batches.holds(name):   # a job of a held batch: it leaves as its own ticket
             ticket = self._tickets_in_flight.get(name) or self.waiting_init.pop(name, None)
             if ticket is None:
-                log.error("job %s of batch %s: no ticket to requeue; recovery will return it", name, self.held.batch_of(name))
+                log.error("job %s of a held batch: no ticket to requeue; recovery will return it", name)
                 return
-            if name not in self.own_ticket_files:
-                self.box.save(ticket)
-                self.own_ticket_files.add(name)
-            self.handoffs.record(name)
-            self.own_ticket_files.discard(name)
-            self._resolve_batch_job(name, None)
+            self.batches.leave_by_requeue(ticket)
         try:
             moved = requeue_claim(self.paths, self.box.dir / name, f"{reason} (worker {self.worker_id})",
                                   self.config.jobs.max_attempts, self.events.emit)
@@ -756,8 +716,7 @@ class Worker:
         if stage is Stage.EVAL:
             try:
                 self.box.save(ticket)
-                if self.held.batch_of(ticket.name) is not None:
-                    self.own_ticket_files.add(ticket.name)
+                self.batches.saved(ticket.name)
             except BaseException:  # a full spool, say: the slot must not leak with the error
                 self.slots[stage].release()
                 raise

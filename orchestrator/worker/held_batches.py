@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator import fsops
+from orchestrator.claims import ClaimBox
+from orchestrator.handoffs import HandoffLog
+from orchestrator.shards import ShardWriter
+from orchestrator.tickets import Ticket
 
 
 @dataclass
@@ -77,3 +84,93 @@ class HeldBatches:
         with self._lock:
             seqs = [b.first_shard for b in self._open.values() if b.first_shard is not None]
         return min(seqs) if seqs else None
+
+
+class BatchClaims:
+    """The batch files in one worker's claim directory and the moves of their jobs.
+
+    A job of a held batch has no file of its own until it needs one: it leaves the claim
+    directory (a hand-off to a queue, a give-back, a requeue) as its own ticket, written here,
+    recorded in the hand-off log, then renamed (orchestrator/handoffs.py); its row committed
+    resolves it too. The batch file is unlinked with its last job.
+    """
+
+    def __init__(self, box: ClaimBox, shards: ShardWriter) -> None:
+        self.box = box
+        self.shards = shards
+        self.held = HeldBatches()
+        self.handoffs = HandoffLog(box.dir)
+        self.own_files: set[str] = set()      # jobs of held batches that have their own ticket file here
+        self.singles_dropped_through = 0      # dropped_through as the single tickets alone allow
+
+    def take(self, name: str) -> list[Ticket] | None:
+        """Read a batch file just claimed and hold it; None when corrupt (quarantined by the box)."""
+        tickets = self.box.load_batch(name)
+        if tickets is not None:
+            self.held.hold(name, [ticket.name for ticket in tickets])
+        return tickets
+
+    def holds(self, job_id: str) -> bool:
+        return self.held.batch_of(job_id) is not None
+
+    def saved(self, job_id: str) -> None:
+        """The job's ticket was saved in the claim directory (before EVAL): it goes at commit."""
+        if self.holds(job_id):
+            self.own_files.add(job_id)
+
+    def leave(self, ticket: Ticket, queue: Path) -> None:
+        """Save the job as its own ticket, record the hand-off, then rename it into `queue`."""
+        self.box.save(ticket)
+        self.own_files.add(ticket.name)
+        self.handoffs.record(ticket.name)
+        fsops.replace(self.box.dir / ticket.name, queue / ticket.name)
+        self.own_files.discard(ticket.name)
+        self.resolve(ticket.name, None)
+
+    def leave_by_requeue(self, ticket: Ticket) -> None:
+        """Before recovery.requeue_claim moves the job out: its own ticket here, the hand-off recorded."""
+        if ticket.name not in self.own_files:
+            self.box.save(ticket)
+        self.handoffs.record(ticket.name)
+        self.own_files.discard(ticket.name)
+        self.resolve(ticket.name, None)
+
+    def give_back_whole(self, name: str, queue: Path) -> bool:
+        """A batch none of whose jobs started goes back unchanged, one rename; False otherwise."""
+        if self.held.started(name) or not self.box.release(name, queue):
+            return False
+        self.held.forget(name)
+        return True
+
+    def resolve(self, job_id: str, shard_seq: int | None) -> None:
+        """One job of a held batch is done with (row in shard `shard_seq`, or handed off)."""
+        emptied = self.held.resolve(job_id, shard_seq)
+        if emptied is not None:
+            self.box.drop(emptied)
+            self.publish_dropped_through()
+
+    def committed(self, job_ids: list[str], shard_seq: int) -> None:
+        """The rows of `job_ids` are durable in shard `shard_seq`: drop their claims."""
+        for job_id in job_ids:
+            if not self.holds(job_id):
+                self.box.drop(job_id)
+                continue
+            if job_id in self.own_files:
+                self.box.drop(job_id)
+                self.own_files.discard(job_id)
+            self.resolve(job_id, shard_seq)
+        if self.singles_dropped_through == shard_seq - 1:   # no earlier shard left tickets behind
+            self.singles_dropped_through = shard_seq
+        self.publish_dropped_through()
+
+    def publish_dropped_through(self) -> None:
+        """What recovery may skip (the heartbeat publishes it): shards all of whose claims are gone
+        from the claim directory, i.e. single tickets dropped and no held batch with a row in them."""
+        blocked = self.held.blocked_from()
+        limit = self.singles_dropped_through if blocked is None else min(self.singles_dropped_through, blocked - 1)
+        self.shards.dropped_through = max(self.shards.dropped_through, limit)
+
+    def close(self, stopped_cleanly: bool) -> None:
+        if stopped_cleanly and not self.held.names():
+            self.handoffs.remove()   # nothing of a batch left to account for
+        self.handoffs.close()

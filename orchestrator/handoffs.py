@@ -45,7 +45,11 @@ class HandoffLog:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             fsops.count("create")
-        os.write(self._fd, _line(job_id))
+        # A leading newline ends any line a failed append (a full disk) left half-written, so
+        # this record is read whole whatever came before it.
+        data = b"\n" + _line(job_id)
+        if os.write(self._fd, data) != len(data):
+            raise OSError(f"short write to {self.path}")
         os.fdatasync(self._fd)
         fsops.count("fsync")
 

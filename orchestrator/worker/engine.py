@@ -601,19 +601,25 @@ class Worker:
         if self.lease_lost or self.stopping.is_set():
             return
         held = set(await self._in_spool_io(self.box.names))
-        strays = held - set(self.running) - set(self.prepared) - set(self.shards.tickets) - set(self.committing) \
-            - self.batches.held.names()
+        carried = set(self.running) | set(self.prepared) | set(self.waiting_init) | set(self.shards.tickets) \
+            | set(self.committing)
+        in_batches = self.batches.held.unresolved_jobs()   # their own files too: they leave the batch's way
+        strays = (held - carried - self.batches.held.names() - in_batches) | (in_batches - carried)
         for name in strays & self.stray_claims:
             self._requeue_claim(name, "claim held by no task of its worker")
         self.stray_claims = strays - self.stray_claims
 
     def _requeue_claim(self, name: str, reason: str) -> None:
         if self.batches.holds(name):   # a job of a held batch: it leaves as its own ticket
-            ticket = self._tickets_in_flight.get(name) or self.waiting_init.pop(name, None)
-            if ticket is None:
-                log.error("job %s of a held batch: no ticket to requeue; recovery will return it", name)
+            ticket = self._tickets_in_flight.get(name) or self.waiting_init.pop(name, None) \
+                or self.batches.held.ticket(name)
+            try:
+                if ticket is None:
+                    raise FileNotFoundError(f"no ticket of job {name} in memory")
+                self.batches.leave_by_requeue(ticket)
+            except OSError as exc:   # a full spool, say: the batch still holds it, the audit retries
+                log.error("job %s: could not requeue it out of its batch (%s); the claim audit will try again", name, exc)
                 return
-            self.batches.leave_by_requeue(ticket)
         try:
             moved = requeue_claim(self.paths, self.box.dir / name, f"{reason} (worker {self.worker_id})",
                                   self.config.jobs.max_attempts, self.events.emit)

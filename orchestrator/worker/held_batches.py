@@ -30,13 +30,22 @@ class OpenBatch:
 class HeldBatches:
     _open: dict[str, OpenBatch] = field(default_factory=dict)
     _batch_of: dict[str, str] = field(default_factory=dict)
+    _tickets: dict[str, Ticket] = field(default_factory=dict)   # of the unresolved jobs, as last carried
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def hold(self, name: str, job_ids: list[str]) -> None:
+    def hold(self, name: str, tickets: list[Ticket]) -> None:
         with self._lock:
-            self._open[name] = OpenBatch(name, set(job_ids))
-            for job_id in job_ids:
-                self._batch_of[job_id] = name
+            self._open[name] = OpenBatch(name, {ticket.name for ticket in tickets})
+            for ticket in tickets:
+                self._batch_of[ticket.name] = name
+                self._tickets[ticket.name] = ticket
+
+    def ticket(self, job_id: str) -> Ticket | None:
+        return self._tickets.get(job_id)
+
+    def unresolved_jobs(self) -> set[str]:
+        with self._lock:
+            return set(self._tickets)
 
     def batch_of(self, job_id: str) -> str | None:
         return self._batch_of.get(job_id)
@@ -60,6 +69,7 @@ class HeldBatches:
         name of its batch when that was its last unresolved job (the caller unlinks the file)."""
         with self._lock:
             name = self._batch_of.pop(job_id, None)
+            self._tickets.pop(job_id, None)
             batch = self._open.get(name) if name is not None else None
             if batch is None:
                 return None
@@ -77,6 +87,7 @@ class HeldBatches:
             batch = self._open.pop(name, None)
             for job_id in batch.unresolved if batch else ():
                 self._batch_of.pop(job_id, None)
+                self._tickets.pop(job_id, None)
 
     def blocked_from(self) -> int | None:
         """The first shard holding a row of a batch still claimed: recovery must read from it on
@@ -107,7 +118,7 @@ class BatchClaims:
         """Read a batch file just claimed and hold it; None when corrupt (quarantined by the box)."""
         tickets = self.box.load_batch(name)
         if tickets is not None:
-            self.held.hold(name, [ticket.name for ticket in tickets])
+            self.held.hold(name, tickets)
         return tickets
 
     def holds(self, job_id: str) -> bool:

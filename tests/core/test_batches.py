@@ -12,7 +12,7 @@ import pytest
 from orchestrator.batches import (batch_name, count_jobs, decode_batch, encode_batch, jobs_in, may_hold_job,
                                   may_hold_task, parse_batch_name)
 from orchestrator.cancel import CancelWatch, request_cancel
-from orchestrator.handoffs import HandoffLog
+from orchestrator.handoffs import HandoffLog, read_handoffs
 from orchestrator.inspect_job import inspect_job
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.recovery import release_own_claims
@@ -188,3 +188,15 @@ def test_a_corrupt_batch_is_quarantined_and_the_other_batches_run(tmp_path: Path
     quarantined = [p.name for p in paths.quarantine.iterdir()]
     assert any(n.startswith(corrupt) and not n.endswith(".reason") for n in quarantined)
     assert any(n.endswith(".reason") for n in quarantined)
+
+
+def test_the_handoff_log_skips_torn_and_damaged_lines(tmp_path: Path) -> None:
+    log = HandoffLog(tmp_path)
+    log.record("job-a")
+    with open(tmp_path / ".handoffs", "ab") as handle:   # an append a full disk cut short
+        handle.write(b"handoff job-torn 1234")
+    log.record("job-b")
+    with open(tmp_path / ".handoffs", "ab") as handle:
+        handle.write(b"\nhandoff job-c 00000000\n")         # a checksum that does not match
+    log.close()
+    assert read_handoffs(tmp_path) == {"job-a", "job-b"}

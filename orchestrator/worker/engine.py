@@ -303,7 +303,10 @@ class Worker:
             if name and self.batches.give_back_whole(name, self.paths.init_queue):
                 continue
             for ticket in tickets:
-                self._move_out(ticket, self.paths.init_queue)
+                try:
+                    self._move_out(ticket, self.paths.init_queue)
+                except OSError as exc:   # a full spool: the batch file still holds it, returned at the end
+                    log.warning("job %s: could not give it back (%s); its batch goes back with the claims", ticket.name, exc)
 
     def _move_out(self, ticket: Ticket, queue: Any) -> None:
         """Save the ticket and hand it to `queue` (ClaimBox.advance). A job of a held batch leaves

@@ -136,6 +136,32 @@ def test_sigkill_of_a_worker_holding_a_partly_committed_batch_ends_every_job_onc
     assert not list(paths.quarantine.iterdir())
 
 
+def test_sigkill_after_jobs_of_a_batch_were_handed_off_to_the_eval_queue(tmp_path: Path) -> None:
+    # The victim has no EVAL: every job of its batch leaves as its own ticket through the
+    # hand-off log. Killed with some handed off (and evaluated elsewhere) and some still running.
+    paths = make_run(tmp_path / "run")
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.05] * 4 + [3.0] * 4)))
+    victim = start_worker(paths, "--stages", "init,run", "--init-pool", "8", "--run-pool", "8")
+    evaluator = start_worker(paths, "--stages", "eval")
+    steady = None
+    try:
+        wait_until(lambda: len(rows(paths)) >= 3 and held_batches(paths, victim), 120, "hand-offs of a batch still held")
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        steady = start_worker(paths, "--stages", "init,run")
+        wait_drained(paths, timeout=120)
+    finally:
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+        assert stop_worker(evaluator) == 0
+        assert steady is None or stop_worker(steady) == 0
+    got = assert_exactly_once(paths, 8)
+    assert {r["status"] for r in got} == {"ok"}
+    attempts = Counter(r["attempt"] for r in got)
+    assert attempts[1] >= 3 and attempts[2] >= 1, attempts   # handed off before the kill: never again
+
+
 def test_a_clean_stop_mid_batch_gives_unstarted_jobs_back_unchanged(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.5] * 8)))

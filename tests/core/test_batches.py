@@ -19,7 +19,7 @@ from orchestrator.recovery import release_own_claims
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_file
 from orchestrator.tickets import CorruptTicket, Ticket
-from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 SUB = "20261123T035425123-ab12"
 
@@ -73,6 +73,10 @@ def test_submit_queues_batches_status_counts_jobs_and_inspect_finds_a_batched_jo
     found = inspect_job(paths, middle)
     assert found["where"] == f"queue/init/{names[1]} (a batch of 8 jobs)"
     assert found["instance"] == {"i": 2} and found["stage"] == "init" and found["attempt"] == 1
+    shown = cli("inspect", str(paths.root), middle).stdout
+    assert f"queue/init/{names[1]} (a batch of 8 jobs)" in shown
+    said = cli("submit", str(paths.root), str(tmp_path / "t.jsonl"), "--samples", "2").stdout
+    assert "= 10 job(s)" in said and "in 2 queue/init entries of up to 8 jobs (jobs.batch_size)" in said
 
 
 def test_a_dead_workers_batch_returns_each_unresolved_job_once(tmp_path: Path) -> None:

@@ -114,26 +114,31 @@ def assert_exactly_once(paths, jobs: int) -> list[dict]:
     return got
 
 
-def test_sigkill_of_a_worker_holding_a_partly_committed_batch_ends_every_job_once(tmp_path: Path) -> None:
-    # One batch of 8: four quick jobs commit (one row per shard), four slow ones are in flight.
-    # EVAL has one slot, so some quick jobs leave through the eval queue (a hand-off).
-    paths = make_run(tmp_path / "run", **{"shards.max_rows": 1})
-    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.05] * 4 + [3.0] * 4, eval_s=0.2)))
-    victim = start_worker(paths, "--init-pool", "8", "--run-pool", "8", "--eval-pool", "1")
+def kill_mid_batch_then_drain(paths, victim, *steady_args: str) -> None:
+    """SIGKILL `victim` once 3 to 7 of the 8 jobs have rows and it still holds their batch; then a
+    worker started with `steady_args` drains the run (recovery returns the batch's other jobs)."""
     steady = None
     try:
         wait_until(lambda: len(rows(paths)) >= 3 and held_batches(paths, victim), 120, "rows of a batch still held")
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
-        committed = len(rows(paths))
-        assert 3 <= committed < 8
-        steady = start_worker(paths, "--run-pool", "8")
+        assert 3 <= len(rows(paths)) < 8
+        steady = start_worker(paths, *steady_args)
         wait_drained(paths, timeout=120)
     finally:
         if victim.poll() is None:
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
         assert steady is None or stop_worker(steady) == 0
+
+
+def test_sigkill_of_a_worker_holding_a_partly_committed_batch_ends_every_job_once(tmp_path: Path) -> None:
+    # One batch of 8: four quick jobs commit (one row per shard), four slow ones are in flight.
+    # EVAL has one slot, so some quick jobs leave through the eval queue (a hand-off).
+    paths = make_run(tmp_path / "run", **{"shards.max_rows": 1})
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.05] * 4 + [3.0] * 4, eval_s=0.2)))
+    kill_mid_batch_then_drain(paths, start_worker(paths, "--init-pool", "8", "--run-pool", "8", "--eval-pool", "1"),
+                              "--run-pool", "8")
     got = assert_exactly_once(paths, 8)
     assert {r["status"] for r in got} == {"ok"}
     assert max(r["attempt"] for r in got) == 2   # the slow ones were lost once
@@ -145,21 +150,12 @@ def test_sigkill_after_jobs_of_a_batch_were_handed_off_to_the_eval_queue(tmp_pat
     # hand-off log. Killed with some handed off (and evaluated elsewhere) and some still running.
     paths = make_run(tmp_path / "run")
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.05] * 4 + [3.0] * 4)))
-    victim = start_worker(paths, "--stages", "init,run", "--init-pool", "8", "--run-pool", "8")
     evaluator = start_worker(paths, "--stages", "eval")
-    steady = None
     try:
-        wait_until(lambda: len(rows(paths)) >= 3 and held_batches(paths, victim), 120, "hand-offs of a batch still held")
-        os.killpg(victim.pid, signal.SIGKILL)
-        victim.wait()
-        steady = start_worker(paths, "--stages", "init,run")
-        wait_drained(paths, timeout=120)
+        kill_mid_batch_then_drain(paths, start_worker(paths, "--stages", "init,run", "--init-pool", "8", "--run-pool", "8"),
+                                  "--stages", "init,run")
     finally:
-        if victim.poll() is None:
-            os.killpg(victim.pid, signal.SIGKILL)
-            victim.wait()
         assert stop_worker(evaluator) == 0
-        assert steady is None or stop_worker(steady) == 0
     got = assert_exactly_once(paths, 8)
     assert {r["status"] for r in got} == {"ok"}
     attempts = Counter(r["attempt"] for r in got)

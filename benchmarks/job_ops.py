@@ -13,7 +13,9 @@ worker process with its pools (INIT 4, RUN 8, EVAL 8, at most 4 prepared, 12 san
 fsops charges every operation to the duty that made it (orchestrator/fsops.py, `duty`):
 
 - per job: submit (this process), claim (won claims, their lost races and listings), job (the
-  stage steps: ticket reads, saves, hand-offs) and commit (shards, ticket unlinks);
+  stage steps: ticket reads, saves, hand-offs) and commit (shards, ticket unlinks); the data
+  flushes of journal appends (a RUN output kept for this worker's own EVAL) are reported
+  apart as `job_data_flushes_per_job`: they reach the data servers, not the metadata server;
 - per second of a worker: idle polls (claims that found nothing) and backpressure (the run
   queue listed while INIT waits for room); they depend on wall time, not on the job count;
 - periodic duties (heartbeat, recovery, cancel and stop polls, claim audit) are reported but
@@ -110,6 +112,7 @@ def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WOR
     for duty in PER_JOB_DUTIES:
         figures[f"{duty}_per_job"] = charged(by_duty, duty) / jobs
     figures["per_job"] = sum(figures[f"{d}_per_job"] for d in PER_JOB_DUTIES)
+    figures["job_data_flushes_per_job"] = by_duty[f"{fsops.JOB_DUTY}:data"] / jobs
     for duty in PER_SECOND_DUTIES + PERIODIC_DUTIES:
         figures[f"{duty}_per_s"] = charged(by_duty, duty) / seconds
     figures["per_worker_second"] = sum(figures[f"{d}_per_s"] for d in PER_SECOND_DUTIES)

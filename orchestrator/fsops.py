@@ -31,6 +31,10 @@ LISTED: Counter[str] = Counter()
 # the scale model (benchmarks/scale.py) charges per-job work per job and periodic duties per
 # second, without counting anything twice. Listed names are charged as "<duty>:names".
 BY_DUTY: Counter[str] = Counter()
+# Data flushes of files already open (journal appends): they go to the data servers (Lustre
+# OSTs, GPFS NSDs), not to the metadata server, so they are counted apart from OPS and charged
+# as "<duty>:data" (the scale model's sums leave them out).
+DATA: Counter[str] = Counter()
 JOB_DUTY = "job"
 _duty: contextvars.ContextVar[str] = contextvars.ContextVar("fsops_duty", default=JOB_DUTY)
 
@@ -138,6 +142,26 @@ def sync_file(fd: int) -> None:
     count("fsync")
 
 
+def append_flushed(fd: int, data: bytes) -> None:
+    """Append `data` to an open file and flush its data (fdatasync): no metadata operation.
+
+    A write that fails part-way is cut back off (ftruncate), so the file never keeps a torn
+    record that a later append would glue itself to.
+    """
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fdatasync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+        raise
+    DATA["fdatasync"] += 1
+    BY_DUTY[f"{_duty.get()}:data"] += 1
+
+
 def sync_dir(directory: Path) -> None:
     """Flush a directory, so that names created or renamed into it survive a crash."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -216,12 +240,17 @@ def _unlink_quietly(path: Path) -> None:
 
 def list_names(directory: Path) -> list[str]:
     """Visible entries of `directory` (names starting with '.' are in-flight temporaries)."""
+    return [name for name in list_all_names(directory) if not name.startswith(".")]
+
+
+def list_all_names(directory: Path) -> list[str]:
+    """Every entry of `directory`, hidden ones included (one listing); [] when it is gone."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         names = []
     listed(len(names))
-    return [name for name in names if not name.startswith(".")]
+    return names
 
 
 def has_entries(directory: Path) -> bool:

@@ -14,6 +14,7 @@ from orchestrator.events import events_of
 from orchestrator.paths import SpoolPaths, safe_name
 from orchestrator.quarantine import READ_ERRORS, readable_shard, warn_skipped
 from orchestrator.shards import shard_names
+from orchestrator.journal import read as read_journal, resume_journaled
 from orchestrator.tickets import CorruptTicket, Ticket
 
 
@@ -98,12 +99,16 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
             ticket = Ticket.decode(location.read_bytes())
         except (CorruptTicket, OSError) as exc:
             report["ticket_error"] = str(exc)
+        if ticket is not None and location.parent.parent == paths.active:   # claimed: its worker's
+            report["journaled"] = resume_journaled(ticket, read_journal(location.parent).get(job_id))  # journal may say more
     elif (in_batch := locate_in_batch(paths, job_id)) is not None:
         report["where"] = f"{in_batch[0].relative_to(paths.root)} (a batch of {jobs_in(in_batch[0].name)} jobs)"
         if isinstance(in_batch[1], CorruptTicket):
             report["ticket_error"] = str(in_batch[1])
         else:
             ticket = in_batch[1]
+            if in_batch[0].parent.parent == paths.active:   # claimed: its worker's journal may say more
+                report["journaled"] = resume_journaled(ticket, read_journal(in_batch[0].parent).get(job_id))
     if row is _LOOK_UP:
         row = find_row(paths, job_id)
     if events is _LOOK_UP:

@@ -9,7 +9,6 @@ are recognised by job id, so no job ends twice.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from orchestrator.cluster import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.handler import StageError
 from orchestrator.handoffs import read_handoffs
 from orchestrator.jobs import Stage
+from orchestrator.journal import JournalEntry, read as read_journal, resume_journaled
 from orchestrator.liveness import is_alive, read_workers, retire
 from orchestrator.paths import SpoolPaths
 from orchestrator.shardlog import WriterDirectory, writers_of_worker
@@ -120,9 +120,12 @@ def release_own_claims(paths: SpoolPaths, me: str, max_attempts: int, emit: Emit
         return _reap_worker(paths, me, me, max_attempts, emit)
 
 
-def requeue_claim(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit) -> int:
-    """A claim its worker could not carry on (an error in the engine): back to its queue, attempt + 1."""
-    return _requeue_file(paths, path, reason, max_attempts, emit)
+def requeue_claim(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit,
+                  journal: dict[str, JournalEntry] | None = None) -> int:
+    """A claim its worker could not carry on (an error in the engine): back to its queue, attempt + 1.
+
+    `journal`: the worker's journal entries (progress not saved in the claim file)."""
+    return _requeue_file(paths, path, reason, max_attempts, emit, journal=journal)
 
 
 def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, lease_s: float,
@@ -213,8 +216,12 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     done = committed_job_ids(paths, dead, progress if isinstance(progress, dict) else None)
     reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
         else f"left behind by worker {dead} when it stopped"
+    entries = fsops.list_all_names(reap_dir)
+    # What the claims did since they were saved (a RUN output before EVAL): read before any
+    # claim is requeued. A record the fenced worker appends later is simply not seen.
+    journal = read_journal(reap_dir, entries)
     moved = 0
-    names = fsops.list_names(reap_dir)
+    names = [name for name in entries if not name.startswith(".")]
     batches = [name for name in names if is_batch(name)]
     if batches:
         names = _expand_batches(paths, reap_dir, batches, set(names) - set(batches), done, reason)
@@ -223,9 +230,10 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
         if name in done:  # its row is committed; only the unlink was lost
             fsops.unlink(path)
             continue
-        moved += _requeue_file(paths, path, reason, max_attempts, emit)
-    for name in _hidden_entries(reap_dir):  # a shard the fenced worker was writing: never committed
-        fsops.unlink(reap_dir / name)
+        moved += _requeue_file(paths, path, reason, max_attempts, emit, journal=journal)
+    for name in entries:  # the journal; a shard the fenced worker was writing: never committed
+        if name.startswith("."):
+            fsops.unlink(reap_dir / name)
     try:
         reap_dir.rmdir()
     except OSError:
@@ -263,14 +271,17 @@ def _expand_batches(paths: SpoolPaths, reap_dir: Path, batches: list[str], singl
 
 
 def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit,
-                  name: str | None = None) -> int:
-    """Requeue the ticket held in `path` (a file only this process can see); 1 if requeued."""
+                  name: str | None = None, journal: dict[str, JournalEntry] | None = None) -> int:
+    """Requeue the ticket held in `path` (a file only this process can see); 1 if requeued.
+
+    A `journal` entry of the same attempt counts as if the ticket had been saved with it."""
     name = name or path.name
     try:
         ticket = Ticket.decode(fsops.read_bytes(path), name)
     except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0
+    resume_journaled(ticket, (journal or {}).get(name))
     queue = _requeue(paths, ticket, reason, max_attempts, emit)
     fsops.sync_dir(queue)  # the requeued copy is durable before the old one goes: never neither
     fsops.unlink(path)
@@ -310,9 +321,4 @@ def _rescue_orphaned_run_queues(
 
 
 def _hidden_entries(directory: Path) -> list[str]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        names = []
-    fsops.listed(len(names))
-    return [n for n in names if n.startswith(".")]
+    return [n for n in fsops.list_all_names(directory) if n.startswith(".")]

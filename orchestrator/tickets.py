@@ -97,9 +97,16 @@ class Ticket:
         if self.error is None:
             self.error = error_record
 
-    def encode(self) -> bytes:
-        return orjson.dumps({
-            "job": self.job.to_json(),
+    def resume(self, progress: dict[str, Any]) -> None:
+        """Take over the progress a worker journaled for this attempt (its RUN output before
+        EVAL, orchestrator/journal.py), exactly as if the ticket had been saved with it."""
+        for name, value in self._progress_fields(progress).items():
+            setattr(self, name, value)
+
+    def progress(self) -> dict[str, Any]:
+        """Everything but the job spec: what a save writes besides the job, and what a
+        journal record carries instead of a save."""
+        return {
             "stage": self.stage.value,
             "attempt": self.attempt,
             "node": self.node,
@@ -110,7 +117,26 @@ class Ticket:
             "error": self.error,
             "enqueued_at": self.enqueued_at,
             "history": self.history,
-        })
+        }
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"job": self.job.to_json(), **self.progress()})
+
+    @staticmethod
+    def _progress_fields(raw: dict[str, Any]) -> dict[str, Any]:
+        """The fields of `progress()`, parsed (KeyError, TypeError or ValueError when malformed)."""
+        return {
+            "stage": Stage(raw["stage"]),
+            "attempt": int(raw["attempt"]),
+            "node": raw.get("node", ""),
+            "state": raw.get("state") or {},
+            "outputs": raw.get("outputs") or {},
+            "timings": raw.get("timings") or {},
+            "status": JobStatus(raw["status"]) if raw.get("status") else None,
+            "error": raw.get("error"),
+            "enqueued_at": float(raw.get("enqueued_at") or 0.0),
+            "history": raw.get("history") or [],
+        }
 
     @classmethod
     def decode(cls, data: bytes, name: str | None = None) -> "Ticket":
@@ -129,19 +155,7 @@ class Ticket:
     def from_json(cls, raw: Any, name: str | None = None) -> "Ticket":
         """A ticket from its decoded JSON (one entry of a batch file, say); checked like decode()."""
         try:
-            ticket = cls(
-                job=JobSpec.from_json(raw["job"]),
-                stage=Stage(raw["stage"]),
-                attempt=int(raw["attempt"]),
-                node=raw.get("node", ""),
-                state=raw.get("state") or {},
-                outputs=raw.get("outputs") or {},
-                timings=raw.get("timings") or {},
-                status=JobStatus(raw["status"]) if raw.get("status") else None,
-                error=raw.get("error"),
-                enqueued_at=float(raw.get("enqueued_at") or 0.0),
-                history=raw.get("history") or [],
-            )
+            ticket = cls(job=JobSpec.from_json(raw["job"]), **cls._progress_fields(raw))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptTicket(f"cannot decode ticket: {exc}") from exc
         job_id = ticket.job.job_id

@@ -29,6 +29,7 @@ from orchestrator.context import JobContext, WorkerServices
 from orchestrator.events import EventLog
 from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
 from orchestrator.jobs import JobStatus, Stage
+from orchestrator.journal import Journal, JournalEntry, RecordKind
 from orchestrator.liveness import base_info, retire, write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
@@ -85,6 +86,8 @@ class Worker:
         # worker's directory for an abandoned one.
         write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})
         self.box = ClaimBox(paths, self.worker_id)
+        # RUN outputs this worker evaluates itself are appended here, not saved in their claims.
+        self.journal = Journal.open(self.box.dir)
         self.run_queue = paths.run_queue(self.node)
         fsops.ensure_dir(self.run_queue)
         self.events = EventLog(paths, self.worker_id)
@@ -178,6 +181,7 @@ class Worker:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
+        self.journal.close()   # what it holds goes with the claims left (recovery reads it)
         if not self.lease_lost:
             await self._commit_shards()
             if not self.shards.pending:
@@ -625,7 +629,7 @@ class Worker:
                 return
         try:
             moved = requeue_claim(self.paths, self.box.dir / name, f"{reason} (worker {self.worker_id})",
-                                  self.config.jobs.max_attempts, self.events.emit)
+                                  self.config.jobs.max_attempts, self.events.emit, self.journal.entries())
         except FileNotFoundError:
             return  # moved on meanwhile
         except OSError as exc:
@@ -716,7 +720,8 @@ class Worker:
 
         Skips a queue round trip (a rename out, a rename back in, a race with other
         workers). INIT -> RUN needs no write at all: should this worker die, recovery sends
-        the job back to INIT either way. RUN -> EVAL saves the RUN output first.
+        the job back to INIT either way. RUN -> EVAL journals the RUN output first (a data
+        append, not a ticket rewrite): a crash during EVAL then resumes at EVAL elsewhere.
         """
         if stage not in self.options.stages or self.stopping.is_set() or self.slots[stage].locked():
             return False
@@ -724,14 +729,20 @@ class Worker:
         ticket.mark_enqueued(stage)
         if stage is Stage.EVAL:
             try:
-                self.box.save(ticket)
-                self.batches.saved(ticket.name)
+                self._journal_run_output(ticket)
             except BaseException:  # a full spool, say: the slot must not leak with the error
                 self.slots[stage].release()
                 raise
-        self.written[ticket.name] = ticket
-        self._start(stage, ticket.name, holds_slot=True)
+        # The claim file still holds the ticket as claimed: the stage gets it from memory.
+        self._start(stage, ticket.name, holds_slot=True, ticket=ticket)
         return True
+
+    def _journal_run_output(self, ticket: Ticket) -> None:
+        """Append what a ticket save would have written; rotate once the journal is large
+        (its obsolete entries are those of jobs no longer claimed: committed, handed on)."""
+        self.journal.append(JournalEntry(RecordKind.RUN_OUTPUT, ticket.name, ticket.attempt, ticket.progress()))
+        if self.journal.due():
+            self.journal.rotate(set(self.box.names()))
 
     def _keeps_prepared(self) -> bool:
         """This worker runs what it prepares (it has RUN slots), so prepared jobs wait in memory."""

@@ -20,8 +20,8 @@ from orchestrator.journal import Journal, JournalEntry, RecordKind
 from orchestrator.recovery import release_own_claims
 from orchestrator.submit import submit_file
 from orchestrator.tickets import Ticket
-from tests.core.util import (make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained,
-                             wait_until, write_jsonl)
+from tests.core.util import (drain_with_a_worker, make_run, rows, serve_in_process, start_worker, stop_worker,
+                             wait_drained, wait_until, write_jsonl)
 
 
 def events(paths, event: str) -> list[dict[str, Any]]:
@@ -136,6 +136,21 @@ def test_a_claim_left_at_a_clean_stop_goes_to_eval_with_its_journaled_run_output
     assert not box.exists(), "the journal goes with the claim directory"
 
 
+def test_a_claim_requeued_after_an_engine_error_keeps_its_journaled_run_output(tmp_path: Path) -> None:
+    """The engine requeues a claim it cannot carry on with its journal's entries in memory."""
+    from orchestrator.recovery import requeue_claim
+
+    paths = make_run(tmp_path / "run")
+    box = paths.claims("w1")
+    box.mkdir(parents=True)
+    (box / "job1").write_bytes(Ticket(spec("job1"), stage=Stage.RUN, node="n1").encode())
+    ran = Ticket(spec("job1"), stage=Stage.EVAL, node="n1", outputs={"init": {}, "run": {"answer": 42}})
+    entries = {"job1": JournalEntry(RecordKind.RUN_OUTPUT, "job1", 1, ran.progress())}
+    assert requeue_claim(paths, box / "job1", "worker error in eval", 3, lambda *a: None, entries) == 1
+    ticket = Ticket.decode((paths.eval_queue / "job1").read_bytes(), "job1")
+    assert ticket.outputs["run"] == {"answer": 42} and ticket.attempt == 2
+
+
 # -- real workers, real signals --------------------------------------------------------------
 
 def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_again(tmp_path: Path) -> None:
@@ -168,11 +183,7 @@ def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_ag
     last = data[: -1].rsplit(b"\n", 1)[-1]
     torn_job = JournalEntry.decode(last).job_id   # type: ignore[union-attr]
     path.write_bytes(data[: len(data) - len(last) // 2])   # the crash tore the last append
-    steady = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=120)
-    finally:
-        assert stop_worker(steady) == 0
+    drain_with_a_worker(paths)
     got = {r["job_id"]: r for r in rows(paths)}
     assert len(rows(paths)) == len(got) == submitted.jobs == 4
     runs = per_job(paths, "run_started")
@@ -194,11 +205,7 @@ def test_a_clean_stop_during_eval_returns_the_job_to_eval_with_its_run_output(tm
               for name in fsops.list_names(paths.eval_queue)}
     assert len(queued) == 2 and all("run_slept_s" in t.outputs["run"] for t in queued.values())
     assert not [p for p in paths.active.iterdir()], "claims or a journal left behind"
-    follower = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=120)
-    finally:
-        assert stop_worker(follower) == 0
+    drain_with_a_worker(paths)
     assert sorted(Counter(r["job_id"] for r in rows(paths)).values()) == [1, 1]
     assert set(per_job(paths, "run_started").values()) == {1}
 

@@ -79,6 +79,15 @@ def wait_drained(paths: SpoolPaths, timeout: float = 120) -> None:
     wait_until(lambda: pending_count(paths) == 0, timeout, "the queues to drain")
 
 
+def drain_with_a_worker(paths: SpoolPaths, *args: str, timeout: float = 120) -> None:
+    """Start a real worker, wait until nothing is pending, stop it; it must exit 0."""
+    worker = start_worker(paths, *args)
+    try:
+        wait_drained(paths, timeout=timeout)
+    finally:
+        assert stop_worker(worker) == 0
+
+
 def serve_in_process(paths: SpoolPaths, timeout: float = 60, **options: Any) -> Any:
     """A worker in this process (so it can use a handler defined by the test) until nothing is pending."""
     import asyncio

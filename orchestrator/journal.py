@@ -150,7 +150,10 @@ class Journal:
 
     @property
     def path(self) -> Path:
-        return self.claim_dir / f"{PREFIX}{self.generation:06d}"
+        return self._file(self.generation)
+
+    def _file(self, generation: int) -> Path:
+        return self.claim_dir / f"{PREFIX}{generation:06d}"
 
     @property
     def size(self) -> int:
@@ -175,29 +178,29 @@ class Journal:
 
     def rotate(self, live_jobs: set[str]) -> None:
         """Carry the entries of `live_jobs` (still claimed) into a new file, drop the old one."""
-        if self._fd is None:
+        old_fd = self._fd
+        if old_fd is None:
             return   # nothing written yet
         keep = {job: entry for job, entry in self._latest.items() if job in live_jobs}
         data = b"".join(entry.encode() for entry in keep.values())
-        old_path, old_fd = self.path, self._fd
-        self.generation += 1
-        fd = self._create(self.path)
+        old_path = self.path
+        new_path = self._file(self.generation + 1)
+        fd = self._create(new_path)
         try:
             if data:
                 fsops.append_flushed(fd, data)
         except BaseException:
             os.close(fd)
-            fsops.unlink(self.path)   # an empty or cut-back file; the old one still holds all
-            self.generation -= 1
+            fsops.unlink(new_path)   # an empty or cut-back file; the old one still holds all
             raise
         # Only once the new file holds the live entries may the old one go (a crash in
         # between leaves both: readers take the later records).
+        self.generation += 1
         self._fd, self._size, self._latest = fd, len(data), keep
         self._limit = max(self.rotate_bytes, 2 * len(data))
         self.rotations += 1
-        if old_fd is not None:
-            os.close(old_fd)
-            fsops.unlink(old_path)
+        os.close(old_fd)
+        fsops.unlink(old_path)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -742,7 +742,10 @@ class Worker:
         (its obsolete entries are those of jobs no longer claimed: committed, handed on)."""
         self.journal.append(JournalEntry(RecordKind.RUN_OUTPUT, ticket.name, ticket.attempt, ticket.progress()))
         if self.journal.due():
-            self.journal.rotate(set(self.box.names()))
+            try:
+                self.journal.rotate(set(self.box.names()))
+            except OSError as exc:   # the record is safe; the journal only grows until the next try
+                log.warning("rotating the journal %s failed: %s", self.journal.path, exc)
 
     def _keeps_prepared(self) -> bool:
         """This worker runs what it prepares (it has RUN slots), so prepared jobs wait in memory."""

@@ -102,6 +102,24 @@ def test_rotation_keeps_live_entries_and_stays_bounded(tmp_path: Path) -> None:
     assert live <= kept and len(kept) < 20
 
 
+def test_a_rotation_that_fails_keeps_the_old_file_whole_and_is_tried_again(tmp_path: Path) -> None:
+    log = Journal.open(tmp_path, rotate_bytes=100)
+    log.append(journal_record("a", outputs={"run": {"x": 1}}))
+    blocker = tmp_path / ".journal-000002"
+    blocker.mkdir()                      # the new file's name is taken: its create fails
+    try:
+        log.rotate({"a"})
+        raise AssertionError("the rotation should have failed")
+    except OSError:
+        pass
+    blocker.rmdir()
+    log.append(journal_record("b"))      # still appended to the first file
+    assert journal.journal_files(os.listdir(tmp_path)) == [".journal-000001"] and set(journal.read(tmp_path)) == {"a", "b"}
+    log.rotate({"b"})
+    assert journal.journal_files(os.listdir(tmp_path)) == [".journal-000002"] and set(journal.read(tmp_path)) == {"b"}
+    log.close()
+
+
 def test_readers_take_every_journal_file_in_order(tmp_path: Path) -> None:
     """A crash between a rotation's create and unlink leaves two files; the later one wins."""
     old, new = tmp_path / ".journal-000009", tmp_path / ".journal-000010"

@@ -102,7 +102,7 @@ def read(claim_dir: Path, names: Iterable[str] | None = None) -> dict[str, Journ
             else:
                 latest[entry.job_id] = entry
         if damaged:
-            log.warning("%s: %d damaged journal record(s) ignored", claim_dir / name, damaged)
+            log.warning("%s: %d damaged (or unknown) journal record(s) ignored", claim_dir / name, damaged)
     return latest
 
 

@@ -148,7 +148,8 @@ class Worker:
         self.events.emit("-", "worker_started", {"node": self.node, "pid": os.getpid(), "stages": sorted(s.value for s in self.options.stages)})
         log.info("worker %s on %s: pools %s", self.worker_id, self.node, {s.value: self.options.pool_size(s) for s in Stage})
         self._sweep_sandboxes()
-        self.cancels.refresh()   # a job cancelled before this worker started never starts here
+        with fsops.duty("cancel_poll"):   # requests made before this worker started hold from its first claim
+            self.cancels.refresh()
         background = [
             self._background("heartbeat", self.config.leases.heartbeat_s, self._heartbeat_checked),
             self._background("recovery", max(self.config.leases.lease_s / 3, 0.1), self._recover),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-
-import orjson
 
 from orchestrator.cancel import request_cancel
 from orchestrator.submit import submit_file
@@ -42,12 +41,12 @@ def test_cancel_running_queued_group_and_all(tmp_path: Path) -> None:
     submit_file(paths, write_jsonl(tmp_path / "c.jsonl", [long_run] * 4))
     worker = start_worker(paths, "--run-pool", "2", "--init-pool", "1", "--max-prepared", "1")
     try:
-        def started() -> list[str]:   # jobs of a claimed batch have no file of their own: ask the events
-            return [e["job"] for f in paths.events.glob("*.jsonl") for line in f.read_bytes().splitlines()
-                    if (e := orjson.loads(line))["event"] == "run_started"]
+        def running_jobs() -> list[str]:   # RUN started: a claimed job may still wait for a RUN slot
+            return [e["job"] for log in paths.events.glob("*.jsonl")
+                    for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "run_started"]
 
-        wait_until(lambda: bool(started()), 30, "a job to run")
-        running = started()[0]
+        wait_until(lambda: bool(running_jobs()), 30, "a job to run")
+        running = running_jobs()[0]
         cli("cancel", str(paths.root), running)
         wait_until(lambda: len(rows(paths)) == 1, 30, "the cancelled row")
         row = rows(paths)[0]
@@ -78,3 +77,21 @@ def test_cancel_cli_needs_a_target(tmp_path: Path) -> None:
     result = cli("cancel", str(paths.root), check=False)
     assert result.returncode != 0 and "--group" in result.stderr
     assert request_cancel(paths, ("a-job",), ("g1",), True, check=False) == ["a-job", "group-g1", "ALL"]
+
+
+def test_a_job_cancelled_before_its_worker_starts_is_not_run(tmp_path: Path) -> None:
+    """A worker knows the cancel requests made before it started from its first claim on
+    (test first: its view of cancel/ was empty until its first poll, 0.5 s in, and a quick job
+    claimed meanwhile ran to an `ok` row)."""
+    paths = make_run(tmp_path / "run")
+    profile = {"init": 0.0, "run": 0.01, "eval": 0.01}
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
+    victim = report.first_job
+    request_cancel(paths, (victim,))
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths, timeout=120)
+    finally:
+        assert stop_worker(worker) == 0
+    status = {r["job_id"]: r["status"] for r in rows(paths)}
+    assert status.pop(victim) == "cancelled" and list(status.values()) == ["ok"]

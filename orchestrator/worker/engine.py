@@ -740,11 +740,14 @@ class Worker:
 
     def _journal_run_output(self, ticket: Ticket) -> None:
         """Append what a ticket save would have written; rotate once the journal is large
-        (its obsolete entries are those of jobs no longer claimed: committed, handed on)."""
+        (its obsolete entries are those of jobs no longer claimed: committed, handed on; a job
+        of a held batch has no claim file of its own, its batch file stands for it)."""
         self.journal.append(JournalEntry(RecordKind.RUN_OUTPUT, ticket.name, ticket.attempt, ticket.progress()))
         if self.journal.due():
+            claimed = set(self.box.names())
+            live = {job for job in self.journal.entries() if job in claimed or self.held.batch_of(job) is not None}
             try:
-                self.journal.rotate(set(self.box.names()))
+                self.journal.rotate(live)
             except OSError as exc:   # the record is safe; the journal only grows until the next try
                 log.warning("rotating the journal %s failed: %s", self.journal.path, exc)
 

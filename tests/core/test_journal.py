@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from orchestrator import fsops, journal
+from orchestrator.batches import queued_tickets
 from orchestrator.inspect_job import inspect_job
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.journal import Journal, JournalEntry, RecordKind
@@ -171,11 +173,12 @@ def test_a_claim_requeued_after_an_engine_error_keeps_its_journaled_run_output(t
 
 # -- real workers, real signals --------------------------------------------------------------
 
-def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_again(tmp_path: Path) -> None:
-    """RUN outputs only in the journal (the claims still say INIT) survive a SIGKILL during
-    EVAL: another worker evaluates them without running RUN again. A record torn by the crash
-    is ignored: that job alone runs again. Exactly one row each."""
-    paths = make_run(tmp_path / "run")
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_again(tmp_path: Path, batch_size: int) -> None:
+    """RUN outputs only in the journal (the claims, single tickets or one batch file, still say
+    INIT) survive a SIGKILL during EVAL: another worker evaluates them without running RUN
+    again. A record torn by the crash is ignored: that job alone runs again. One row each."""
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": batch_size})
     profile = {"init": 0.01, "run": 0.05, "eval": 3.0}
     submitted = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 4))
     victim = start_worker(paths, "--run-pool", "4", "--eval-pool", "4")
@@ -189,7 +192,7 @@ def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_ag
         if victim.poll() is None:
             os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
-    claims = {name: Ticket.decode((box / name).read_bytes(), name) for name in fsops.list_names(box)}
+    claims = {ticket.name: ticket for ticket in queued_tickets(box)}   # batch files opened
     assert len(claims) == 4 and all(t.stage is Stage.INIT and "run" not in t.outputs for t in claims.values()), \
         "the RUN outputs were saved in the claim files, not journaled"
     journaled = journal.read(box)
@@ -219,8 +222,7 @@ def test_a_clean_stop_during_eval_returns_the_job_to_eval_with_its_run_output(tm
         wait_until(lambda: len(per_job(paths, "eval_started")) == 2, 90, "two jobs in EVAL")
     finally:
         assert stop_worker(worker) == 0
-    queued = {name: Ticket.decode((paths.eval_queue / name).read_bytes(), name)
-              for name in fsops.list_names(paths.eval_queue)}
+    queued = {ticket.name: ticket for ticket in queued_tickets(paths.eval_queue)}
     assert len(queued) == 2 and all("run_slept_s" in t.outputs["run"] for t in queued.values())
     assert not [p for p in paths.active.iterdir()], "claims or a journal left behind"
     drain_with_a_worker(paths)

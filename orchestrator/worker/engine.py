@@ -745,7 +745,7 @@ class Worker:
         self.journal.append(JournalEntry(RecordKind.RUN_OUTPUT, ticket.name, ticket.attempt, ticket.progress()))
         if self.journal.due():
             claimed = set(self.box.names())
-            live = {job for job in self.journal.entries() if job in claimed or self.held.batch_of(job) is not None}
+            live = {job for job in self.journal.entries() if job in claimed or self.batches.held.batch_of(job) is not None}
             try:
                 self.journal.rotate(live)
             except OSError as exc:   # the record is safe; the journal only grows until the next try

@@ -119,6 +119,10 @@ class Worker:
         # Jobs of claimed batch files waiting for an INIT slot, oldest first (like prepared jobs,
         # in memory: the batch file in the claim directory stands for them until each resolves).
         self.waiting_init: dict[str, Ticket] = {}
+        # Jobs whose RUN ended here while every EVAL slot was busy, oldest first: they wait for
+        # one here (RUN output journaled; the claim stays) rather than in queue/eval (a ticket
+        # write, a claim, a read), up to one EVAL pool's worth; beyond, other workers may help.
+        self.waiting_eval: dict[str, Ticket] = {}
         self.batches = BatchClaims(self.box, self.shards)
         self._tickets_in_flight: dict[str, Ticket] = {}
         self.handlers: dict[str, AgentHandler] = {}
@@ -251,6 +255,7 @@ class Worker:
     async def _drain(self) -> None:
         """Give back prepared jobs, let running stages finish within the grace period."""
         self._return_prepared()
+        self._evaluate_waiting()
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and self.grace_s > 0:
             self._evaluate_own_runs()
@@ -269,6 +274,15 @@ class Worker:
         for name, ticket in list(self.written.items()):
             if ticket.stage is Stage.EVAL and fsops.rename(self.paths.eval_queue / name, self.box.dir / name):
                 self._start(Stage.EVAL, name, holds_slot=False)
+
+    def _evaluate_waiting(self) -> None:
+        """While draining, jobs waiting here for an EVAL slot are evaluated like own runs; those
+        the grace period cuts short go back to EVAL with their claims (their RUN output journaled)."""
+        waiting, self.waiting_eval = self.waiting_eval, {}
+        if self.lease_lost:
+            return   # their claims are another worker's now
+        for name, ticket in waiting.items():
+            self._start(Stage.EVAL, name, holds_slot=False, ticket=ticket)
 
     def _return_prepared(self) -> None:
         """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
@@ -411,6 +425,7 @@ class Worker:
         return {
             **self.info, "state": self.state, "pools": pools, "counters": self.counters,
             "prepared": len(self.prepared), "waiting_init": len(self.waiting_init),
+            "waiting_eval": len(self.waiting_eval),
             "buffered_rows": self.shards.pending + len(self.committing), "fs_ops": dict(fsops.OPS),
             "fs_ops_by_duty": dict(fsops.BY_DUTY),
             "shards": self.shards.progress(),
@@ -514,6 +529,10 @@ class Worker:
                 del self.prepared[name]
                 self.wake[Stage.INIT].set()
                 self._start(Stage.RUN, name, holds_slot=False, ticket=ticket)
+        for name, ticket in list(self.waiting_eval.items()):
+            if self.cancels.is_cancelled(ticket.job):   # it ends now, without its EVAL
+                del self.waiting_eval[name]
+                self._start(Stage.EVAL, name, holds_slot=False, ticket=ticket)
         for job_id, (task, _) in list(self.running.items()):
             if job_id not in self.user_cancelled and self._is_cancelled(job_id):
                 self.user_cancelled.add(job_id)
@@ -547,7 +566,8 @@ class Worker:
 
     def _exit_if_idle(self) -> None:
         # Jobs prepared on this node wait in its run queue, which the idle clock lists at the deadline.
-        holding = bool(self.running) or bool(self.prepared) or bool(self.waiting_init) or self.shards.pending > 0
+        holding = bool(self.running) or bool(self.prepared) or bool(self.waiting_init) or bool(self.waiting_eval) \
+            or self.shards.pending > 0
         if self.idle.expired(holding, [self._queue_of(s) for s in self.options.stages], self.counters["claimed"]):
             log.info("worker %s: idle for %.1fs, giving its node back", self.worker_id, self.idle.idle_for())
             self.events.emit("-", "idle_exit", {"idle_s": round(self.idle.idle_for(), 3)})
@@ -609,8 +629,8 @@ class Worker:
         if self.lease_lost or self.stopping.is_set():
             return
         held = set(await self._in_spool_io(self.box.names))
-        carried = set(self.running) | set(self.prepared) | set(self.waiting_init) | set(self.shards.tickets) \
-            | set(self.committing)
+        carried = set(self.running) | set(self.prepared) | set(self.waiting_init) | set(self.waiting_eval) \
+            | set(self.shards.tickets) | set(self.committing)
         in_batches = self.batches.held.unresolved_jobs()   # their own files too: they leave the batch's way
         strays = (held - carried - self.batches.held.names() - in_batches) | (in_batches - carried)
         for name in strays & self.stray_claims:
@@ -658,6 +678,10 @@ class Worker:
                 return
             if stage is Stage.INIT and self.waiting_init:   # a job of a batch claimed here
                 self._start_waiting(holds_slot=True)
+                continue
+            if stage is Stage.EVAL and self.waiting_eval:   # RUN done here: already claimed, output journaled
+                name = next(iter(self.waiting_eval))
+                self._start(stage, name, holds_slot=True, ticket=self.waiting_eval.pop(name))
                 continue
             if stage is Stage.RUN and self.prepared:   # prepared here: already claimed, sandbox up
                 name = next(iter(self.prepared))
@@ -750,6 +774,20 @@ class Worker:
                 self.journal.rotate(live)
             except OSError as exc:   # the record is safe; the journal only grows until the next try
                 log.warning("rotating the journal %s failed: %s", self.journal.path, exc)
+
+    def _keeps_for_eval(self) -> bool:
+        """Room for one more job to wait here for an EVAL slot (see waiting_eval)."""
+        return (Stage.EVAL in self.options.stages and not self.stopping.is_set()
+                and len(self.waiting_eval) < self.options.pool_size(Stage.EVAL))
+
+    def _keep_for_eval(self, ticket: Ticket) -> None:
+        """Every EVAL slot is busy: the job waits here for one. Its RUN output is journaled first,
+        so a crash meanwhile resumes it at EVAL elsewhere, as the eval queue would. No wake-up:
+        the EVAL dispatcher is waiting for a slot, and takes this job before claiming."""
+        ticket.mark_enqueued(Stage.EVAL)
+        self._journal_run_output(ticket)
+        self.waiting_eval[ticket.name] = ticket
+        self.events.emit(ticket.name, "eval_waiting", {"waiting": len(self.waiting_eval)})
 
     def _keeps_prepared(self) -> bool:
         """This worker runs what it prepares (it has RUN slots), so prepared jobs wait in memory."""
@@ -901,7 +939,10 @@ class Worker:
                     self._advance(ticket, Stage.RUN)
         elif stage is Stage.RUN:
             if not await self._hand_off(ticket, Stage.EVAL):
-                self._advance(ticket, Stage.EVAL)
+                if self._keeps_for_eval():
+                    self._keep_for_eval(ticket)
+                else:
+                    self._advance(ticket, Stage.EVAL)
         else:
             self._finish(ticket, handler, outcome.error, ctx, outcome.status)
 

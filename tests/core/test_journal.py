@@ -332,3 +332,40 @@ def test_the_journal_rotates_and_stays_bounded_over_many_jobs(tmp_path: Path, mo
     assert worker.journal.rotations >= 5 and appended > 300 * 300, f"{appended} bytes appended, threshold 4096"
     # at most the old and the new file during a rotation, together a few times the live entries
     assert seen["files"] <= 2 and 0 < seen["bytes"] < min(appended / 3, 64 * 1024), (seen, appended)
+
+
+def test_a_run_that_ends_while_eval_is_full_waits_here_for_a_slot_not_in_the_eval_queue(tmp_path: Path) -> None:
+    """RUN done, every EVAL slot busy: the job waits in this worker's memory (its RUN output
+    journaled), not in queue/eval (a ticket write, a claim, a read: docs/scale.md). Killed while it
+    waits, it resumes at EVAL elsewhere without running RUN again."""
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1})
+    profile = {"init": 0.01, "run": 0.05, "eval": 3.0}
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
+    seen_in_eval_queue: set[str] = set()
+    watching = threading.Event()
+
+    def watch() -> None:
+        while not watching.is_set():
+            seen_in_eval_queue.update(fsops.list_names(paths.eval_queue))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    victim = start_worker(paths, "--run-pool", "2", "--eval-pool", "1")
+    try:
+        wait_until(lambda: len(per_job(paths, "eval_started")) == 1 and len(per_job(paths, "run_finished")) == 2,
+                   90, "one job in EVAL, both RUNs done")
+        time.sleep(0.3)   # the second one's hand-off had its chance to show in the queue
+        assert seen_in_eval_queue == set(), "a RUN output went through queue/eval while this worker could evaluate it"
+        assert len(per_job(paths, "eval_waiting")) == 1
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+    finally:
+        watching.set()
+        if victim.poll() is None:
+            os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+    drain_with_a_worker(paths)
+    got = Counter(r["job_id"] for r in rows(paths))
+    assert sorted(got.values()) == [1, 1]
+    assert set(per_job(paths, "run_started").values()) == {1}, "RUN ran again"

@@ -276,13 +276,15 @@ class Worker:
                 self._start(Stage.EVAL, name, holds_slot=False)
 
     def _evaluate_waiting(self) -> None:
-        """While draining, jobs waiting here for an EVAL slot are evaluated like own runs; those
-        the grace period cuts short go back to EVAL with their claims (their RUN output journaled)."""
+        """While draining, jobs waiting here for an EVAL slot go to queue/eval with their RUN
+        output, attempt unchanged (their RUN went well): evaluated here within the grace period as
+        this worker's own runs are, else by whoever claims them. Started here instead, a stop
+        without grace would cancel them before their first step and charge them an attempt."""
         waiting, self.waiting_eval = self.waiting_eval, {}
         if self.lease_lost:
             return   # their claims are another worker's now
-        for name, ticket in waiting.items():
-            self._start(Stage.EVAL, name, holds_slot=False, ticket=ticket)
+        for ticket in waiting.values():
+            self._advance(ticket, Stage.EVAL)
 
     def _return_prepared(self) -> None:
         """Jobs this worker prepared but nobody started: their sandboxes die with us, so back to INIT."""
@@ -682,6 +684,8 @@ class Worker:
             if stage is Stage.EVAL and self.waiting_eval:   # RUN done here: already claimed, output journaled
                 name = next(iter(self.waiting_eval))
                 self._start(stage, name, holds_slot=True, ticket=self.waiting_eval.pop(name))
+                if not self.waiting_eval and not claimer.hinted:
+                    self.wake[stage].clear()   # it was for these jobs: no queue to ask for them
                 continue
             if stage is Stage.RUN and self.prepared:   # prepared here: already claimed, sandbox up
                 name = next(iter(self.prepared))
@@ -782,11 +786,13 @@ class Worker:
 
     def _keep_for_eval(self, ticket: Ticket) -> None:
         """Every EVAL slot is busy: the job waits here for one. Its RUN output is journaled first,
-        so a crash meanwhile resumes it at EVAL elsewhere, as the eval queue would. No wake-up:
-        the EVAL dispatcher is waiting for a slot, and takes this job before claiming."""
+        so a crash meanwhile resumes it at EVAL elsewhere, as the eval queue would. The wake-up
+        matters when the EVAL dispatcher sleeps after an empty claim (in-place hand-offs filled
+        its slots meanwhile): on a large run nothing else would wake it for up to 30 s."""
         ticket.mark_enqueued(Stage.EVAL)
         self._journal_run_output(ticket)
         self.waiting_eval[ticket.name] = ticket
+        self.wake[Stage.EVAL].set()
         self.events.emit(ticket.name, "eval_waiting", {"waiting": len(self.waiting_eval)})
 
     def _keeps_prepared(self) -> bool:

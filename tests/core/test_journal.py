@@ -22,6 +22,7 @@ from orchestrator.journal import Journal, JournalEntry, RecordKind
 from orchestrator.recovery import release_own_claims
 from orchestrator.submit import submit_file
 from orchestrator.tickets import Ticket
+from tests.core.test_cluster_summary import ME, peers_alive, summary  # noqa: F401 (a fixture)
 from tests.core.util import (drain_with_a_worker, make_run, rows, serve_in_process, start_worker, stop_worker,
                              wait_drained, wait_until, write_jsonl)
 
@@ -369,3 +370,43 @@ def test_a_run_that_ends_while_eval_is_full_waits_here_for_a_slot_not_in_the_eva
     got = Counter(r["job_id"] for r in rows(paths))
     assert sorted(got.values()) == [1, 1]
     assert set(per_job(paths, "run_started").values()) == {1}, "RUN ran again"
+
+
+def test_a_stop_without_grace_gives_jobs_waiting_for_eval_back_to_eval_uncharged(tmp_path: Path) -> None:
+    """A stop with no grace period (preemption) must not charge a job waiting here for EVAL an
+    attempt: its RUN went well. It goes back to queue/eval with its RUN output, attempt unchanged."""
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1, "shutdown.grace_s": 0.0})
+    profile = {"init": 0.01, "run": 0.05, "eval": 30.0}
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
+    worker = start_worker(paths, "--run-pool", "2", "--eval-pool", "1")
+    try:
+        wait_until(lambda: len(per_job(paths, "eval_waiting")) == 1, 90, "a job waiting for EVAL")
+    finally:
+        assert stop_worker(worker) == 0
+    waited = next(iter(per_job(paths, "eval_waiting")))
+    queued = {ticket.name: ticket for ticket in queued_tickets(paths.eval_queue)}
+    assert waited in queued, "the waiting job did not go back to queue/eval"
+    assert queued[waited].attempt == 1 and "run_slept_s" in queued[waited].outputs["run"]
+    assert per_job(paths, "eval_started")[waited] == 0, "started on top of a full EVAL pool at the stop"
+
+
+def test_on_a_large_run_a_job_waiting_for_eval_starts_when_a_slot_frees(peers_alive: Any, tmp_path: Path) -> None:
+    """On a large run an idle EVAL dispatcher asks the spool only when told there is work: a job
+    that starts waiting here must wake it, or it sleeps next to the free slot (up to 30 s)."""
+    paths = peers_alive
+    worker = start_worker(paths, "--worker-id", ME, "--run-pool", "2", "--eval-pool", "1")
+    try:
+        wait_until(lambda: (s := summary(paths)) is not None and s.large and ME in s.workers, 60, "a large run")
+        time.sleep(2.0)   # the EVAL dispatcher found nothing and sleeps
+        profile = {"init": 0.01, "run": 0.05, "eval": 1.0}
+        submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
+        wait_until(lambda: len(per_job(paths, "eval_waiting")) == 1, 60, "a job waiting for EVAL")
+        waited = next(iter(per_job(paths, "eval_waiting")))
+        first = next(job for job in per_job(paths, "run_finished") if job != waited)
+        wait_until(lambda: per_job(paths, "eval_finished")[first] == 1, 60, "the first EVAL")
+        finished_at = next(e["t"] for e in events(paths, "eval_finished") if e["job"] == first)
+        wait_until(lambda: per_job(paths, "eval_started")[waited] == 1, 60, "the waiting job's EVAL")
+        started_at = next(e["t"] for e in events(paths, "eval_started") if e["job"] == waited)
+        assert started_at - finished_at < 10.0, "the waiting job slept next to a free EVAL slot"
+    finally:
+        stop_worker(worker)

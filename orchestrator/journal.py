@@ -23,6 +23,7 @@ save's rename may, and the job then runs again from its claim, never twice to a 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -82,16 +83,25 @@ def journal_files(names: Iterable[str]) -> list[str]:
     return sorted(found, key=lambda n: int(n[len(PREFIX):]))
 
 
-def read(claim_dir: Path, names: Iterable[str] | None = None) -> dict[str, JournalEntry]:
+def read(claim_dir: Path, names: Iterable[str] | None = None,
+         quarantine: Path | None = None) -> dict[str, JournalEntry]:
     """The latest entry per job of the journal in `claim_dir` (one open per journal file).
 
     `names`: the directory's entries when the caller has listed it already (saves a listing).
+    A journal file that cannot be read is skipped (its jobs resume from their saved claims),
+    and moved to `quarantine` when given, so that it stops no later reader.
     """
     latest: dict[str, JournalEntry] = {}
     for name in journal_files(fsops.list_all_names(claim_dir) if names is None else names):
         try:
             data = fsops.read_bytes(claim_dir / name)
         except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("%s: unreadable journal skipped (%s)", claim_dir / name, exc)
+            if quarantine is not None:
+                with contextlib.suppress(OSError):
+                    fsops.quarantine(claim_dir / name, quarantine, f"unreadable journal: {exc}")
             continue
         lines = data.split(b"\n")
         damaged = 0

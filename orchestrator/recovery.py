@@ -219,7 +219,7 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     entries = fsops.list_all_names(reap_dir)
     # What the claims did since they were saved (a RUN output before EVAL): read before any
     # claim is requeued. A record the fenced worker appends later is simply not seen.
-    journal = read_journal(reap_dir, entries)
+    journal = read_journal(reap_dir, entries, paths.quarantine)
     moved = 0
     names = [name for name in entries if not name.startswith(".")]
     batches = [name for name in names if is_batch(name)]

@@ -410,3 +410,17 @@ def test_on_a_large_run_a_job_waiting_for_eval_starts_when_a_slot_frees(peers_al
         assert started_at - finished_at < 10.0, "the waiting job slept next to a free EVAL slot"
     finally:
         stop_worker(worker)
+
+
+def test_an_unreadable_journal_is_quarantined_and_the_claims_still_return(tmp_path: Path) -> None:
+    """A journal that cannot be read (here a directory under its name) must not stop every
+    reaper at the same place: it is moved to quarantine, its claims go back as saved."""
+    paths = make_run(tmp_path / "run")
+    box = paths.claims("w1")
+    box.mkdir(parents=True)
+    (box / "job1").write_bytes(Ticket(spec("job1"), stage=Stage.INIT).encode())
+    (box / ".journal-000001").mkdir()
+    assert release_own_claims(paths, "w1", 3, lambda *a: None) == 1
+    assert Ticket.decode((paths.init_queue / "job1").read_bytes(), "job1").stage is Stage.INIT
+    assert [p.name for p in paths.quarantine.iterdir() if p.name.startswith(".journal-000001")]
+

@@ -83,6 +83,8 @@ class ShardWriter:
             return []
         try:
             self.write(batch, staging)
+        except UnflushedShard:
+            raise   # committed: the rows must not be written again
         except BaseException:
             self.put_back(batch)
             raise
@@ -125,9 +127,13 @@ class ShardWriter:
                 self.close()
                 raise FencedOut(f"{staging} was taken over: {len(batch.rows)} row(s) not committed") from exc
             raise
+        # Renamed in: the rows are committed, whatever fails from here on.
         self._seq = seq
-        fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
         self.poisoned += poisoned
+        try:
+            fsops.sync_dir(self.paths.shards)  # the name is durable before the tickets are dropped
+        except OSError as exc:
+            raise UnflushedShard(f"shard {name} is committed, but flushing {self.paths.shards} failed: {exc}") from exc
         return name
 
     def close(self) -> None:
@@ -156,6 +162,12 @@ class Batch:
     tickets: list[str]
     bytes: int
     first_at: float
+
+
+class UnflushedShard(RuntimeError):
+    """The shard was renamed into shards/ (its rows ARE committed) but the directory flush failed:
+    its tickets may be dropped only after a flush succeeds. Not an OSError, so that no caller
+    mistakes it for a failed write and writes the rows again."""
 
 
 class FencedOut(RuntimeError):

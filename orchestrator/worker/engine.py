@@ -17,6 +17,7 @@ import secrets
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from orchestrator import fsops
@@ -38,7 +39,7 @@ from orchestrator.paths import SpoolPaths, current_node
 from orchestrator.recovery import reap_expired, reap_found, release_own_claims, requeue_claim
 from orchestrator.rows import build_row
 from orchestrator.sandbox.workspace import removable_workspaces
-from orchestrator.shards import Batch, FencedOut, ShardWriter
+from orchestrator.shards import FencedOut, ShardWriter, UnflushedShard
 from orchestrator.staleness import STALE_KIND, stale_reason
 from orchestrator.tickets import Ticket
 from orchestrator.worker.held_batches import BatchClaims
@@ -71,6 +72,16 @@ HEARTBEAT_FAILURES_FATAL = 5
 CACHE_TRUST_S = 10.0   # below any sensible lease: a ticket we wrote this recently was not recovered
 COMMIT_RETRY_S = (0.5, 30.0)   # backoff of shard commits that failed (full disk, I/O error)
 EXIT_LEASE_LOST = 3    # serve() result when the worker's claims were taken over (see main.py)
+
+
+@dataclass(frozen=True)
+class Settling:
+    """A shard renamed into shards/ (its rows committed) whose claims are still to be dropped."""
+
+    tickets: list[str]
+    shard_seq: int
+    remove_workspaces_of: list[str]
+    flushed: bool     # shards/ flushed since the rename
 
 
 class Worker:
@@ -140,6 +151,7 @@ class Worker:
         self.heartbeat_io = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
         self.committing: list[str] = []          # tickets of the shard being written right now
         self.commit_retry_at = 0.0
+        self.settling: Settling | None = None    # the last shard renamed in, while its claims are not all dropped
         self.commit_failures = 0
         self.lease_lost: str | None = None       # why this worker no longer holds its claims
         self.stray_claims: set[str] = set()
@@ -590,38 +602,73 @@ class Worker:
             log.warning("sandbox sweep failed: %s", exc)
 
     async def _commit_shards_if_due(self) -> None:
-        if time.monotonic() >= self.commit_retry_at and self.shards.due(idle=self.busy[Stage.EVAL] == 0):
+        if time.monotonic() >= self.commit_retry_at and (
+                self.settling is not None or self.shards.due(idle=self.busy[Stage.EVAL] == 0)):
             await self._commit_shards()
 
     async def _commit_shards(self) -> None:
-        """Write the buffered rows as a shard (in the spool thread), then drop their tickets."""
-        batch = None if self.lease_lost else self.shards.take()
+        """Write the buffered rows as a shard (in the spool thread), then drop their tickets.
+
+        Once the shard is renamed into shards/ its rows are committed: no error after that puts
+        them back (they would be written twice). Its claims are dropped by `_settle`, retried
+        until it succeeds before any further shard; recovery finds the rows of any claim left."""
+        if self.lease_lost or (self.settling is not None and not await self._settle()):
+            return
+        batch = self.shards.take()
         if batch is None:
             return
         self.committing = batch.tickets
         cleanup = [name for name in batch.tickets if name in self.workspaces_to_remove]
         try:
-            await self._in_spool_io(self._write_batch, batch, cleanup)
+            flushed = True
+            try:
+                await self._in_spool_io(self.shards.write, batch, self.box.dir)
+            except UnflushedShard as exc:
+                log.warning("%s; its claims are dropped once a flush succeeds", exc)
+                flushed = False
+            self.settling = Settling(batch.tickets, self.shards.last_seq, cleanup, flushed)
         except FencedOut as exc:
             self._lose_lease(str(exc))
             return
-        except OSError as exc:  # full or failing spool: keep the rows, hold the claims, retry
+        except OSError as exc:  # full or failing spool, nothing renamed in: keep the rows, hold the claims, retry
             self.shards.put_back(batch)
-            self.commit_failures += 1
-            delay = min(COMMIT_RETRY_S[0] * 2 ** (self.commit_failures - 1), COMMIT_RETRY_S[1])
-            self.commit_retry_at = time.monotonic() + delay
+            delay = self._commit_failed()
             log.warning("cannot commit %d row(s) to %s (%s); retrying in %.1fs", len(batch.rows), self.paths.shards, exc, delay)
             return
         finally:
             self.committing = []
-        self.commit_failures = 0
-        self.workspaces_to_remove.difference_update(cleanup)
         self.counters["poisoned"] = self.shards.poisoned
+        await self._settle()
 
-    def _write_batch(self, batch: Batch, remove_workspaces_of: list[str]) -> None:
-        self.shards.write(batch, staging=self.box.dir)
-        self.batches.committed(batch.tickets, self.shards.last_seq)
-        for name in remove_workspaces_of:  # the row is durable: the job's scratch space can go
+    def _commit_failed(self) -> float:
+        """Back off the next commit try; the delay."""
+        self.commit_failures += 1
+        delay = min(COMMIT_RETRY_S[0] * 2 ** (self.commit_failures - 1), COMMIT_RETRY_S[1])
+        self.commit_retry_at = time.monotonic() + delay
+        return delay
+
+    async def _settle(self) -> bool:
+        """Drop the claims of the committed shard `self.settling`; False (retried later) on an error."""
+        settling = self.settling
+        assert settling is not None
+        try:
+            await self._in_spool_io(self._drop_committed, settling)
+        except OSError as exc:
+            delay = self._commit_failed()
+            log.warning("shard %d is committed, but dropping its %d claim(s) failed (%s); retrying in %.1fs",
+                        settling.shard_seq, len(settling.tickets), exc, delay)
+            return False
+        self.settling = None
+        self.commit_failures = 0
+        self.workspaces_to_remove.difference_update(settling.remove_workspaces_of)
+        return True
+
+    def _drop_committed(self, settling: Settling) -> None:
+        if not settling.flushed:
+            fsops.sync_dir(self.paths.shards)  # the shard's name is durable before its tickets are dropped
+        self.batches.committed(settling.tickets, settling.shard_seq)
+        self.batches.drop_emptied()
+        for name in settling.remove_workspaces_of:  # the row is durable: the job's scratch space can go
             for workspace in removable_workspaces(self.paths.job_dir(name)):
                 shutil.rmtree(workspace, ignore_errors=True)
 
@@ -632,9 +679,9 @@ class Worker:
             return
         held = set(await self._in_spool_io(self.box.names))
         carried = set(self.running) | set(self.prepared) | set(self.waiting_init) | set(self.waiting_eval) \
-            | set(self.shards.tickets) | set(self.committing)
+            | set(self.shards.tickets) | set(self.committing) | set(self.settling.tickets if self.settling else ())
         in_batches = self.batches.held.unresolved_jobs()   # their own files too: they leave the batch's way
-        strays = (held - carried - self.batches.held.names() - in_batches) | (in_batches - carried)
+        strays = (held - carried - self.batches.held.names() - self.batches.emptied - in_batches) | (in_batches - carried)
         for name in strays & self.stray_claims:
             self._requeue_claim(name, "claim held by no task of its worker")
         self.stray_claims = strays - self.stray_claims
@@ -880,7 +927,7 @@ class Worker:
         ticket = self._tickets_in_flight.get(name)
         if ticket is not None and "sandbox" in ticket.state:
             await self._close_quietly(ticket)
-        if name in self.shards.tickets or name in self.committing:
+        if name in self.shards.tickets or name in self.committing or (self.settling and name in self.settling.tickets):
             return  # its row is on its way: the ticket goes with the shard
         self._requeue_claim(name, f"worker error in {stage.value}: {type(exc).__name__}: {exc}")
 

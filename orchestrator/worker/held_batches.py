@@ -113,6 +113,7 @@ class BatchClaims:
         self.handoffs = HandoffLog(box.dir)
         self.own_files: set[str] = set()      # jobs of held batches that have their own ticket file here
         self.singles_dropped_through = 0      # dropped_through as the single tickets alone allow
+        self.emptied: set[str] = set()        # batch files with every job resolved, not unlinked yet
 
     def take(self, name: str) -> list[Ticket] | None:
         """Read a batch file just claimed and hold it; None when corrupt (quarantined by the box)."""
@@ -157,8 +158,15 @@ class BatchClaims:
         """One job of a held batch is done with (row in shard `shard_seq`, or handed off)."""
         emptied = self.held.resolve(job_id, shard_seq)
         if emptied is not None:
-            self.box.drop(emptied)
-            self.publish_dropped_through()
+            self.emptied.add(emptied)
+            self.drop_emptied()
+
+    def drop_emptied(self) -> None:
+        """Unlink the batch files all of whose jobs are resolved (again after an error unlinking one)."""
+        for name in sorted(self.emptied):
+            self.box.drop(name)
+            self.emptied.discard(name)
+        self.publish_dropped_through()
 
     def committed(self, job_ids: list[str], shard_seq: int) -> None:
         """The rows of `job_ids` are durable in shard `shard_seq`: drop their claims."""
@@ -177,11 +185,13 @@ class BatchClaims:
     def publish_dropped_through(self) -> None:
         """What recovery may skip (the heartbeat publishes it): shards all of whose claims are gone
         from the claim directory, i.e. single tickets dropped and no held batch with a row in them."""
+        if self.emptied:   # a batch file still here may have rows in any shard: recovery reads them all
+            return
         blocked = self.held.blocked_from()
         limit = self.singles_dropped_through if blocked is None else min(self.singles_dropped_through, blocked - 1)
         self.shards.dropped_through = max(self.shards.dropped_through, limit)
 
     def close(self, stopped_cleanly: bool) -> None:
-        if stopped_cleanly and not self.held.names():
+        if stopped_cleanly and not self.held.names() and not self.emptied:
             self.handoffs.remove()   # nothing of a batch left to account for
         self.handoffs.close()

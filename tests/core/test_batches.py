@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import fsops
 from orchestrator.batches import (batch_name, count_jobs, decode_batch, encode_batch, jobs_in, may_hold_job,
                                   may_hold_task, parse_batch_name)
 from orchestrator.cancel import CancelWatch, request_cancel
@@ -19,7 +20,8 @@ from orchestrator.recovery import release_own_claims
 from orchestrator.status import pending_count
 from orchestrator.submit import submit_file
 from orchestrator.tickets import CorruptTicket, Ticket
-from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import (cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until,
+                             write_jsonl)
 
 SUB = "20261123T035425123-ab12"
 
@@ -226,3 +228,29 @@ def test_the_handoff_log_skips_torn_and_damaged_lines(tmp_path: Path) -> None:
         handle.write(b"\nhandoff job-c 00000000\n")         # a checksum that does not match
     log.close()
     assert read_handoffs(tmp_path) == {"job-a", "job-b"}
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("failing", ["sync_dir", "unlink"])
+def test_an_error_after_a_shard_is_renamed_in_never_writes_its_rows_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str, batch_size: int) -> None:
+    """Once a shard is renamed into shards/ its rows are committed: an OSError after the rename
+    (flushing shards/, dropping a claim or an emptied batch file) must not put the rows back for
+    the next shard. The claims it left are dropped later (or found committed by recovery)."""
+    paths = make_run(tmp_path / "run", **{"shards.max_rows": 2})
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", sleep_rows([0.01] * 4, eval_s=0.01)), batch_size=batch_size)
+    real = getattr(fsops, failing)
+    failed: list[Path] = []
+
+    def fail_once(path: Path, *args, **kwargs):
+        in_claims = path.parent.parent == paths.active and not path.name.startswith(".")
+        if not failed and (path == paths.shards if failing == "sync_dir" else in_claims):
+            failed.append(path)
+            raise OSError(28, "No space left on device (injected)", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(fsops, failing, fail_once)
+    serve_in_process(paths, timeout=120)
+    assert failed, f"no {failing} after a shard was renamed in"
+    assert_exactly_once(paths, 4)
+    assert pending_count(paths) == 0

@@ -158,7 +158,3 @@ class ClaimBox:
     def names(self) -> list[str]:
         return sorted(fsops.list_names(self.dir))
 
-
-def enqueue(paths: SpoolPaths, ticket: Ticket, queue: Path) -> None:
-    """Place a new or recovered ticket into `queue` (tmp + rename: never seen half-written)."""
-    fsops.write_atomic(queue / ticket.name, ticket.encode(), paths.tmp)

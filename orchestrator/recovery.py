@@ -18,7 +18,6 @@ import orjson
 
 from orchestrator import fsops
 from orchestrator.batches import decode_batch, is_batch
-from orchestrator.claims import enqueue
 from orchestrator.cluster import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.handler import StageError
 from orchestrator.handoffs import read_handoffs
@@ -282,22 +281,23 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0
     resume_journaled(ticket, (journal or {}).get(name))
-    queue = _requeue(paths, ticket, reason, max_attempts, emit)
-    fsops.sync_dir(queue)  # the requeued copy is durable before the old one goes: never neither
-    fsops.unlink(path)
+    queue = _count_loss(paths, ticket, reason, max_attempts)
+    # The new content replaces the held copy, then ONE rename moves it: a kill at any point leaves
+    # the job in exactly one place (here, returned again by recovery, or queued), never both.
+    fsops.write_atomic(path, ticket.encode(), paths.tmp)
+    fsops.replace(path, queue / name)
+    fsops.sync_dir(queue)
+    emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
+    log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)
     return 1
 
 
-def _requeue(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, emit: Emit) -> Path:
-    """Back to the queue of the stage it was in, attempt + 1; `failed` past max_attempts."""
+def _count_loss(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int) -> Path:
+    """Record the lost attempt (attempt + 1; `failed` past max_attempts); the queue it goes back to."""
     ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
     ticket.count_lost_attempt(StageError(ticket.stage.value, "attempts_exhausted",
                                          f"{reason}; gave up after {max_attempts} attempts").to_record(), max_attempts)
-    queue = paths.eval_queue if ticket.return_after_loss() is Stage.EVAL else paths.init_queue
-    enqueue(paths, ticket, queue)
-    emit(ticket.name, "requeued", {"reason": reason, "attempt": ticket.attempt, "to": queue.name})
-    log.warning("job %s: %s; requeued to %s (attempt %d)", ticket.name, reason, queue.name, ticket.attempt)
-    return queue
+    return paths.eval_queue if ticket.return_after_loss() is Stage.EVAL else paths.init_queue
 
 
 def _rescue_orphaned_run_queues(

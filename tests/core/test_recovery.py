@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from orchestrator import fsops
 from orchestrator.claims import ClaimBox
 from orchestrator.jobs import JobSpec, JobStatus, Stage
@@ -73,3 +75,56 @@ def test_prepared_jobs_of_a_dead_node_go_back_to_init(tmp_path: Path) -> None:
     os.utime(queue, (old, old))
     assert reap_expired(paths, "me", 2.0, 3, lambda *a: None) == 1
     assert Ticket.decode((paths.init_queue / "p1").read_bytes()).attempt == 2
+
+
+class Killed(BaseException):
+    """A SIGKILL at this point: nothing after it runs (not an Exception, so nothing catches it)."""
+
+
+@pytest.mark.parametrize("in_batch", [False, True])
+def test_a_requeue_killed_half_way_leaves_the_job_queued_exactly_once(tmp_path: Path, monkeypatch, in_batch: bool) -> None:
+    """requeue_claim moves the claimed ticket to its queue with attempt + 1. A kill between its
+    steps must leave one copy of the job: in the queue, or in the claim directory (recovery then
+    returns it), never both (a worker claiming the queued copy while recovery requeues the
+    claimed one ends the job twice). A job of a held batch first leaves it by the hand-off
+    protocol (its own ticket written, the hand-off recorded), as the engine does."""
+    from orchestrator.batches import batch_name, encode_batch
+    from orchestrator.recovery import release_own_claims, requeue_claim
+    from orchestrator.worker.held_batches import BatchClaims
+
+    paths = make_run(tmp_path / "run")
+    box = ClaimBox(paths, "w1")
+    first, second = ticket("job1", Stage.INIT), ticket("job2", Stage.INIT)
+    if in_batch:
+        batch = batch_name("job1", 2)
+        (box.dir / batch).write_bytes(encode_batch([first, second]))
+        claims = BatchClaims(box, ShardWriter(paths, "w1", Shards()))
+        claims.take(batch)
+        claims.leave_by_requeue(first)
+        claims.close(stopped_cleanly=False)
+    else:
+        (box.dir / "job1").write_bytes(first.encode())
+    real = {name: getattr(fsops, name) for name in ("replace", "sync_dir", "unlink", "rename")}
+
+    def killed_at_the_first_step_after_the_new_content_is_written(name: str):
+        def step(*args, **kwargs):
+            raise Killed(f"killed at fsops.{name}{args}")
+        return step
+
+    for name in real:
+        monkeypatch.setattr(fsops, name, killed_at_the_first_step_after_the_new_content_is_written(name))
+    try:
+        requeue_claim(paths, box.dir / "job1", "worker error in init", 3, lambda *a: None)
+    except Killed:
+        pass
+    for name, function in real.items():
+        monkeypatch.setattr(fsops, name, function)
+    other = ClaimBox(paths, "w2")
+    claimed_by_other = other.claimer(paths.init_queue).claim()   # a live worker takes what was queued
+    release_own_claims(paths, "w1", 3, lambda *a: None)   # then w1's claims are returned
+    copies = sorted(os.listdir(paths.init_queue) + other.names())
+    assert copies == (["job1", "job2"] if in_batch else ["job1"]), f"each job must be in one place, found {copies}"
+    assert not box.dir.exists()
+    holder = other.dir if claimed_by_other == "job1" else paths.init_queue
+    queued = Ticket.decode((holder / "job1").read_bytes(), "job1")
+    assert queued.attempt in (2, 3)   # the lost attempt counted (twice if the kill came after the rewrite)

@@ -24,7 +24,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -39,6 +40,12 @@ LARGE_RUN_WORKERS = 16      # beyond this many live workers a run reads the summ
 DEFAULT_VIEW_S = 1.0        # a process re-reads the summary at most this often
 REBUILD_OPS_PER_S = 250.0   # what the whole run spends on rebuilding the summary, at most
 STALE_LOCK_S = 30.0         # a rebuild takes milliseconds: a lock this old belongs to a dead worker
+# Summaries are stamped with the rebuilder's clock and judged by the reader's. NTP keeps a cluster's
+# clocks within milliseconds; a summary dated more than this in the reader's future comes from a
+# node whose clock runs fast, and would look fresh for as long as it runs ahead after that node
+# died: it is treated as due (and not fresh) instead. 1 s is far above NTP's skew and small next
+# to a lease, so it adds at most 1 s to how long a dead rebuilder's summary is believed.
+CLOCK_SKEW_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,11 @@ class Summary:
         return self.alive > LARGE_RUN_WORKERS
 
     def rebuild_due(self, now: float, view_s: float) -> bool:
-        return now - self.built_at >= rebuild_period_s(self.alive, view_s)
+        return now - self.built_at >= rebuild_period_s(self.alive, view_s) or self.from_future(now)
+
+    def from_future(self, now: float) -> bool:
+        """Built by a node whose clock runs ahead of this one's (see CLOCK_SKEW_S)."""
+        return self.built_at - now > CLOCK_SKEW_S
 
     def nodes_filling_run_queues(self) -> set[str]:
         return {w.node for w in self.workers.values() if w.alive and w.fills_run_queue}
@@ -91,15 +102,17 @@ class Summary:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Summary":
-        key = data.get("registry_key")
+        """Every field coerced to its type: a damaged file raises (ValueError, TypeError, ...) here,
+        where the reader treats it as absent, not later in whoever uses the field."""
+        key, stop_at = data.get("registry_key"), data.get("stop_at")
         return cls(
             built_at=float(data["built_at"]),
-            workers={str(w): WorkerState(bool(s.get("alive")), str(s.get("node", "")), dict(s.get("inflight") or {}),
-                                         dict(s.get("assigned") or {}), bool(s.get("fills_run_queue")))
+            workers={str(w): WorkerState(bool(s.get("alive")), str(s.get("node", "")), _int_counts(s.get("inflight")),
+                                         _int_counts(s.get("assigned")), bool(s.get("fills_run_queue")))
                      for w, s in (data.get("workers") or {}).items()},
-            cancel_names=tuple(data.get("cancel_names") or ()),
+            cancel_names=tuple(str(name) for name in data.get("cancel_names") or ()),
             cancel_all_before=float(data.get("cancel_all_before") or 0.0),
-            stop_at=data.get("stop_at"),
+            stop_at=None if stop_at is None else float(stop_at),
             registry_key=(int(key[0]), int(key[1]), int(key[2])) if key else None,
             queued={str(k): bool(v) for k, v in (data.get("queued") or {}).items()},
             swept_at=float(data.get("swept_at") or 0.0),
@@ -113,6 +126,8 @@ class Rebuild:
     summary: Summary
     dead: dict[str, dict | None]   # dead worker -> the shard progress its last heartbeat carried
     sweep: bool                    # time for recovery's rare duties (about once per lease for the run)
+    listed: frozenset[str] = frozenset()   # every heartbeat listed in workers/, read or not
+    moved: int = 0                 # claims the recovery hook returned to queues (ClusterView.refresh)
 
 
 def rebuild_period_s(workers: int, view_s: float) -> float:
@@ -132,7 +147,9 @@ def registry_key(paths: SpoolPaths) -> tuple[int, int, int] | None:
 
 def build_summary(paths: SpoolPaths, lease_s: float, now: float, previous: Summary | None = None) -> Rebuild:
     """Read every heartbeat (one open each; its mtime from the open file), cancel/, control/stop,
-    the registry's stat and the first name of each shared queue: W + ~6 operations."""
+    the registry's stat and the first name of each shared queue: W + ~6 operations.
+
+    Never raises on a heartbeat's content: a damaged one would otherwise stop every rebuilder in turn."""
     workers: dict[str, WorkerState] = {}
     dead: dict[str, dict | None] = {}
     try:
@@ -153,27 +170,46 @@ def build_summary(paths: SpoolPaths, lease_s: float, now: float, previous: Summa
         load = info.get("load") if isinstance(info.get("load"), dict) else {}
         pools = info.get("pools") if isinstance(info.get("pools"), dict) else {}
         workers[worker] = WorkerState(
-            alive, str(info.get("node", "")),
-            {str(u): int(n) for u, n in (load.get("inflight") or {}).items()},
-            {str(u): int(n) for u, n in (load.get("assigned") or {}).items()},
+            alive, str(info.get("node", "")), _counts(load.get("inflight")), _counts(load.get("assigned")),
             _size(pools, "run") == 0 and _size(pools, "init") > 0,
         )
         if not alive:
             dead[worker] = info.get("shards") if isinstance(info.get("shards"), dict) else None
     cancel_names, all_before = read_requests(paths)
-    sweep = previous is None or now - previous.swept_at >= lease_s
+    # a sweep dated in this node's future (by a fast clock) must not put the next one off
+    sweep = previous is None or now - previous.swept_at >= lease_s or previous.swept_at - now > CLOCK_SKEW_S
     summary = Summary(
         built_at=now, workers=workers, cancel_names=tuple(sorted(cancel_names)), cancel_all_before=all_before,
-        stop_at=fsops.mtime(paths.stop_request), registry_key=registry_key(paths),
-        queued={q.name: fsops.has_entries(q) for q in (paths.init_queue, paths.eval_queue)},
+        stop_at=fsops.mtime(paths.stop_request), registry_key=registry_key(paths), queued=shared_queues_queued(paths),
         swept_at=now if sweep else previous.swept_at if previous else 0.0,
     )
-    return Rebuild(summary, dead, sweep)
+    listed = frozenset(entry.name[: -len(".json")] for entry in entries)
+    return Rebuild(summary, dead, sweep, listed)
+
+
+def shared_queues_queued(paths: SpoolPaths) -> dict[str, bool]:
+    """Whether each shared queue holds a ticket: one listing each, stopped at the first name."""
+    return {q.name: fsops.has_entries(q) for q in (paths.init_queue, paths.eval_queue)}
+
+
+def _int_counts(value: Any) -> dict[str, int]:
+    return {str(url): int(n) for url, n in (value or {}).items()}
+
+
+def _counts(value: Any) -> dict[str, int]:
+    """A heartbeat's per-backend counts; none when they are malformed (the worker still counts)."""
+    try:
+        return _int_counts(value) if isinstance(value, dict) else {}
+    except (TypeError, ValueError, OverflowError):
+        return {}
 
 
 def _size(pools: dict[str, Any], stage: str) -> int:
     pool = pools.get(stage)
-    return int(pool.get("size") or 0) if isinstance(pool, dict) else 0
+    try:
+        return int(pool.get("size") or 0) if isinstance(pool, dict) else 0
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 @dataclass
@@ -197,7 +233,7 @@ class ClusterView:
         """The summary if it describes a large run and is younger than a lease (else poll the spool)."""
         now = time.time() if now is None else now
         summary = self.summary
-        if summary is None or not summary.large or now - summary.built_at >= self.lease_s:
+        if summary is None or not summary.large or now - summary.built_at >= self.lease_s or summary.from_future(now):
             return None
         return summary
 
@@ -207,16 +243,19 @@ class ClusterView:
         summary = self.fresh()
         return summary.registry_key if summary is not None else None
 
-    def refresh(self, now: float | None = None) -> Rebuild | None:
+    def refresh(self, now: float | None = None, recover: Callable[[Rebuild], int] | None = None) -> Rebuild | None:
         """Re-read the summary when a newer one may exist; rebuild it if it is due and nobody else
-        is on it. The rebuild's findings when this process rebuilt, None otherwise."""
+        is on it. The rebuild's findings when this process rebuilt, None otherwise.
+
+        `recover` (recovery.reap_found) runs on the findings before the summary is written, so the
+        queue hints it writes count the claims it returned to the queues (`Rebuild.moved`)."""
         now = time.time() if now is None else now
         if self.view_s <= 0 or (self.summary is not None and now - self._read_at < self.read_period()):
             return None
         self._read_at = now
         current = self._read()
         if current is None or current.rebuild_due(now, self.view_s):
-            rebuilt = self._rebuild_if_first(now, current)
+            rebuilt = self._rebuild_if_first(now, current, recover)
             if rebuilt is not None:
                 self.summary = rebuilt.summary
                 return rebuilt
@@ -224,12 +263,17 @@ class ClusterView:
             self.summary = current
         return None
 
-    def _rebuild_if_first(self, now: float, previous: Summary | None) -> Rebuild | None:
+    def _rebuild_if_first(self, now: float, previous: Summary | None,
+                          recover: Callable[[Rebuild], int] | None) -> Rebuild | None:
         if not fsops.create_exclusive(self.lock_file):
             self._break_stale_lock(now)
             return None
         try:
             rebuilt = build_summary(self.paths, self.lease_s, now, previous)
+            moved = recover(rebuilt) if recover is not None else 0
+            if moved:
+                summary = replace(rebuilt.summary, queued=shared_queues_queued(self.paths))
+                rebuilt = replace(rebuilt, summary=summary, moved=moved)
             try:
                 fsops.write_atomic(self.paths.cluster_summary, orjson.dumps(rebuilt.summary.to_json()),
                                    self.paths.tmp, fsops.Durability.NONE)

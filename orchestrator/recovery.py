@@ -101,7 +101,9 @@ def reap_found(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, em
     if rebuild.sweep:
         workers = rebuild.summary.workers
         alive = {w for w, state in workers.items() if state.alive} | {me}
-        moved += _reap_claims_without_heartbeat(paths, set(workers) | {me}, me, lease_s, max_attempts, emit)
+        # every listed heartbeat: one that could not be read this time (replaced mid-read) is no proof of death
+        listed = set(rebuild.listed) | set(workers) | {me}
+        moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
         moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
         live_nodes = {state.node for state in workers.values() if state.alive}
         moved += _rescue_orphaned_run_queues(paths, live_nodes, lease_s, max_attempts, emit)

@@ -518,11 +518,10 @@ class Worker:
                 self.wake[stage].set()
 
     def _read_cluster_view(self) -> int:
-        rebuilt = self.cluster.refresh()
-        if rebuilt is None:
-            return 0
-        return reap_found(self.paths, self.worker_id, self.config.leases.lease_s, self.config.jobs.max_attempts,
-                          self.events.emit, rebuilt)
+        rebuilt = self.cluster.refresh(recover=lambda found: reap_found(
+            self.paths, self.worker_id, self.config.leases.lease_s, self.config.jobs.max_attempts,
+            self.events.emit, found))
+        return rebuilt.moved if rebuilt is not None else 0
 
     def _poll_cancels(self) -> None:
         before = self.cancels.signature()

@@ -19,9 +19,11 @@ import orjson
 import pytest
 
 from orchestrator.claims import ClaimBox
-from orchestrator.cluster import LARGE_RUN_WORKERS, Summary
+from orchestrator import fsops
+from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary, WorkerState, build_summary
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
+from orchestrator.recovery import reap_found
 from orchestrator.submit import submit_file
 from orchestrator.tickets import Ticket
 from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
@@ -117,3 +119,98 @@ def test_cancel_stop_and_dead_workers_reach_a_large_run_through_the_summary(peer
         assert duty_ops(paths, "stop_poll") == {"stop_poll": before["stop_poll"]}
     finally:
         stop_worker(worker)
+
+
+# --- the rebuild itself, called directly (no worker process): damaged input, skewed clocks ---
+
+LEASE_S = LARGE["leases.lease_s"]
+
+
+def no_events(*args: object, **kwargs: object) -> None:
+    return None
+
+
+def large_summary_dated(built_at: float) -> bytes:
+    """A summary of a large run (PEERS live workers) stamped `built_at`."""
+    workers = {f"peer{i:02d}-1-beef": WorkerState(True, f"peer{i:02d}", {}, {}, False) for i in range(PEERS)}
+    return orjson.dumps(Summary(built_at=built_at, workers=workers, swept_at=built_at).to_json())
+
+
+def test_a_malformed_heartbeat_neither_stops_the_rebuild_nor_drops_its_worker(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **LARGE)
+    beats = {
+        "good-1-beef": {"node": "n1", "load": {"inflight": {"http://a": 2}, "assigned": {"http://a": 5}}},
+        "strings-1-beef": {"node": "n2", "load": {"inflight": {"http://a": "two"}}},   # ValueError
+        "list-1-beef": {"node": "n3", "load": {"inflight": [1, 2]}},                  # AttributeError
+        "none-1-beef": {"node": "n4", "load": {"assigned": {"http://a": None}}},      # TypeError
+        "pools-1-beef": {"node": "n5", "pools": {"run": {"size": "big"}, "init": {"size": 1}}},
+    }
+    for worker, info in beats.items():
+        paths.heartbeat(worker).write_bytes(orjson.dumps(info))
+
+    rebuilt = ClusterView(paths, LEASE_S, 0.5).refresh()
+
+    assert rebuilt is not None and set(rebuilt.summary.workers) == set(beats)
+    workers = rebuilt.summary.workers
+    assert (workers["good-1-beef"].inflight, workers["good-1-beef"].assigned) == ({"http://a": 2}, {"http://a": 5})
+    assert all(workers[w].inflight == {} and workers[w].alive for w in beats if w != "good-1-beef")
+    assert summary(paths) is not None   # written for the others
+
+
+def test_a_damaged_summary_is_treated_as_absent_and_rebuilt(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **LARGE)
+    damaged = orjson.loads(large_summary_dated(time.time()))
+    damaged["stop_at"] = "soon"
+    paths.cluster_summary.write_bytes(orjson.dumps(damaged))
+    view = ClusterView(paths, LEASE_S, 0.5)
+
+    assert view.refresh() is not None   # rebuilt, not taken as it is
+    assert view.summary is not None and view.summary.stop_at is None
+
+
+def test_a_summary_from_a_fast_clock_is_neither_fresh_nor_keeps_others_from_rebuilding(tmp_path: Path) -> None:
+    """A rebuilder whose clock ran 2 minutes ahead died: its summary must not look fresh for 2 minutes."""
+    paths = make_run(tmp_path / "run", **LARGE)
+    paths.cluster_summary.write_bytes(large_summary_dated(time.time() + 120))
+    view = ClusterView(paths, LEASE_S, 0.5)
+
+    rebuilt = view.refresh()
+
+    assert rebuilt is not None and rebuilt.summary.built_at <= time.time()
+    assert rebuilt.sweep   # its sweep, dated in the future too, does not put recovery's off
+    view.summary = Summary.from_json(orjson.loads(large_summary_dated(time.time() + 120)))
+    assert view.fresh() is None
+    view.summary = Summary.from_json(orjson.loads(large_summary_dated(time.time() + 0.5)))   # within NTP's reach
+    assert view.fresh() is not None
+
+
+def test_a_listed_heartbeat_that_cannot_be_read_keeps_its_claims(tmp_path: Path) -> None:
+    """A live worker's heartbeat replaced mid-read (here: one whose open fails) is no proof it is gone:
+    its claim directory, unchanged for longer than a lease on a long RUN, stays where it is."""
+    paths = make_run(tmp_path / "run", **LARGE)
+    live = "live00-1-beef"
+    job = JobSpec(job_id="long-0000001-0000", group_id="long", instance_id="long", sample_index=0,
+                  handler="echo", instance={})
+    ClaimBox(paths, live).save(Ticket(job=job, stage=Stage.RUN))
+    old = time.time() - 10 * LEASE_S
+    os.utime(paths.claims(live), (old, old))
+    paths.heartbeat(live).mkdir()   # listed, but its open fails (as a replaced file's may: ESTALE)
+
+    rebuilt = build_summary(paths, LEASE_S, time.time())
+    assert rebuilt.sweep and live not in rebuilt.summary.workers
+    reap_found(paths, ME, LEASE_S, 3, no_events, rebuilt)
+
+    assert [p.name for p in paths.claims(live).iterdir()] == [Ticket(job=job, stage=Stage.RUN).name]
+
+
+def test_the_summary_written_by_a_rebuild_that_requeued_claims_says_the_queue_holds_them(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **LARGE)
+    dead_worker_with_a_claim(paths, "orphan-0000001-0000")
+    view = ClusterView(paths, LEASE_S, 0.5)
+
+    rebuilt = view.refresh(recover=lambda found: reap_found(paths, ME, LEASE_S, 3, no_events, found))
+
+    assert rebuilt is not None and rebuilt.moved == 1
+    assert fsops.has_entries(paths.init_queue)
+    written = summary(paths)
+    assert written is not None and written.queued[paths.init_queue.name]

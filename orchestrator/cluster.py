@@ -33,13 +33,18 @@ import orjson
 from orchestrator import fsops
 from orchestrator.cancel import read_requests
 from orchestrator.paths import SpoolPaths
+from orchestrator.softlock import break_if_stale, try_soft_lock
 
 log = logging.getLogger(__name__)
 
 LARGE_RUN_WORKERS = 16      # beyond this many live workers a run reads the summary instead of the spool
 DEFAULT_VIEW_S = 1.0        # a process re-reads the summary at most this often
 REBUILD_OPS_PER_S = 250.0   # what the whole run spends on rebuilding the summary, at most
-STALE_LOCK_S = 30.0         # a rebuild takes milliseconds: a lock this old belongs to a dead worker
+# A rebuild takes milliseconds to a few seconds: a lock older than a few rebuild periods belongs to a
+# dead (or paused) rebuilder. Under half a lease, so the next rebuild comes before readers find the
+# summary older than a lease and fall back to scanning the spool themselves.
+STALE_LOCK_PERIODS = 3.0
+STALE_LOCK_LEASE_SHARE = 0.4
 # Summaries are stamped with the rebuilder's clock and judged by the reader's. NTP keeps a cluster's
 # clocks within milliseconds; a summary dated more than this in the reader's future comes from a
 # node whose clock runs fast, and would look fresh for as long as it runs ahead after that node
@@ -229,6 +234,9 @@ class ClusterView:
     def read_period(self) -> float:
         return rebuild_period_s(self.summary.alive if self.summary else 0, self.view_s)
 
+    def stale_lock_s(self) -> float:
+        return min(STALE_LOCK_PERIODS * self.read_period(), STALE_LOCK_LEASE_SHARE * self.lease_s)
+
     def fresh(self, now: float | None = None) -> Summary | None:
         """The summary if it describes a large run and is younger than a lease (else poll the spool)."""
         now = time.time() if now is None else now
@@ -264,9 +272,10 @@ class ClusterView:
         return None
 
     def _rebuild_if_first(self, now: float, previous: Summary | None,
-                          recover: Callable[[Rebuild], int] | None) -> Rebuild | None:
-        if not fsops.create_exclusive(self.lock_file):
-            self._break_stale_lock(now)
+                          recover: Callable[[Rebuild], int] | None = None) -> Rebuild | None:
+        lock = try_soft_lock(self.lock_file)
+        if lock is None:
+            break_if_stale(self.lock_file, self.stale_lock_s())
             return None
         try:
             rebuilt = build_summary(self.paths, self.lease_s, now, previous)
@@ -281,15 +290,10 @@ class ClusterView:
                 log.warning("cluster summary not written: %s", exc)
             return rebuilt
         finally:
-            fsops.unlink(self.lock_file)
+            lock.release()   # only if still ours: a paused rebuilder's lock may have been broken and retaken
 
     def _read(self) -> Summary | None:
         try:
             return Summary.from_json(orjson.loads(fsops.read_bytes(self.paths.cluster_summary)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
             return None
-
-    def _break_stale_lock(self, now: float) -> None:
-        held_since = fsops.mtime(self.lock_file)
-        if held_since is not None and now - held_since > STALE_LOCK_S:
-            fsops.unlink(self.lock_file)   # two breakers at once only cost one extra rebuild

@@ -6,12 +6,17 @@ judge the same lock stale must not both remove it, or the second removes the fir
 lock and both write (a lost update). So a stale lock is removed only under a short-lived breaker
 lock (`NAME.break`, also an exclusive create), and only if it is still the very file (inode and
 mtime) that was judged stale. Acquiring stays a plain exclusive create.
+
+The holder writes a token of its own in the lock and removes the lock at release only if it still
+holds that token: a holder paused past `stale_s` (SIGSTOP, a swapped-out node) must not remove the
+lock another process took after breaking its own (an inode can be reused, a token is not).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -34,12 +39,12 @@ class SoftLock:
     """A held lock file; `release()` removes it if it is still ours."""
 
     path: Path
-    identity: tuple[int, int]   # (device, inode) of the file this holder created
+    token: bytes   # what this holder wrote in the lock file
 
     def release(self) -> None:
         try:
-            if _identity(self.path.stat()) == self.identity:
-                fsops.unlink(self.path)
+            if fsops.read_bytes(self.path) == self.token:
+                fsops.unlink(self.path)   # (a pause exactly between the read and the unlink stays a window)
         except FileNotFoundError:
             pass  # broken as stale meanwhile: the holder took far longer than stale_s
 
@@ -60,11 +65,21 @@ def acquire_soft_lock(path: Path, timeout_s: float, stale_s: float) -> SoftLock:
         delay = min(delay * 2, MAX_POLL_S)
 
 
+def try_soft_lock(path: Path) -> SoftLock | None:
+    """Hold `path` if nobody does (one exclusive create, no wait); None when it is held."""
+    return _try_create(path)
+
+
 def _try_create(path: Path) -> SoftLock | None:
-    note = f"{socket.gethostname()} pid {os.getpid()} at {time.time():.3f}\n".encode()
+    note = f"{socket.gethostname()} pid {os.getpid()} at {time.time():.3f} {secrets.token_hex(8)}\n".encode()
     if not fsops.create_exclusive(path, note):
         return None
-    return SoftLock(path, _identity(path.stat()))
+    return SoftLock(path, note)
+
+
+def break_if_stale(path: Path, stale_s: float) -> None:
+    """Remove `path` if it is older than `stale_s` (a crashed holder's), under the breaker lock."""
+    _break_if_stale(path, stale_s)
 
 
 def _break_if_stale(path: Path, stale_s: float) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.claims import ClaimBox
 from orchestrator import fsops
-from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary, WorkerState, build_summary
+from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Rebuild, Summary, WorkerState, build_summary
 from orchestrator.jobs import JobSpec, Stage
 from orchestrator.paths import SpoolPaths
 from orchestrator.recovery import reap_found
@@ -214,3 +214,32 @@ def test_the_summary_written_by_a_rebuild_that_requeued_claims_says_the_queue_ho
     assert fsops.has_entries(paths.init_queue)
     written = summary(paths)
     assert written is not None and written.queued[paths.init_queue.name]
+
+
+def test_a_rebuilder_lock_is_broken_well_before_readers_give_up_on_the_summary(tmp_path: Path) -> None:
+    """A rebuilder died holding the lock: the lock goes after a few rebuild periods (under half a
+    lease), so the next rebuild comes before readers find the summary older than a lease."""
+    paths = make_run(tmp_path / "run", **LARGE)
+    view = ClusterView(paths, LEASE_S, 0.5)
+    view.lock_file.write_bytes(b"dead rebuilder\n")
+    old = time.time() - LEASE_S / 2
+    os.utime(view.lock_file, (old, old))
+
+    assert view.refresh() is None   # held: this call breaks it
+    assert view.refresh() is not None
+
+
+def test_a_paused_rebuilder_never_removes_the_lock_another_took_meanwhile(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **LARGE)
+    paused, other = ClusterView(paths, LEASE_S, 0.5), ClusterView(paths, LEASE_S, 0.5)
+
+    def paused_past_stale(found: Rebuild) -> int:
+        """While `paused` rebuilds, its lock is broken as stale and `other` takes it (and is still on it)."""
+        old = time.time() - 60   # stale by any rule
+        os.utime(paused.lock_file, (old, old))
+        assert other.refresh() is None and not paused.lock_file.exists()   # broken
+        other.lock_file.write_bytes(b"other rebuilder\n")                   # taken (its rebuild under way)
+        return 0
+
+    assert paused.refresh(recover=paused_past_stale) is not None
+    assert paused.lock_file.read_bytes() == b"other rebuilder\n"

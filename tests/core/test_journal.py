@@ -214,15 +214,23 @@ def test_a_worker_killed_during_eval_resumes_at_eval_elsewhere_and_never_runs_ag
     assert all(r["run_s"] and r["run_s"] > 0 for r in got.values())
 
 
-def test_a_clean_stop_during_eval_returns_the_job_to_eval_with_its_run_output(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 0.2})
-    profile = {"init": 0.01, "run": 0.05, "eval": 2.0}
+def stop_two_jobs_when(tmp_path: Path, eval_s: float, eval_pool: int, event: str, count: int,
+                       **settings: Any) -> Any:
+    """Two sleep jobs through one worker (RUN pool 2), stopped cleanly once `event` was seen
+    `count` times; the run's paths."""
+    paths = make_run(tmp_path / "run", **settings)
+    profile = {"init": 0.01, "run": 0.05, "eval": eval_s}
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
-    worker = start_worker(paths, "--run-pool", "2", "--eval-pool", "2")
+    worker = start_worker(paths, "--run-pool", "2", "--eval-pool", str(eval_pool))
     try:
-        wait_until(lambda: len(per_job(paths, "eval_started")) == 2, 90, "two jobs in EVAL")
+        wait_until(lambda: len(per_job(paths, event)) == count, 90, f"{count} {event} event(s)")
     finally:
         assert stop_worker(worker) == 0
+    return paths
+
+
+def test_a_clean_stop_during_eval_returns_the_job_to_eval_with_its_run_output(tmp_path: Path) -> None:
+    paths = stop_two_jobs_when(tmp_path, 2.0, 2, "eval_started", 2, **{"shutdown.grace_s": 0.2})
     queued = {ticket.name: ticket for ticket in queued_tickets(paths.eval_queue)}
     assert len(queued) == 2 and all("run_slept_s" in t.outputs["run"] for t in queued.values())
     assert not [p for p in paths.active.iterdir()], "claims or a journal left behind"
@@ -375,14 +383,8 @@ def test_a_run_that_ends_while_eval_is_full_waits_here_for_a_slot_not_in_the_eva
 def test_a_stop_without_grace_gives_jobs_waiting_for_eval_back_to_eval_uncharged(tmp_path: Path) -> None:
     """A stop with no grace period (preemption) must not charge a job waiting here for EVAL an
     attempt: its RUN went well. It goes back to queue/eval with its RUN output, attempt unchanged."""
-    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1, "shutdown.grace_s": 0.0})
-    profile = {"init": 0.01, "run": 0.05, "eval": 30.0}
-    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
-    worker = start_worker(paths, "--run-pool", "2", "--eval-pool", "1")
-    try:
-        wait_until(lambda: len(per_job(paths, "eval_waiting")) == 1, 90, "a job waiting for EVAL")
-    finally:
-        assert stop_worker(worker) == 0
+    paths = stop_two_jobs_when(tmp_path, 30.0, 1, "eval_waiting", 1,
+                               **{"jobs.batch_size": 1, "shutdown.grace_s": 0.0})
     waited = next(iter(per_job(paths, "eval_waiting")))
     queued = {ticket.name: ticket for ticket in queued_tickets(paths.eval_queue)}
     assert waited in queued, "the waiting job did not go back to queue/eval"

@@ -42,19 +42,19 @@ from typing import Any
 import orjson
 
 from benchmarks.common import emit_json, print_table
-from orchestrator.events import events_named
-from orchestrator.liveness import read_workers
-from orchestrator.launches import request_stop
-from orchestrator.paths import SpoolPaths
-from orchestrator.scaling import Bounds
+from orchestrator.spool.events import events_named
+from orchestrator.spool.liveness import read_workers
+from orchestrator.spool.launches import request_stop
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.slurm.scaling import Bounds
 from orchestrator.slurm.adapt import AdaptSettings, Controller
 from orchestrator.slurm.cluster import run_slurm, slurm_available
 from orchestrator.slurm.launcher import launch
 from orchestrator.slurm.options import LaunchOptions
 from orchestrator.slurm.queries import cancel, still_queued, task_of
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 RUN_SETTINGS = {"leases.heartbeat_s": 1.0, "leases.lease_s": 30.0, "shards.idle_flush_s": 0.5}

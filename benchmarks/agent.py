@@ -34,14 +34,15 @@ from typing import Any
 
 from benchmarks.common import emit_json, median, percentile, print_table
 from orchestrator.agent.calls import ToolCall
-from orchestrator.agent.handler import RENDER_WINDOW
+from orchestrator.agent.tool_handler import RENDER_WINDOW
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply, run_agent
 from orchestrator.agent.messages import tool_message
 from orchestrator.agent.parsers import get_parser
 from orchestrator.agent.toolbox import SandboxToolbox, ToolOutcome
 from orchestrator.agent.tools import openai_tools, tool_specs
 from orchestrator.llm.conversation import Conversation
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 
 BASH_CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "true"}}\n</tool_call>'
 
@@ -126,7 +127,7 @@ STEPS = ("parse", "execute", "render", "exec_roundtrip", "sandbox_bash")
 
 
 async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float], list[float], dict[str, list[float]]]:
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.sandbox.start import start_sandbox
 
     parse = get_parser("hermes")
     specs = tool_specs(["bash", "finish"])
@@ -183,9 +184,9 @@ async def actions(tokenizer: Any, rounds: int, spool: Any) -> tuple[list[float],
 
 
 def context(spool: Any, handler: str) -> Any:
-    from orchestrator.context import JobContext, WorkerServices
-    from orchestrator.jobs import JobSpec, Stage
-    from orchestrator.paths import current_node
+    from orchestrator.handler_api.context import JobContext, WorkerServices
+    from orchestrator.spool.jobs import JobSpec, Stage
+    from orchestrator.spool.paths import current_node
 
     services = WorkerServices(paths=spool, worker_id="bench", node=current_node(), runtime="bwrap",
                               sandbox_defaults={"image": os.environ.get("HPC_ROLLOUT_TASK_IMAGE", "")} if
@@ -227,7 +228,7 @@ async def graders(spool: Any, rounds: int) -> tuple[list[float], list[float], in
 
 
 async def main(quick: bool) -> dict[str, Any]:
-    from orchestrator.paths import SpoolPaths
+    from orchestrator.spool.paths import SpoolPaths
 
     tokenizer = load_tokenizer(tiny_model_dir())
     scratch = Path(tempfile.mkdtemp(prefix="bench-agent-"))

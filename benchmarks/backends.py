@@ -39,17 +39,18 @@ import httpx
 import pyarrow.dataset as ds
 
 from benchmarks.common import emit_json, median, print_table
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.conversation import Conversation
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import Backend, BackendRegistry
-from orchestrator.llm.stock_vllm import start_vllm
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.stock_vllm import start_vllm
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 SAMPLING = {"temperature": 1.0}

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_json, print_table
-from orchestrator.api import Spool
+from orchestrator.trainer.api import Spool
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.status import pending_count
+from orchestrator.report.status import pending_count
 from orchestrator.trainer import DynamicSampler
 from orchestrator.worker.options import WorkerOptions
 

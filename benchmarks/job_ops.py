@@ -10,7 +10,7 @@ The pipeline benchmark's workload (the `sleep` handler: INIT 1-3 s, RUN 2-10 s, 
 mean 3 s with a 10% tail ten times longer, every duration times --scale) runs through one real
 worker process with its pools (INIT 4, RUN 8, EVAL 8, at most 4 prepared, 12 sandboxes), among
 20 simulated live workers, so that it polls as on a large run.
-fsops charges every operation to the duty that made it (orchestrator/fsops.py, `duty`):
+fsops charges every operation to the duty that made it (orchestrator/spool/fsops.py, `duty`):
 
 - per job: submit (this process), claim (won claims, their lost races and listings), job (the
   stage steps: ticket reads, saves, hand-offs) and commit (shards, ticket unlinks); the data
@@ -36,12 +36,12 @@ import orjson
 
 from benchmarks.common import emit_json, print_table
 from benchmarks.pipeline import RUN_SLOTS, SANDBOXES, profile
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.engine import LARGE_RUN_WORKERS
 from orchestrator.worker.options import WorkerOptions
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import orjson
 
 from benchmarks.common import emit_json, median, percentile, print_table
-from orchestrator import fsops
-from orchestrator.claims import Claimer
+from orchestrator.spool import fsops
+from orchestrator.spool.claims import Claimer
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 ECHO_ROW = {"handler": "echo", "instance": {"x": 1}}

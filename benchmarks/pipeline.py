@@ -26,13 +26,13 @@ import pyarrow.dataset as ds
 
 from benchmarks.common import emit_json, print_table
 from hpc_rollout.handlers.sleep import SleepHandler
-from orchestrator.context import JobContext, WorkerServices
-from orchestrator.jobs import JobSpec, Stage
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 RUN_SLOTS = 8

@@ -39,16 +39,17 @@ from typing import Any
 from benchmarks.common import emit_json, median, percentile, print_table
 from hpc_rollout.handlers.bundled.math_problems import PROBLEMS
 from orchestrator.agent.parsers import get_parser
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_for
 from orchestrator.llm.session import LLMSession, Turn
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
-from orchestrator.paths import SpoolPaths
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
 from orchestrator.proxy.server import RELAY_NAME, JobProxy, new_proxy_dir, read_token
 from orchestrator.proxy.trajectory import Builder, build_samples
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 
 TOY_AGENT = Path(__file__).resolve().parents[1] / "tests" / "proxy" / "harness" / "toy_agent.py"
 BASH = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {

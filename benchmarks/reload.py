@@ -21,10 +21,10 @@ from pathlib import Path
 import httpx
 
 from benchmarks.common import emit_json, median, percentile, print_table
-from orchestrator.api import Spool
-from orchestrator.llm.local_server import start_server
+from orchestrator.trainer.api import Spool
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import save_perturbed_copy, tiny_model_dir
+from orchestrator.devserver.tiny_model import save_perturbed_copy, tiny_model_dir
 
 
 class Load:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 def touch_heartbeat(paths: SpoolPaths, worker_id: str) -> None:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.paths import SpoolPaths
-from orchestrator.sandbox.api import start_sandbox
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.sandbox.start import start_sandbox
 from orchestrator.sandbox.process import ProcessSandbox
 
 

@@ -4,7 +4,7 @@
 
 Every recurring operation of the engine is run for real on local disk at several sizes --
 workers W (simulated with heartbeat and in-flight files), queued jobs Q, shards S -- and the
-metadata operations it makes are counted by orchestrator.fsops (creates, renames, unlinks,
+metadata operations it makes are counted by orchestrator.spool.fsops (creates, renames, unlinks,
 stats, opens, listings; a listing is charged one more operation per 1,000 names it returns,
 what a metadata server needs to send a large directory). From the table, the steady-state
 load of a 1,000-node x 8-slot run at the pipeline benchmark's job mix is derived
@@ -39,23 +39,23 @@ from benchmarks.common import emit_json, median, print_table
 from benchmarks.job_ops import NAMES_PER_OP, pipeline_mix
 from benchmarks.overhead import end_to_end
 from benchmarks.tail import poll_cost
-from orchestrator import fsops
-from orchestrator.cancel import CancelWatch
-from orchestrator.claims import ClaimBox, Claimer
-from orchestrator.cluster import build_summary, rebuild_period_s
+from orchestrator.spool import fsops
+from orchestrator.spool.cancel import CancelWatch
+from orchestrator.spool.claims import ClaimBox, Claimer
+from orchestrator.spool.cluster_summary import build_summary, rebuild_period_s
 from orchestrator.config import RunConfig, Shards
-from orchestrator.jobs import JobSpec, JobStatus, Stage
-from orchestrator.liveness import write_heartbeat
+from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
+from orchestrator.spool.liveness import write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
-from orchestrator.paths import SpoolPaths
-from orchestrator.recovery import reap_expired, reap_found
-from orchestrator.rows import build_row
-from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name
-from orchestrator.shards import ShardWriter
-from orchestrator.spool import init_run
-from orchestrator.status import snapshot
-from orchestrator.tickets import Ticket
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.recovery import reap_expired, reap_found
+from orchestrator.spool.rows import build_row
+from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard_name
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import snapshot
+from orchestrator.spool.tickets import Ticket
 
 
 SLOW_SCALE = 0.25   # stage durations of the idle-poll measurement (x0.05 makes idle episodes 20x as frequent)

@@ -15,10 +15,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.paths import SpoolPaths
-from orchestrator.rows import SCHEMA, TOOL_CALL_TYPE, TURN_TYPE
-from orchestrator.shardlog import shard_name
-from orchestrator.spool import init_run
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rows import SCHEMA, TOOL_CALL_TYPE, TURN_TYPE
+from orchestrator.spool.shardlog import shard_name
+from orchestrator.spool.rundir import init_run
 
 WORKERS = 16
 RUN_SLOTS = 8

@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit_json, median, percentile, print_table
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.config import Shards
-from orchestrator.cursor import Cursor
-from orchestrator.paths import SpoolPaths
-from orchestrator.shardlog import WriterDirectory, shard_name
-from orchestrator.shards import ShardWriter
-from orchestrator.spool import init_run
-from orchestrator.tail import TRAINER_COLUMNS, RowReader
+from orchestrator.trainer.cursor import Cursor
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shardlog import WriterDirectory, shard_name
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.rundir import init_run
+from orchestrator.trainer.tail import TRAINER_COLUMNS, RowReader
 
 
 def trajectory_row(rng: random.Random, job: str, group: str, index: int) -> dict[str, Any]:
@@ -60,8 +60,8 @@ WRITER = """
 import random, sys, time
 from benchmarks.tail import trajectory_row
 from orchestrator.config import Shards
-from orchestrator.paths import SpoolPaths
-from orchestrator.shards import ShardWriter
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shards import ShardWriter
 root, name, seconds, log = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 rng = random.Random(name)
 writer = ShardWriter(SpoolPaths.of(root), name, Shards())

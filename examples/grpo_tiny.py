@@ -9,7 +9,7 @@ Every step goes through the whole system, as a cluster run would:
     -> every backend reloads it (spool.swap_weights) -> next step samples the new policy.
 Task: the prompt "say 7" (as a verl row, data_source "toy/digits" mapped to the `answer`
 handler) is rewarded 1.0 when the reply starts with "7". The model is the character-level
-tiny model (orchestrator/llm/tiny_model.py: ~100 tokens, one per ASCII character), random.
+tiny model (orchestrator/devserver/tiny_model.py: ~100 tokens, one per ASCII character), random.
 It prints a reward line per step and writes OUT/reward.png and OUT/rewards.jsonl.
 """
 
@@ -26,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # runs from a checkout without an install, too
 
-from orchestrator.api import Spool  # noqa: E402
-from orchestrator.llm.local_server import start_server  # noqa: E402
+from orchestrator.trainer.api import Spool  # noqa: E402
+from orchestrator.devserver.local_server import start_server  # noqa: E402
 from orchestrator.llm.registry import BackendRegistry  # noqa: E402
-from orchestrator.llm.tiny_model import tiny_digits_model_dir  # noqa: E402
+from orchestrator.devserver.tiny_model import tiny_digits_model_dir  # noqa: E402
 from orchestrator.app.local_launch import start_local_workers  # noqa: E402
 from orchestrator.trainer import DynamicSampler, GroupBatcher  # noqa: E402
 from orchestrator.trainer.grpo import policy_loss, response_logprobs  # noqa: E402

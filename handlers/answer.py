@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.handler import AgentHandler
+from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
 
 MATCHES = ("number", "prefix", "exact")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, json_value, optional_image, prompt_messages
-from orchestrator.agent.handler import ToolAgentHandler, fresh_sandbox
+from orchestrator.agent.tool_handler import ToolAgentHandler, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.code_tests import SCORING, run_hidden_tests
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
     from orchestrator.sandbox.base import Sandbox
 
 SOLUTION_FILE = "solution.py"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.context import JobContext
-from orchestrator.handler import AgentHandler
+from orchestrator.handler_api.context import JobContext
+from orchestrator.handler_api.contract import AgentHandler
 
 
 class EchoHandler(AgentHandler):

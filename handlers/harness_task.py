@@ -34,13 +34,13 @@ from hpc_rollout.handlers.code_task import CodeHandler
 from hpc_rollout.handlers.math_task import MathHandler
 from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
-from orchestrator.agent.handler import DEFAULT_PARSER, ToolAgentHandler
+from orchestrator.agent.tool_handler import DEFAULT_PARSER, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
-from orchestrator.handler import StageError
+from orchestrator.spool.jobs import StageError
 from orchestrator.proxy.trajectory import Builder, trajectory_fields
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
     from orchestrator.proxy.recorder import CallRecorder
 
 TASK_FILE = "/workspace/.harness/task.md"

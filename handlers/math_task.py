@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages
-from orchestrator.agent.handler import ToolAgentHandler
+from orchestrator.agent.tool_handler import ToolAgentHandler
 from orchestrator.agent.loop import AgentLimits, TextReply
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
 
 SYSTEM = ("Solve the math problem. You can run Python with the python tool (sympy and numpy are "
           "installed). When you know the answer, call submit with it, or end your reply with the "

@@ -25,8 +25,8 @@ import math
 import random
 from typing import Any
 
-from orchestrator.context import JobContext
-from orchestrator.handler import AgentHandler
+from orchestrator.handler_api.context import JobContext
+from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.llm.registry import BackendRegistry
 
 DISTRIBUTIONS = ("uniform", "lognormal", "exponential")

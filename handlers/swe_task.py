@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages, string_list
-from orchestrator.agent.handler import ToolAgentHandler, fresh_sandbox
+from orchestrator.agent.tool_handler import ToolAgentHandler, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.junit import resolution, statuses
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
     from orchestrator.sandbox.base import Sandbox
 
 MIRROR = "/mirror"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -9,7 +10,18 @@ from typing import Any
 
 import tomli_w
 
-from orchestrator.runtimes import RUNTIME_NAMES
+
+
+class Runtime(str, enum.Enum):
+    """The sandbox runtimes by name: the one list run.toml, the CLI options and orchestrator/sandbox/ check."""
+
+    AUTO = "auto"              # Apptainer/Singularity when on PATH, else bubblewrap
+    APPTAINER = "apptainer"
+    BWRAP = "bwrap"
+    LOCAL = "local"            # no sandbox: explicit, for development
+
+
+RUNTIME_NAMES: tuple[str, ...] = tuple(runtime.value for runtime in Runtime)
 
 
 class ConfigError(ValueError):

@@ -24,14 +24,16 @@ REPO = Path(__file__).resolve().parent.parent
 ROOTS = {"orchestrator": "orchestrator", "handlers": "hpc_rollout.handlers"}
 
 # Layers, bottom to top: a package may import only packages of its own layer or below.
-# Within one layer, imports are allowed as long as they form no cycle.
+# Within one layer, imports are allowed as long as they form no cycle. A package is a folder;
+# its place in this list is its layer (docs/architecture.md has one line per package).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("core",),                                       # spool primitives: paths, tickets, claims, shards
-    ("sandbox", "llm"),                              # the parts a stage drives: sandboxes, model backends
-    ("handler_api", "agent", "grading", "report", "proxy"),   # what handlers see (the agent loop, the harness proxy); readers of a run
-    ("worker", "metrics"),                           # the stage worker and its hooks
-    ("handlers", "slurm", "api"),                    # task plugins; Slurm arrays of workers; the Python API
-    ("trainer",),                                    # the trainer side: sampler, batches, over the API
+    ("core",),                                       # orchestrator/*.py: the error base, run.toml
+    ("spool",),                                      # the file protocol: paths, tickets, claims, shards, leases
+    ("sandbox", "llm"),                              # what a stage drives: sandboxes, LLM backends (client side)
+    ("handler_api", "agent", "grading", "proxy", "report", "devserver"),  # what handlers see; run readers; the reference LLM server
+    ("worker", "metrics", "submission"),             # the stage worker and its hooks; queueing tasks
+    ("handlers", "slurm"),                           # task plugins; Slurm arrays of workers
+    ("trainer",),                                    # what a trainer imports: API, reader, batches, sampler, verl
     ("app",),                                        # demo, local launching, tasks check
     ("cli",),                                        # the command line, on top of everything
 )
@@ -59,19 +61,7 @@ def _source_path(dotted: str) -> Path | None:
     return None
 
 
-# Top-level modules that are not spool primitives: public entry points kept at their import
-# path for users (handlers import orchestrator.context; trainers orchestrator.api), placed in
-# the layer of what they use.
-MODULE_PACKAGES = {
-    "orchestrator.context": "handler_api",   # JobContext: opens sandboxes for handlers
-    "orchestrator.api": "api",               # the trainer's Python API (weights swap through llm)
-    "orchestrator.status": "api",            # the status snapshot (shards, Slurm's view)
-}
-
-
 def package_of(module: str) -> str:
-    if module in MODULE_PACKAGES:
-        return MODULE_PACKAGES[module]
     if module == ROOTS["handlers"] or module.startswith(ROOTS["handlers"] + "."):
         return "handlers"
     parts = module.split(".")

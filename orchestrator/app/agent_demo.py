@@ -17,11 +17,11 @@ from typing import Any, Callable
 
 import pyarrow.dataset as ds
 
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
-from orchestrator.spool import init_run
-from orchestrator.submit import submit_file
+from orchestrator.spool.rundir import init_run
+from orchestrator.submission.submit import submit_file
 from orchestrator.worker.options import WorkerOptions
 
 FAMILIES = ("math", "code", "swe")

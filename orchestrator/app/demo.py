@@ -13,12 +13,12 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
-from orchestrator.submit import submit_rows
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
+from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 QUESTIONS = [

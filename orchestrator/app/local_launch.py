@@ -17,8 +17,8 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator.launches import launch_log_dir, new_launch_id, request_stop
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.launches import launch_log_dir, new_launch_id, request_stop
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.signals import stop_signals_held
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from orchestrator.context import JobContext, WorkerServices
-from orchestrator.handler import AgentHandler, load_handler
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.paths import SpoolPaths, current_node
-from orchestrator.submit import RowProblem, parse_task, read_rows
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.handler_api.contract import AgentHandler, load_handler
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.paths import SpoolPaths, current_node
+from orchestrator.submission.submit import RowProblem, parse_task, read_rows
 
 CHECKS = (("golden", 1.0), ("noop", 0.0))
 

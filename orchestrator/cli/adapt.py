@@ -14,11 +14,11 @@ from rich.console import Console
 from orchestrator.cli.launch import worker_flags, worker_options
 from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
 from orchestrator.config import ConfigError
-from orchestrator.jobs import Stage
-from orchestrator.scaling import Bounds
+from orchestrator.spool.jobs import Stage
+from orchestrator.slurm.scaling import Bounds
 from orchestrator.slurm.adapt import AdaptError, AdaptSettings, Controller, kind_of, lease_path, state_path
 from orchestrator.slurm.cluster import slurm_available
-from orchestrator.spool import open_run
+from orchestrator.spool.rundir import open_run
 
 DEFAULT_IDLE_EXIT_S = 300.0
 

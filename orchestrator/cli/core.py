@@ -13,14 +13,14 @@ import click
 import orjson
 from rich.console import Console
 
-from orchestrator.cancel import request_cancel
+from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import ConfigError
-from orchestrator.inspect_job import JobNotFound, inspect_job
-from orchestrator.cursor import CursorError
-from orchestrator.rows import SCHEMA
-from orchestrator.spool import init_run, open_run
-from orchestrator.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
-from orchestrator.tail import RowReader
+from orchestrator.report.inspect_job import JobNotFound, inspect_job
+from orchestrator.trainer.cursor import CursorError
+from orchestrator.spool.rows import SCHEMA
+from orchestrator.spool.rundir import init_run, open_run
+from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
+from orchestrator.trainer.tail import RowReader
 
 # Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
@@ -117,9 +117,9 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     started = time.monotonic()
     try:
         sampling = parse_sampling(sampling_pairs, sampling_file, sampling_unchecked)
-        if instance_pairs:   # harness settings and the like, for every row (orchestrator/instance_settings.py)
-            from orchestrator.instance_settings import apply_settings, parse_settings
-            from orchestrator.submit import read_rows, submit_rows
+        if instance_pairs:   # harness settings and the like, for every row (orchestrator/submission/instance_settings.py)
+            from orchestrator.submission.instance_settings import apply_settings, parse_settings
+            from orchestrator.submission.submit import read_rows, submit_rows
 
             try:
                 settings = parse_settings(instance_pairs)
@@ -267,7 +267,7 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
 
 
 def _save_cursor(cursor_file: Path, value: str) -> None:
-    from orchestrator import fsops
+    from orchestrator.spool import fsops
 
     fsops.write_atomic(cursor_file.absolute(), value.encode() + b"\n", cursor_file.absolute().parent)
 

@@ -42,7 +42,7 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     scripted policy that solves them (reward 1) or the random tiny model (--policy tiny).
       hpc-rollout demo --task swe
     """
-    from orchestrator.llm.serve_cmd import require_torch
+    from orchestrator.cli.serve_llm import require_torch
 
     require_torch("demo")
     run_dir = run_dir or default_run_dir(Path("spool"))
@@ -85,7 +85,7 @@ def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: i
 
 
 def paths_hint_for(run_dir: Path) -> list[str]:
-    from orchestrator.paths import SpoolPaths
+    from orchestrator.spool.paths import SpoolPaths
 
     return paths_hint(SpoolPaths.of(run_dir))
 

@@ -20,11 +20,11 @@ TRACEBACK_ENV = "HPC_ROLLOUT_TRACEBACK"
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from orchestrator.config import ConfigError
-    from orchestrator.handler import HandlerError
+    from orchestrator.handler_api.contract import HandlerError
     from orchestrator.llm.errors import LLMError
     from orchestrator.sandbox.errors import SandboxError
     from orchestrator.slurm.errors import SlurmError
-    from orchestrator.submit import SubmitError
+    from orchestrator.submission.submit import SubmitError
     from orchestrator.worker.options import OptionsError
 
     return (ConfigError, HandlerError, LLMError, SandboxError, SlurmError, SubmitError, OptionsError)

@@ -10,13 +10,13 @@ import click
 from rich.console import Console
 
 from orchestrator.config import ConfigError
-from orchestrator.liveness import read_workers
+from orchestrator.spool.liveness import read_workers
 from orchestrator.cli.progress import drain_with_progress, report_drained
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
-from orchestrator.launches import request_stop
-from orchestrator.paths import SpoolPaths
-from orchestrator.runtimes import RUNTIME_NAMES
-from orchestrator.spool import open_run
+from orchestrator.spool.launches import request_stop
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.config import RUNTIME_NAMES
+from orchestrator.spool.rundir import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, sbatch_flags, slurm_launch_options, wait_and_stop_slurm
 

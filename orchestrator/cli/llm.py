@@ -12,8 +12,8 @@ from orchestrator.llm.errors import LLMError
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
 from orchestrator.llm.router import run_lease_s
-from orchestrator.llm.serve_cmd import serve_llm
-from orchestrator.paths import SpoolPaths
+from orchestrator.cli.serve_llm import serve_llm
+from orchestrator.spool.paths import SpoolPaths
 
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport

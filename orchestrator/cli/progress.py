@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from orchestrator.app.local_launch import LocalLaunch
-from orchestrator.paths import SpoolPaths
-from orchestrator.status import pending_count
-from orchestrator.tally import RowTally
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.report.status import pending_count
+from orchestrator.report.tally import RowTally
 
 EXIT_JOBS_FAILED = 3
 EXIT_NOT_DRAINED = 1

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 
 import click
 
-from orchestrator.runtimes import RUNTIME_NAMES
+from orchestrator.config import RUNTIME_NAMES
 
 RUNTIME_CHOICE = click.Choice(RUNTIME_NAMES)
 
@@ -107,11 +107,11 @@ def register(cli: click.Group) -> None:
     @sandbox_group.command("sweep")
     def sweep_command() -> None:
         """Reap this node's sandboxes whose owner process is gone."""
-        from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+        from orchestrator.sandbox.start import sweep_orphaned_sandboxes
 
         click.echo(f"reaped {sweep_orphaned_sandboxes()} sandbox(es)")
 
-    from orchestrator.sandbox.images.cli import register_image_commands
+    from orchestrator.cli.image import register_image_commands
 
     register_image_commands(cli)
 
@@ -119,8 +119,8 @@ def register(cli: click.Group) -> None:
 @contextlib.asynccontextmanager
 async def _open(runtime: str, options: dict[str, Any], workspace: str | None) -> AsyncIterator[Any]:
     """A sandbox with a throw-away workspace (kept when --workspace names one)."""
-    from orchestrator.paths import SpoolPaths
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.sandbox.start import start_sandbox
 
     scratch = Path(tempfile.mkdtemp(prefix="hpc-rollout-cli-"))
     if workspace:

@@ -10,9 +10,9 @@ import click
 from rich.console import Console
 
 from orchestrator.cli.progress import progress_until_drained, report_drained
-from orchestrator.liveness import read_workers
-from orchestrator.launches import request_stop
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.liveness import read_workers
+from orchestrator.spool.launches import request_stop
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.errors import SlurmError
 from orchestrator.slurm.launcher import LaunchResult, launch, launched_arrays

@@ -1,4 +1,4 @@
-"""`hpc-rollout status`: draws the numbers of orchestrator.status, once or live (--watch)."""
+"""`hpc-rollout status`: draws the numbers of orchestrator.report.status, once or live (--watch)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.cli.core import _dumps, _open, out
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.finished import DEFAULT_PASS_REWARD
 from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
-from orchestrator.status import STATUS_SAMPLE_SHARDS, Snapshot, snapshot
+from orchestrator.report.status import STATUS_SAMPLE_SHARDS, Snapshot, snapshot
+from orchestrator.slurm.queries import slurm_warnings
 
 
 def _number(value: float | None, digits: int = 4) -> str:
@@ -102,7 +103,7 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
     paths, config = _open(run_dir)
 
     def take() -> tuple[Snapshot, dict[str, Any]]:
-        return snapshot(paths, config, pass_reward=pass_reward, exact=exact), slurm_section(paths)
+        return snapshot(paths, config, pass_reward=pass_reward, exact=exact, scheduler_warnings=slurm_warnings), slurm_section(paths)
 
     def draw() -> Group:
         snap, slurm_part = take()

@@ -45,7 +45,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
     """
     import orjson
 
-    from orchestrator.handler import HandlerError
+    from orchestrator.handler_api.contract import HandlerError
     from orchestrator.app.tasks_check import check_tasks
 
     defaults = {"image": image} if image else {}

@@ -1,5 +1,5 @@
-"""LLM backends: the shared registry, cluster-wide routing, token-in/token-out clients,
-the conversation buffer and a reference server (`hpc-rollout serve-llm`).
+"""LLM backends, client side: the shared registry, cluster-wide routing, token-in/token-out
+clients and the conversation buffer. (The reference server is in orchestrator/devserver/.)
 
 Modules, one concept each:
     registry      backends.json (+ lock file): add / remove / clear / swap / set_state
@@ -8,7 +8,6 @@ Modules, one concept each:
     client        request loop with retries; vllm.py and sglang.py speak the protocols
     conversation  token buffer: exact ids of earlier turns, only new messages templated
     session       one task's sticky backend + failover, what a handler uses
-    tiny_model    a tiny random Qwen2-style model + BPE tokenizer built offline
-    server        the reference HTTP server; local_server starts one as a subprocess
-    reload        the server's weight-reload routes; checkpoint reads the directory they load
+    tokenizer     loading a tokenizer from a local directory, never the network
+    weights       swapping the policy's weights on every backend, then the version
 """

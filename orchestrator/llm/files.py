@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 
 
 def write_json_atomic(path: Path, data: Any, *, indent: bool = False, durable: bool = False) -> None:

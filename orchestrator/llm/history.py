@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 def changes(before: Any, after: Any, at: float) -> list[dict[str, Any]]:

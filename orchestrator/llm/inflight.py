@@ -21,9 +21,9 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.llm.files import write_json_atomic
-from orchestrator.paths import SpoolPaths, safe_name
+from orchestrator.spool.paths import SpoolPaths, safe_name
 
 log = logging.getLogger(__name__)
 DEFAULT_LEASE_S = 30.0

@@ -6,7 +6,7 @@ An exact view reads every worker's board (`backends/inflight/W.json`) and stats 
 
 - while the run has at most LARGE_RUN_WORKERS live workers, every decision reads the boards;
 - beyond, decisions take the other workers' counts from the cluster summary
-  (orchestrator/cluster.py: rebuilt from the heartbeats, which carry the counts there, read by
+  (orchestrator/spool/cluster_summary.py: rebuilt from the heartbeats, which carry the counts there, read by
   each process about once per rebuild period) and add this worker's own counts from memory.
   Boards are then not published at all: nobody reads them.
 
@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary
+from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView, Summary
 from orchestrator.llm.inflight import Load, WorkerCounts, read_load, total_load
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 @dataclass

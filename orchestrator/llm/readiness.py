@@ -13,7 +13,7 @@ import asyncio
 import time
 
 from orchestrator.llm.client import Completion, RetryPolicy, new_http_client
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import LLMError, RequestRejected
 from orchestrator.llm.registry import Backend, Protocol
 from orchestrator.sandbox.procs import start_time

@@ -27,12 +27,12 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
-from orchestrator.softlock import LockTimeout, acquire_soft_lock
-from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.spool.softlock import LockTimeout, acquire_soft_lock
+from orchestrator.spool.paths import SpoolPaths, current_node
 
 log = logging.getLogger(__name__)
 

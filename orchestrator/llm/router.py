@@ -29,11 +29,11 @@ import httpx
 from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
-from orchestrator.cluster import DEFAULT_VIEW_S, ClusterView
+from orchestrator.spool.cluster_summary import DEFAULT_VIEW_S, ClusterView
 from orchestrator.llm.load_view import LoadView
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
 from orchestrator.llm.urls import health_url
-from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.spool.paths import SpoolPaths, current_node
 
 if TYPE_CHECKING:
     from orchestrator.config import RunConfig
@@ -248,7 +248,7 @@ async def generation_problem(http: httpx.AsyncClient, backend: Backend,
                              timeout_s: float = GENERATION_PROBE_TIMEOUT_S) -> str | None:
     """None when the backend samples one token within `timeout_s`, else why not."""
     from orchestrator.llm.client import RetryPolicy
-    from orchestrator.llm.clients import client_for
+    from orchestrator.llm.protocol_clients import client_for
 
     client = client_for(backend, http, RetryPolicy(attempts=1, timeout_s=timeout_s))
     try:

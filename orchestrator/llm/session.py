@@ -27,16 +27,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import httpx
 
 from orchestrator.llm.client import BackendClient, RetryPolicy, new_http_client
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.router import Router, router_for
-from orchestrator.llm.tiny_model import load_tokenizer
-from orchestrator.staleness import StalePolicy, stale_reason
+from orchestrator.llm.tokenizer import load_tokenizer
+from orchestrator.spool.staleness import StalePolicy, stale_reason
 
 if TYPE_CHECKING:
-    from orchestrator.context import JobContext
+    from orchestrator.handler_api.context import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class LLMSession:
         """Sample one reply on the task's backend, moving to another one if it fails.
 
         Raises StalePolicy when an earlier turn of this task used a policy the trainer no
-        longer accepts (orchestrator/staleness.py): the job can only end stale.
+        longer accepts (orchestrator/spool/staleness.py): the job can only end stale.
         """
         while True:
             sent_at = time.time()

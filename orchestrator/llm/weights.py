@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 
 from orchestrator.llm.client import RetryPolicy, new_http_client
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 RELOAD_RETRY = RetryPolicy(attempts=2, backoff_s=0.5, timeout_s=600.0)
 

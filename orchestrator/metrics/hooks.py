@@ -1,6 +1,6 @@
 """Log rollout numbers from the trainer side to Weights & Biases or TensorBoard.
 
-    from orchestrator.api import Spool
+    from orchestrator.trainer.api import Spool
     from orchestrator.metrics.hooks import TensorBoardHook, WandbHook
 
     hook = WandbHook(project="my-rl", mode="offline")       # or TensorBoardHook("runs/rollouts")
@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from orchestrator.report.finished import DEFAULT_PASS_REWARD, finished_stats
-from orchestrator.rows import SCHEMA
+from orchestrator.spool.rows import SCHEMA
 
 PREFIX = "rollout/"
 

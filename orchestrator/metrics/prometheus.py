@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.config import RunConfig
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from orchestrator import fsops
-from orchestrator.inspect_job import inspect_job
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool import fsops
+from orchestrator.report.inspect_job import inspect_job
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.event_read import events_of_jobs
 from orchestrator.report.figures import draw_all
 from orchestrator.report.model import RunReport, load_report

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.activity import JOB_EVENTS, Intervals, Occupancy, job_events, occupancy, rate, stage_intervals
 from orchestrator.report.event_read import read_events
 from orchestrator.report.finished import (

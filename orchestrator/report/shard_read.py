@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from orchestrator import fsops
-from orchestrator.paths import SpoolPaths
-from orchestrator.rows import SCHEMA, TURN_TYPE
+from orchestrator.spool import fsops
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rows import SCHEMA, TURN_TYPE
 
 READ_THREADS = 4
 TURN_TYPES = {f.name: f.type for f in TURN_TYPE}

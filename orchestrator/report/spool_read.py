@@ -14,7 +14,7 @@ import orjson
 from orchestrator.llm.errors import RegistryCorrupt
 from orchestrator.llm.history import read_history
 from orchestrator.llm.registry import Backend, parse_snapshot
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ __all__ = ["start_sandbox", "attach_sandbox", "sweep_orphaned_sandboxes", "Sandb
 
 def __getattr__(name: str) -> Any:
     if name in ("start_sandbox", "attach_sandbox", "sweep_orphaned_sandboxes"):
-        from orchestrator.sandbox import api
+        from orchestrator.sandbox import start as api
 
         return getattr(api, name)
     if name == "Sandbox":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from orchestrator.runtimes import Runtime
+from orchestrator.config import Runtime
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.options import WORKSPACE, SandboxOptions
 from orchestrator.sandbox.runtime import SandboxRuntime

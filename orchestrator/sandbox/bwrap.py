@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from orchestrator.runtimes import Runtime
+from orchestrator.config import Runtime
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.options import CONTROL_DIR, WORKSPACE, SandboxOptions
 from orchestrator.sandbox.runtime import SandboxRuntime

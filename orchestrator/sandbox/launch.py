@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 import orjson
 
-from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.sandbox import cgroups, loopback
 from orchestrator.sandbox.errors import SandboxStartError
 from orchestrator.sandbox.process import (

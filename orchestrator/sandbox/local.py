@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from orchestrator.runtimes import Runtime
+from orchestrator.config import Runtime
 from orchestrator.sandbox.runtime import SandboxRuntime
 from orchestrator.sandbox.spec import SERVER_PACKAGE, LaunchSpec, server_command
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.procs import ProcessId

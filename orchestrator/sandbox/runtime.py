@@ -4,7 +4,7 @@ launch.py does everything they share (runtime directory, workspace, loopback add
 the process, the READY handshake, the record); a runtime states only its differences as class
 attributes and two methods, the way submitit's executors or dask-jobqueue's Job subclasses do.
 The registry of these classes by name is RUNTIME_CLASSES in api.py, keyed by the one list of
-runtime names (orchestrator/runtimes.py).
+runtime names (orchestrator/config.py (Runtime)).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import abc
 import logging
 from typing import ClassVar
 
-from orchestrator.runtimes import Runtime
+from orchestrator.config import Runtime
 from orchestrator.sandbox.options import WORKSPACE, SandboxOptions
 from orchestrator.sandbox.spec import LaunchSpec
 

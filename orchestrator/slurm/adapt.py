@@ -2,14 +2,14 @@
 
 A small loop that can run anywhere sbatch works (a login node, or its own tiny Slurm job).
 Every `interval_s` it reads the shared queues' depth from the spool and the state of the
-tasks it launched from squeue, decides (orchestrator/scaling.py), and either submits more
+tasks it launched from squeue, decides (orchestrator/slurm/scaling.py), and either submits more
 node workers through the same launcher as `launch` or withdraws tasks still PENDING
 (`scancel --state=PENDING`: a task that started meanwhile is never touched). Workers it
 launches carry an idle exit, so they give their nodes back by themselves; the first --min
 are launched without one and stay.
 
 One controller per kind of worker (all stages, or eval only) acts at a time: it holds
-`control/adapt-KIND.lease` (orchestrator/leasefile.py); others stand by and take over when
+`control/adapt-KIND.lease` (orchestrator/spool/leasefile.py); others stand by and take over when
 the lease goes stale. Its state and last decisions are in `control/adapt-KIND.json` for
 `status`. The controller holds no job state: killing it loses nothing, workers keep working.
 """
@@ -28,12 +28,12 @@ from typing import Any, Callable
 
 import orjson
 
-from orchestrator import fsops
-from orchestrator.batches import count_jobs
-from orchestrator.jobs import Stage
-from orchestrator.leasefile import Lease
-from orchestrator.paths import SpoolPaths
-from orchestrator.scaling import Action, Bounds, Decision, Observation, decide
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import count_jobs
+from orchestrator.spool.jobs import Stage
+from orchestrator.spool.leasefile import Lease
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.slurm.scaling import Action, Bounds, Decision, Observation, decide
 from orchestrator.slurm.errors import SlurmError, SlurmUnavailable
 from orchestrator.slurm.launcher import RECORD_NAME, launch
 from orchestrator.slurm.options import LaunchOptions

@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.adapt import read_states
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.errors import SlurmUnavailable

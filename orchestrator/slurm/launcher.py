@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 
 import orchestrator
-from orchestrator.launches import launch_log_dir, new_launch_id
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.launches import launch_log_dir, new_launch_id
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
 from orchestrator.slurm.errors import LaunchError, SlurmUnavailable
 from orchestrator.slurm.node_job import NodeWorker

@@ -22,7 +22,7 @@ from typing import Any
 
 from submitit.helpers import Checkpointable, DelayedSubmission
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.errors import SlurmError
 from orchestrator.slurm.submitit_adapter import job_warning_signal
 from orchestrator.worker.main import WorkerController, run_worker

@@ -1,4 +1,5 @@
-"""The trainer's side of the spool: batches, the staleness bound, the async DAPO sampler, weight swaps.
+"""The trainer's side of the spool: the Python API (api.Spool), the lossless reader (tail, cursor),
+batches, the async DAPO sampler.
 
     from orchestrator.trainer import GroupBatcher, DynamicSampler
 """

@@ -33,12 +33,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.staleness import row_is_stale
-from orchestrator.tail import TRAINER_COLUMNS
+from orchestrator.spool.staleness import row_is_stale
+from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
 
 if TYPE_CHECKING:
-    from orchestrator.api import Spool
+    from orchestrator.trainer.api import Spool
 
 Row = dict[str, Any]
 

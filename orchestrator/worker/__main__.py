@@ -14,8 +14,8 @@ import sys
 import click
 
 from orchestrator.metrics.prometheus import MetricsUnavailable
-from orchestrator.paths import SpoolPaths
-from orchestrator.runtimes import RUNTIME_NAMES
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.config import RUNTIME_NAMES
 from orchestrator.worker.main import run_worker
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
 

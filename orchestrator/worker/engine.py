@@ -20,28 +20,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator import fsops
-from orchestrator.batches import is_batch
-from orchestrator.cancel import CancelWatch
-from orchestrator.claims import ClaimBox, Claimer
-from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Summary
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import is_batch
+from orchestrator.spool.cancel import CancelWatch
+from orchestrator.spool.claims import ClaimBox, Claimer
+from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView, Summary
 from orchestrator.config import RunConfig
-from orchestrator.context import JobContext, WorkerServices
-from orchestrator.events import EventLog
-from orchestrator.handler import AgentHandler, HandlerError, StageError, load_handler
-from orchestrator.jobs import JobStatus, Stage
-from orchestrator.journal import Journal, JournalEntry, RecordKind
-from orchestrator.liveness import base_info, retire, write_heartbeat
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.spool.events import EventLog
+from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_handler
+from orchestrator.spool.jobs import StageError
+from orchestrator.spool.jobs import JobStatus, Stage
+from orchestrator.spool.journal import Journal, JournalEntry, RecordKind
+from orchestrator.spool.liveness import base_info, retire, write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
 from orchestrator.metrics.prometheus import prometheus_exporter
-from orchestrator.paths import SpoolPaths, current_node
-from orchestrator.recovery import reap_expired, reap_found, release_own_claims, requeue_claim
-from orchestrator.rows import build_row
+from orchestrator.spool.paths import SpoolPaths, current_node
+from orchestrator.spool.recovery import reap_expired, reap_found, release_own_claims, requeue_claim
+from orchestrator.spool.rows import build_row
 from orchestrator.sandbox.workspace import removable_workspaces
-from orchestrator.shards import FencedOut, ShardWriter, UnflushedShard
-from orchestrator.staleness import STALE_KIND, stale_reason
-from orchestrator.tickets import Ticket
+from orchestrator.spool.shards import FencedOut, ShardWriter, UnflushedShard
+from orchestrator.spool.staleness import STALE_KIND, stale_reason
+from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.held_batches import BatchClaims
 from orchestrator.worker.idle import IdleClock, poll_period
 from orchestrator.worker.options import WorkerOptions
@@ -53,7 +54,7 @@ CANCEL_POLL_S = 0.5
 CANCEL_SWEEP_S = 10.0
 STOP_POLL_S = 1.0
 # A run of more than LARGE_RUN_WORKERS workers learns of cancel/ and control/stop from the cluster
-# summary (orchestrator/cluster.py), and polls them itself, less often, only while it has none:
+# summary (orchestrator/spool/cluster_summary.py), and polls them itself, less often, only while it has none:
 # each poll is a metadata operation per node, 3,000 per second at 1,000 nodes (docs/scale.md).
 CANCEL_POLL_LARGE_S = 2.0
 STOP_POLL_LARGE_S = 5.0
@@ -344,7 +345,7 @@ class Worker:
     def _move_out(self, ticket: Ticket, queue: Any) -> None:
         """Save the ticket and hand it to `queue` (ClaimBox.advance). A job of a held batch leaves
         as its own ticket: written here first, recorded in the hand-off log, then renamed, so
-        that recovery finds it exactly once whatever moment a crash comes (orchestrator/handoffs.py)."""
+        that recovery finds it exactly once whatever moment a crash comes (orchestrator/spool/handoffs.py)."""
         if self.batches.holds(ticket.name):
             self.batches.leave(ticket, queue)
         else:
@@ -591,7 +592,7 @@ class Worker:
         asyncio.get_running_loop().run_in_executor(None, self._sweep_sandboxes)
 
     def _sweep_sandboxes(self) -> None:
-        from orchestrator.sandbox.api import sweep_orphaned_sandboxes
+        from orchestrator.sandbox.start import sweep_orphaned_sandboxes
 
         try:
             reaped = sweep_orphaned_sandboxes()

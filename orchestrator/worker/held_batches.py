@@ -1,7 +1,7 @@
 """The batch files a worker holds in its claim directory, and which of their jobs are unresolved.
 
 A batch file stays claimed until each of its jobs has its row committed in one of the worker's
-shards, or has left as a ticket of its own (orchestrator/handoffs.py); then it is unlinked, one
+shards, or has left as a ticket of its own (orchestrator/spool/handoffs.py); then it is unlinked, one
 unlink for the batch. Used from the event loop and the commit thread: one lock.
 """
 
@@ -11,11 +11,11 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator import fsops
-from orchestrator.claims import ClaimBox
-from orchestrator.handoffs import HandoffLog
-from orchestrator.shards import ShardWriter
-from orchestrator.tickets import Ticket
+from orchestrator.spool import fsops
+from orchestrator.spool.claims import ClaimBox
+from orchestrator.spool.handoffs import HandoffLog
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.tickets import Ticket
 
 
 @dataclass
@@ -102,7 +102,7 @@ class BatchClaims:
 
     A job of a held batch has no file of its own until it needs one: it leaves the claim
     directory (a hand-off to a queue, a give-back, a requeue) as its own ticket, written here,
-    recorded in the hand-off log, then renamed (orchestrator/handoffs.py); its row committed
+    recorded in the hand-off log, then renamed (orchestrator/spool/handoffs.py); its row committed
     resolves it too. The batch file is unlinked with its last job.
     """
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 
 # How often the worker looks at its idle clock: a fraction of the window, at most a second.
 MAX_POLL_S = 1.0

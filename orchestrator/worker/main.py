@@ -8,7 +8,7 @@ import signal
 import threading
 
 from orchestrator.config import RunConfig
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from dataclasses import replace
 
 from orchestrator.worker.engine import EXIT_LEASE_LOST, Worker

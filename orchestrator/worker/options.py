@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from orchestrator.config import RunConfig
-from orchestrator.jobs import Stage
+from orchestrator.spool.jobs import Stage
 
 ALL_STAGES = frozenset(Stage)
 

@@ -12,10 +12,11 @@ from typing import Any, Callable
 
 import orjson
 
-from orchestrator.context import JobContext
-from orchestrator.handler import AgentHandler, StageError, merge_stage_outputs
-from orchestrator.jobs import JobStatus, Stage
-from orchestrator.staleness import STALE_KIND, StalePolicy
+from orchestrator.handler_api.context import JobContext
+from orchestrator.handler_api.contract import AgentHandler, merge_stage_outputs
+from orchestrator.spool.jobs import StageError
+from orchestrator.spool.jobs import JobStatus, Stage
+from orchestrator.spool.staleness import STALE_KIND, StalePolicy
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000

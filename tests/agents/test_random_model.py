@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpc_rollout.handlers.bundled.write import Bundled
-from orchestrator.llm.local_server import local_server
+from orchestrator.devserver.local_server import local_server
 from tests.agents.conftest import needs_bwrap
 from tests.agents.helpers import new_run, rows, run_workers, select, submit
 from tests.sandbox.helpers import sandbox_processes

@@ -7,7 +7,8 @@ import copy
 
 from orchestrator.agent.tools import openai_tools, tool_specs
 from orchestrator.llm.conversation import Conversation
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 
 TOOLS = openai_tools(tool_specs(["bash", "finish"]))
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"command": "true"}}\n</tool_call>'

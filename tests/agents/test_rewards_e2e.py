@@ -21,8 +21,9 @@ import pytest
 from hpc_rollout.handlers.bundled.math_problems import PROBLEMS as MATH
 from hpc_rollout.handlers.bundled.swe_repos import REPOS
 from hpc_rollout.handlers.bundled.write import Bundled, tool_call
-from orchestrator.llm.local_server import start_server
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.local_server import start_server
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 from tests.agents.conftest import needs_bwrap
 from tests.agents.helpers import by_instance, new_run, rows, run_workers, scripts_for, select, submit
 from tests.sandbox.helpers import sandbox_processes

@@ -13,12 +13,12 @@ import pytest
 from hpc_rollout.handlers.code_task import code_task
 from hpc_rollout.handlers.math_task import candidate, math_task
 from hpc_rollout.handlers.swe_task import swe_task
-from orchestrator.batches import queued_tickets
+from orchestrator.spool.batches import queued_tickets
 from orchestrator.grading.code_tests import run_hidden_tests
 from orchestrator.grading.junit import resolution, statuses
 from orchestrator.grading.math_answers import MathVerifier
-from orchestrator.spool import init_run
-from orchestrator.submit import submit_file
+from orchestrator.spool.rundir import init_run
+from orchestrator.submission.submit import submit_file
 from tests.agents.conftest import needs_bwrap
 from tests.sandbox.helpers import with_sandbox
 

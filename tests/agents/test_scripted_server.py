@@ -9,9 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.llm.local_server import local_server
-from orchestrator.llm.scripted import ScriptError, load_scripts
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.local_server import local_server
+from orchestrator.devserver.scripted import ScriptError, load_scripts
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.llm]
 

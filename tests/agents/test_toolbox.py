@@ -7,7 +7,7 @@ from orchestrator.agent import toolbox as toolbox_module
 from orchestrator.agent.calls import ToolCall
 from orchestrator.agent.toolbox import SandboxToolbox
 from orchestrator.agent.tools import tool_specs
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from tests.agents.conftest import needs_bwrap
 from tests.sandbox.helpers import with_sandbox
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.api import Spool
+from orchestrator.trainer.api import Spool
 from tests.core.util import FAST, start_worker, stop_worker, wait_drained
 
 

@@ -7,7 +7,7 @@ import re
 import stat
 from pathlib import Path
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.llm.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Renames that are not "replace a small file": directory publishes, quarantine moves, and the
 # in-sandbox server (a separate program that must not import the orchestrator).
 OTHER_RENAMES = {
-    "orchestrator/fsops.py",
+    "orchestrator/spool/fsops.py",
     "orchestrator/sandbox/server/exec_server.py",
     "orchestrator/sandbox/server/tools/files.py",
     "orchestrator/sandbox/images/builder.py",
-    "orchestrator/llm/tiny_model.py",
+    "orchestrator/devserver/tiny_model.py",
     "orchestrator/llm/registry.py",
 }
 

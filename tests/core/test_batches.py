@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fsops
-from orchestrator.batches import (batch_name, count_jobs, decode_batch, encode_batch, jobs_in, may_hold_job,
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import (batch_name, count_jobs, decode_batch, encode_batch, jobs_in, may_hold_job,
                                   may_hold_task, parse_batch_name)
-from orchestrator.cancel import CancelWatch, request_cancel
-from orchestrator.handoffs import HandoffLog, read_handoffs
-from orchestrator.inspect_job import inspect_job
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.recovery import release_own_claims
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_file
-from orchestrator.tickets import CorruptTicket, Ticket
+from orchestrator.spool.cancel import CancelWatch, request_cancel
+from orchestrator.spool.handoffs import HandoffLog, read_handoffs
+from orchestrator.report.inspect_job import inspect_job
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.recovery import release_own_claims
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_file
+from orchestrator.spool.tickets import CorruptTicket, Ticket
 from tests.core.util import (cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until,
                              write_jsonl)
 
@@ -69,7 +69,7 @@ def test_submit_queues_batches_status_counts_jobs_and_inspect_finds_a_batched_jo
     assert [jobs_in(n) for n in names] == [8, 8, 4] and names[0] == f"{report.first_job}+8"
     assert pending_count(paths) == 20
     from orchestrator.config import RunConfig
-    from orchestrator.status import snapshot
+    from orchestrator.report.status import snapshot
     assert snapshot(paths, RunConfig.load(paths.run_config), with_rows=False).queued["init"] == 20
     middle = f"{report.submission_id}-0000002-0001"   # the 10th job: in the second batch
     found = inspect_job(paths, middle)

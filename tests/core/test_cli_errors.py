@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.status import pending_count
+from orchestrator.report.status import pending_count
 from tests.core.util import cli, make_run, write_jsonl
 from tests.faults.helpers import fill_disk, small_tmpfs
 

@@ -1,7 +1,7 @@
 """On a large run a worker learns what concerns everyone from the cluster summary, not by polling.
 
 A real worker process among simulated live workers (heartbeats kept fresh by the test, more
-than the 16 of orchestrator/cluster.py LARGE_RUN_WORKERS) rebuilds `control/cluster.json` and
+than the 16 of orchestrator/spool/cluster_summary.py LARGE_RUN_WORKERS) rebuilds `control/cluster.json` and
 reads it: cancel requests, the stop request and dead workers reach it through the summary, and
 its own polls of cancel/, control/stop, the heartbeats and its empty queues stop (counted by
 fsops per duty in its heartbeat).
@@ -18,14 +18,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.claims import ClaimBox
-from orchestrator import fsops
-from orchestrator.cluster import LARGE_RUN_WORKERS, ClusterView, Rebuild, Summary, WorkerState, build_summary
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.paths import SpoolPaths
-from orchestrator.recovery import reap_found
-from orchestrator.submit import submit_file
-from orchestrator.tickets import Ticket
+from orchestrator.spool.claims import ClaimBox
+from orchestrator.spool import fsops
+from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView, Rebuild, Summary, WorkerState, build_summary
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.recovery import reap_found
+from orchestrator.submission.submit import submit_file
+from orchestrator.spool.tickets import Ticket
 from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
 
 LARGE = {"leases.heartbeat_s": 0.5, "leases.lease_s": 6.0, "llm.view_s": 0.5}

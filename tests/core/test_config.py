@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import ConfigError, RunConfig
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 
 
 def test_round_trip_and_overrides(tmp_path: Path) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator.api import Spool
-from orchestrator.paths import SpoolPaths
-from orchestrator.shardlog import WriterDirectory, shard_name
-from orchestrator.shards import shard_names
-from orchestrator.submit import submit_file
+from orchestrator.trainer.api import Spool
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shardlog import WriterDirectory, shard_name
+from orchestrator.spool.shards import shard_names
+from orchestrator.submission.submit import submit_file
 from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 
 DEAD = "deadnode-1-dead"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 

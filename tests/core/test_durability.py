@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.batches import may_hold_job
-from orchestrator.launches import request_stop
-from orchestrator.shards import read_shard, shard_names
+from orchestrator.spool.batches import may_hold_job
+from orchestrator.spool.launches import request_stop
+from orchestrator.spool.shards import read_shard, shard_names
 from tests.core.util import make_run, write_jsonl
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None,
@@ -90,7 +90,7 @@ def test_submit_flushes_its_tickets_before_they_appear_and_the_queue_after(tmp_p
 
 def test_a_shard_is_flushed_file_and_directory_before_its_tickets_are_dropped(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shards.max_rows": 4})
-    from orchestrator.submit import submit_file
+    from orchestrator.submission.submit import submit_file
 
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(10)]))
     worker = subprocess.Popen(["strace", "-f", "-y", "-s", "4096", "-qq", "-e", f"trace={CALLS}", "-o",
@@ -116,7 +116,7 @@ def test_a_shard_is_flushed_file_and_directory_before_its_tickets_are_dropped(tm
         assert any(is_flush(c) and p == [staged] for c, p in events[:renamed]), f"{name}: not flushed before its rename"
         dir_synced = first(events, lambda c, p: is_flush(c) and p == [shards], renamed)
         for job in (row["job_id"] for row in read_shard(paths.shards / name)):
-            # its own ticket, or the batch file standing for it (orchestrator/batches.py)
+            # its own ticket, or the batch file standing for it (orchestrator/spool/batches.py)
             dropped = first(events, lambda c, p: c.startswith("unlink") and bool(p) and str(paths.active) in p[-1]
                             and (p[-1].endswith(f"/{job}") or may_hold_job(p[-1].rsplit("/", 1)[-1], job)))
             assert dropped > dir_synced, f"ticket {job} dropped before shard {name} was durable"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import shards
+from orchestrator.spool import shards
 from orchestrator.config import RunConfig
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_file
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_file
 from orchestrator.worker.engine import Worker
 from orchestrator.worker.options import WorkerOptions
 from tests.core.util import make_run, rows, write_jsonl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.events import EventLog, events_named, events_of
+from orchestrator.spool.events import EventLog, events_named, events_of
 from tests.core.util import make_run
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 
@@ -80,8 +80,8 @@ def test_a_writer_fenced_before_its_first_shard_is_closed_not_left_open(tmp_path
     import pytest
 
     from orchestrator.config import Shards
-    from orchestrator.shardlog import WriterDirectory
-    from orchestrator.shards import FencedOut, ShardWriter
+    from orchestrator.spool.shardlog import WriterDirectory
+    from orchestrator.spool.shards import FencedOut, ShardWriter
 
     paths = make_run(tmp_path / "run")
     writer = ShardWriter(paths, "paused-1", Shards())

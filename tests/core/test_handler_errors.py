@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import handler as handler_module
-from orchestrator.context import JobContext
-from orchestrator.handler import AgentHandler
-from orchestrator.submit import submit_file
+from orchestrator.handler_api import contract as handler_module
+from orchestrator.handler_api.context import JobContext
+from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.submission.submit import submit_file
 from tests.core.util import cli, make_run, rows, serve_in_process, write_jsonl
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.events import events_named
-from orchestrator.submit import submit_file
+from orchestrator.spool.events import events_named
+from orchestrator.submission.submit import submit_file
 from orchestrator.worker.idle import IdleClock
 from tests.core.util import make_run, rows, start_worker, stop_worker, write_jsonl
 

@@ -14,14 +14,14 @@ from typing import Any
 import orjson
 import pytest
 
-from orchestrator import fsops, journal
-from orchestrator.batches import queued_tickets
-from orchestrator.inspect_job import inspect_job
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.journal import Journal, JournalEntry, RecordKind
-from orchestrator.recovery import release_own_claims
-from orchestrator.submit import submit_file
-from orchestrator.tickets import Ticket
+from orchestrator.spool import fsops, journal
+from orchestrator.spool.batches import queued_tickets
+from orchestrator.report.inspect_job import inspect_job
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.journal import Journal, JournalEntry, RecordKind
+from orchestrator.spool.recovery import release_own_claims
+from orchestrator.submission.submit import submit_file
+from orchestrator.spool.tickets import Ticket
 from tests.core.test_cluster_summary import ME, peers_alive, summary  # noqa: F401 (a fixture)
 from tests.core.util import (drain_with_a_worker, make_run, rows, serve_in_process, start_worker, stop_worker,
                              wait_drained, wait_until, write_jsonl)
@@ -159,7 +159,7 @@ def test_a_claim_left_at_a_clean_stop_goes_to_eval_with_its_journaled_run_output
 
 def test_a_claim_requeued_after_an_engine_error_keeps_its_journaled_run_output(tmp_path: Path) -> None:
     """The engine requeues a claim it cannot carry on with its journal's entries in memory."""
-    from orchestrator.recovery import requeue_claim
+    from orchestrator.spool.recovery import requeue_claim
 
     paths = make_run(tmp_path / "run")
     box = paths.claims("w1")
@@ -278,7 +278,7 @@ def test_an_append_after_the_claims_were_taken_over_changes_nothing_or_resumes_a
     """The two orders a fenced append can take, made deterministic with the real recovery
     code: after the reaper read the journal (the job runs again: the append is lost with the
     journal), or between its rename and its read (the job goes on to EVAL with that output)."""
-    from orchestrator.recovery import _reap_worker, _return_claims
+    from orchestrator.spool.recovery import _reap_worker, _return_claims
 
     paths = make_run(tmp_path / "run")
     for late_read, job_id in ((False, "after"), (True, "between")):

@@ -27,6 +27,6 @@ def test_no_cycles_between_packages_or_modules() -> None:
 
 
 def test_the_checker_sees_an_upward_import() -> None:
-    edge = import_graph.ImportEdge("orchestrator.paths", "orchestrator.worker.engine", 1)
+    edge = import_graph.ImportEdge("orchestrator.spool.paths", "orchestrator.worker.engine", 1)
     assert import_graph.upward_imports([edge]) == [edge]
     assert import_graph.cycles({"a", "b", "c"}, {("a", "b"), ("b", "a"), ("b", "c")}) == [["a", "b"]]

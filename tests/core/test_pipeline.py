@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pyarrow.dataset as ds
 
-from orchestrator import fsops
-from orchestrator.submit import submit_file
+from orchestrator.spool import fsops
+from orchestrator.submission.submit import submit_file
 from tests.core.util import cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 

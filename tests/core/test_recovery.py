@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fsops
-from orchestrator.claims import ClaimBox
-from orchestrator.jobs import JobSpec, JobStatus, Stage
-from orchestrator.liveness import write_heartbeat
-from orchestrator.recovery import reap_expired
-from orchestrator.rows import build_row
+from orchestrator.spool import fsops
+from orchestrator.spool.claims import ClaimBox
+from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
+from orchestrator.spool.liveness import write_heartbeat
+from orchestrator.spool.recovery import reap_expired
+from orchestrator.spool.rows import build_row
 from orchestrator.config import Shards
-from orchestrator.shards import ShardWriter
-from orchestrator.tickets import Ticket
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.tickets import Ticket
 from tests.core.util import make_run
 
 
@@ -88,8 +88,8 @@ def test_a_requeue_killed_half_way_leaves_the_job_queued_exactly_once(tmp_path: 
     returns it), never both (a worker claiming the queued copy while recovery requeues the
     claimed one ends the job twice). A job of a held batch first leaves it by the hand-off
     protocol (its own ticket written, the hand-off recorded), as the engine does."""
-    from orchestrator.batches import batch_name, encode_batch
-    from orchestrator.recovery import release_own_claims, requeue_claim
+    from orchestrator.spool.batches import batch_name, encode_batch
+    from orchestrator.spool.recovery import release_own_claims, requeue_claim
     from orchestrator.worker.held_batches import BatchClaims
 
     paths = make_run(tmp_path / "run")

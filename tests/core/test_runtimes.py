@@ -6,8 +6,8 @@ import click
 
 from orchestrator import config
 from orchestrator.cli import cli
-from orchestrator.runtimes import RUNTIME_NAMES, Runtime
-from orchestrator.sandbox import api
+from orchestrator.config import RUNTIME_NAMES, Runtime
+from orchestrator.sandbox import start as api
 from orchestrator.worker.__main__ import main as worker_main
 
 

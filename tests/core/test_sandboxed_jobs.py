@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from orchestrator.events import events_of
-from orchestrator.submit import submit_file
+from orchestrator.spool.events import events_of
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 from tests.sandbox.helpers import sandbox_processes
 

@@ -1,7 +1,7 @@
 """Metadata operations per decision stay flat as the run grows (counted, never timed).
 
 Each test builds the same situation at two sizes (workers W, shards S) with real files and
-compares the operations the engine counts in orchestrator.fsops.
+compares the operations the engine counts in orchestrator.spool.fsops.
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator import fsops
-from orchestrator.claims import ClaimBox
+from orchestrator.spool import fsops
+from orchestrator.spool.claims import ClaimBox
 from orchestrator.config import ConfigError, RunConfig, Shards
-from orchestrator.jobs import JobSpec, JobStatus, Stage
-from orchestrator.liveness import write_heartbeat
-from orchestrator.recovery import reap_expired
-from orchestrator.rows import build_row
-from orchestrator.shards import ShardWriter
-from orchestrator.tickets import Ticket
+from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
+from orchestrator.spool.liveness import write_heartbeat
+from orchestrator.spool.recovery import reap_expired
+from orchestrator.spool.rows import build_row
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.tickets import Ticket
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from tests.core.util import make_run
 
 
@@ -239,7 +239,7 @@ def committed_shards(paths: SpoolPaths, shards: int, rows_each: int) -> None:
 def test_status_reads_a_bounded_sample_of_shards_unless_exact(tmp_path: Path) -> None:
     from orchestrator.cli.status import status_cmd
     from click.testing import CliRunner
-    from orchestrator.status import snapshot
+    from orchestrator.report.status import snapshot
 
     paths = make_run(tmp_path / "run")
     committed_shards(paths, 30, 2)
@@ -262,7 +262,7 @@ def test_status_reads_a_bounded_sample_of_shards_unless_exact(tmp_path: Path) ->
 def test_many_claimers_on_one_queue_rarely_lose_races(tmp_path: Path) -> None:
     """Claimers told how many they are spread over the queue's head instead of all walking the
     same 255 oldest tickets (at 1,000 nodes most claims were lost races)."""
-    from orchestrator.claims import Claimer
+    from orchestrator.spool.claims import Claimer
 
     paths = make_run(tmp_path / "run")
     data = Ticket(job=JobSpec(job_id="x", group_id="g", instance_id="i", sample_index=0, handler="echo",

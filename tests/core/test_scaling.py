@@ -9,12 +9,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.leasefile import Lease
-from orchestrator.paths import SpoolPaths
-from orchestrator.scaling import Action, Bounds, Observation, decide
+from orchestrator.spool.leasefile import Lease
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.slurm.scaling import Action, Bounds, Observation, decide
 from orchestrator.slurm.adapt import AdaptError, AdaptSettings, Controller, kind_of, state_path
 from orchestrator.slurm.options import LaunchOptions
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from orchestrator.worker.options import WorkerOptions, parse_stages
 from tests.core.util import make_run, write_jsonl
 

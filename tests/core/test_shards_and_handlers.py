@@ -11,11 +11,11 @@ import pytest
 
 from hpc_rollout.handlers.sleep import draw_seconds
 from orchestrator.config import Shards
-from orchestrator.jobs import JobSpec, JobStatus
-from orchestrator.rows import build_row
-from orchestrator.shardlog import WriterDirectory
-from orchestrator.shards import ShardWriter, shard_names
-from orchestrator.tickets import Ticket
+from orchestrator.spool.jobs import JobSpec, JobStatus
+from orchestrator.spool.rows import build_row
+from orchestrator.spool.shardlog import WriterDirectory
+from orchestrator.spool.shards import ShardWriter, shard_names
+from orchestrator.spool.tickets import Ticket
 from tests.core.util import make_run
 
 

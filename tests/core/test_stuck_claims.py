@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 import pytest
 
-from orchestrator import handler as handler_module
-from orchestrator.context import JobContext
-from orchestrator.events import events_of
-from orchestrator.handler import AgentHandler
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_file
+from orchestrator.handler_api import contract as handler_module
+from orchestrator.handler_api.context import JobContext
+from orchestrator.spool.events import events_of
+from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 

@@ -9,15 +9,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import fsops
-from orchestrator.batches import queued_tickets
-from orchestrator.submit import SubmitError, new_submission_id, parse_sampling, submit_file
-from orchestrator.tickets import Ticket
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import queued_tickets
+from orchestrator.submission.submit import SubmitError, new_submission_id, parse_sampling, submit_file
+from orchestrator.spool.tickets import Ticket
 from tests.core.util import cli, make_run, write_jsonl
 
 
 def queued(paths) -> list[Ticket]:
-    return queued_tickets(paths.init_queue)   # single tickets and batches (orchestrator/batches.py)
+    return queued_tickets(paths.init_queue)   # single tickets and batches (orchestrator/spool/batches.py)
 
 
 def test_three_row_shapes_and_sample_groups(tmp_path: Path) -> None:

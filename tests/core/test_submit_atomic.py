@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from orchestrator.status import pending_count
+from orchestrator.report.status import pending_count
 from tests.core.util import cli, make_run, write_jsonl
 from tests.faults.helpers import fill_disk, small_tmpfs
 

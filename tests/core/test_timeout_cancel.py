@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from orchestrator.cancel import request_cancel
-from orchestrator.submit import submit_file
+from orchestrator.spool.cancel import request_cancel
+from orchestrator.submission.submit import submit_file
 from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 

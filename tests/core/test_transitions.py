@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from orchestrator.handler import AgentHandler, StageError, merge_stage_outputs
-from orchestrator.jobs import JobSpec, JobStatus, Stage
-from orchestrator.tickets import Ticket
+from orchestrator.handler_api.contract import AgentHandler, StageError, merge_stage_outputs
+from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
+from orchestrator.spool.tickets import Ticket
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def test_back_to_init_drops_what_the_lost_sandbox_held() -> None:
     assert ticket.enqueued_at > 0
 
 
-# The fields that say where a job is and how it ended: only orchestrator/tickets.py writes them.
+# The fields that say where a job is and how it ended: only orchestrator/spool/tickets.py writes them.
 TRANSITION_FIELDS = {"stage", "status", "error", "attempt", "enqueued_at", "outputs"}
 
 
@@ -61,7 +61,7 @@ def _ticket_field_writes(path: Path) -> list[str]:
 def test_only_the_ticket_writes_its_transition_fields() -> None:
     writes = [w for path in sorted((REPO / "orchestrator").rglob("*.py")) if path.name != "tickets.py"
               for w in _ticket_field_writes(path)]
-    assert not writes, "use a Ticket method (orchestrator/tickets.py) instead:\n" + "\n".join(writes)
+    assert not writes, "use a Ticket method (orchestrator/spool/tickets.py) instead:\n" + "\n".join(writes)
 
 
 def test_a_lost_job_resumes_at_eval_when_decided_or_evaluating_else_at_init() -> None:

@@ -13,10 +13,10 @@ from typing import Any, Callable, Iterable
 
 import pyarrow.dataset as ds
 
-from orchestrator import fsops
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
-from orchestrator.status import pending_count
+from orchestrator.spool import fsops
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
+from orchestrator.report.status import pending_count
 
 # Short leases and quick shard commits keep crash tests to seconds.
 FAST = {

@@ -11,12 +11,12 @@ from typing import Any, Iterator
 import pytest
 
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 def tiny_tokenizer() -> Path:
     """The tiny model's directory (its tokenizer serves the chat handler); built offline once."""
-    from orchestrator.llm.tiny_model import tiny_model_dir
+    from orchestrator.devserver.tiny_model import tiny_model_dir
 
     return tiny_model_dir()
 

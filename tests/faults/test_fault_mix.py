@@ -21,12 +21,12 @@ from typing import Any
 import orjson
 import pytest
 
-from orchestrator.api import Spool
-from orchestrator.paths import SpoolPaths
-from orchestrator.shardlog import WriterDirectory, parse_shard_name, shard_name
-from orchestrator.shards import shard_names
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_file
+from orchestrator.trainer.api import Spool
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard_name
+from orchestrator.spool.shards import shard_names
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
 from tests.faults.fake_vllm import POISON_SEED, FakeVLLM
 from tests.faults.helpers import chat_task, fill_disk, register, small_tmpfs
@@ -76,7 +76,7 @@ def heartbeat_of(paths: SpoolPaths, process: Any) -> tuple[str, dict[str, Any]] 
 def explain(paths: SpoolPaths) -> str:
     """What is where and what the workers said last: for a run that did not drain."""
     from orchestrator.config import RunConfig
-    from orchestrator.status import snapshot
+    from orchestrator.report.status import snapshot
 
     snap = snapshot(paths, RunConfig.load(paths.run_config), with_rows=False)
     where = {name: sorted(p.name for p in (paths.active / name).iterdir()) for name in snap.claimed}

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.llm.inflight import read_load
-from orchestrator.launches import request_stop
-from orchestrator.paths import SpoolPaths
-from orchestrator.shards import iter_rows
-from orchestrator.spool import init_run
-from orchestrator.submit import submit_rows
+from orchestrator.spool.launches import request_stop
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shards import iter_rows
+from orchestrator.spool.rundir import init_run
+from orchestrator.submission.submit import submit_rows
 
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 

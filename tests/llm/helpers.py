@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.context import JobContext, WorkerServices
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.paths import SpoolPaths
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.paths import SpoolPaths
 
 
 def heartbeat(paths: SpoolPaths, worker_id: str, age_s: float = 0.0) -> None:

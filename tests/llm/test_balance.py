@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.llm.inflight import read_load
-from orchestrator.llm.local_server import LocalServer, local_servers, start_server
+from orchestrator.devserver.local_server import LocalServer, local_servers, start_server
 from orchestrator.llm.registry import BackendRegistry, BackendState
 from tests.llm.e2e import LoadSampler, heavy_tailed_tasks, launch, new_run, rows, submit, wait
 

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from orchestrator.llm.client import RetryPolicy
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, RequestRejected
-from orchestrator.llm.local_server import local_server
+from orchestrator.devserver.local_server import local_server
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Protocol
 from orchestrator.llm.router import Router
 from orchestrator.llm.session import LLMSession

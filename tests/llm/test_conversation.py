@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from orchestrator.llm.conversation import Conversation, TemplateError
-from orchestrator.llm.engine import Engine, GenRequest
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.generation import Engine, GenRequest
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import orjson
 
 from hpc_rollout.handlers.chat import ChatHandler
-from orchestrator.llm.local_server import local_server
+from orchestrator.devserver.local_server import local_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import load_tokenizer, tiny_model_dir
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.llm.tokenizer import load_tokenizer
 from tests.llm.helpers import chat_instance, heartbeat, make_ctx, run_dir
 
 
@@ -69,7 +70,7 @@ def test_reencoding_would_change_ids() -> None:
     tokenizer = load_tokenizer(tiny_model_dir())
     record_free = []
     import torch  # noqa: F401  (the server's engine, used in-process here)
-    from orchestrator.llm.engine import Engine, GenRequest
+    from orchestrator.devserver.generation import Engine, GenRequest
 
     engine = Engine(tiny_model_dir(), threads=1)
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"q{i}"}], tokenize=True,

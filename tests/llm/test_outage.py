@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.llm.registry import BackendRegistry, BackendState
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 from tests.faults.fake_vllm import FakeVLLM
 from tests.faults.helpers import chat_task, register

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from orchestrator.cli import cli
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
 
 
 def test_add_remove_list_round_trip(tmp_path: Path) -> None:

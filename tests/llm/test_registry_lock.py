@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 WRITERS = 8
 ROUNDS = 15

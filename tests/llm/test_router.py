@@ -12,7 +12,7 @@ from orchestrator.llm.errors import NoBackendAvailable
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.llm.router import DEFAULT_HEALTH_CHECK_S, Router, router_for
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.engine import Worker
 from orchestrator.worker.options import WorkerOptions
 from tests.llm.helpers import heartbeat, run_dir

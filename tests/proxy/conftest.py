@@ -15,10 +15,10 @@ from typing import Any
 import orjson
 import pytest
 
-from orchestrator.llm.local_server import LocalServer, start_server
+from orchestrator.devserver.local_server import LocalServer, start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
 from tests.agents.conftest import bundled, needs_bwrap, task_image  # noqa: F401
 from tests.sandbox.conftest import private_runtime, spool  # noqa: F401  (autouse: no sandbox left behind)
 

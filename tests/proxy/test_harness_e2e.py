@@ -20,11 +20,11 @@ from typing import Any
 import orjson
 import pytest
 
-from orchestrator.cancel import request_cancel
+from orchestrator.spool.cancel import request_cancel
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.proxy.trajectory import samples_of
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.core.util import start_worker, stop_worker, wait_until
 from tests.proxy.conftest import Backend, needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401

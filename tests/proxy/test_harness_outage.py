@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 from tests.agents.helpers import rows, submit
 from tests.core.util import start_worker, stop_worker, wait_until
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.proxy.trajectory import samples_of
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401

@@ -227,7 +227,7 @@ CLIENT = textwrap.dedent("""
 
 @needs_bwrap
 def test_reachable_from_its_sandbox_only(backend: Backend, tmp_path: Path, spool: Any) -> None:
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.sandbox.start import start_sandbox
 
     inside = "/run/hpc-rollout-llm"
     (tmp_path / "client.py").write_text(CLIENT)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from orchestrator.batches import queued_tickets
+from orchestrator.spool.batches import queued_tickets
 from orchestrator.cli import cli
-from orchestrator.paths import SpoolPaths
-from orchestrator.spool import init_run
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
 
 
 def queued_instances(paths: SpoolPaths) -> list[dict]:

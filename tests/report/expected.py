@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow.dataset as ds
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 def all_rows(paths: SpoolPaths) -> list[dict[str, Any]]:

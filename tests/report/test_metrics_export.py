@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.api import Spool
+from orchestrator.trainer.api import Spool
 from orchestrator.metrics.hooks import TensorBoardHook, WandbHook, rollout_metrics
-from orchestrator.paths import SpoolPaths
-from orchestrator.status import pending_count
-from orchestrator.submit import submit_rows
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.report.status import pending_count
+from orchestrator.submission.submit import submit_rows
 from tests.core.util import make_run, start_worker, stop_worker, wait_drained, wait_until
 from tests.report.expected import all_rows, direct_numbers
 

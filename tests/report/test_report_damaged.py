@@ -11,8 +11,8 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 
-from orchestrator import fsops
-from orchestrator.submit import submit_rows
+from orchestrator.spool import fsops
+from orchestrator.submission.submit import submit_rows
 from tests.core.util import cli, make_run, start_worker, stop_worker, wait_drained
 from tests.report.expected import direct_numbers
 from tests.report.test_report_run import FIGURES

@@ -15,10 +15,10 @@ from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.report.activity import DONE, EVAL_QUEUE, IN_RUN, INIT_QUEUE, RUN_QUEUE, job_events, occupancy, stage_intervals
 from orchestrator.report.event_read import EVENT_SCHEMA
 from orchestrator.report.llm_stats import down_periods, tool_stats
-from orchestrator.rows import TOOL_CALL_TYPE
+from orchestrator.spool.rows import TOOL_CALL_TYPE
 from orchestrator.report.outcomes import pass_at_k
 from orchestrator.report.since import parse_duration
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 
 def test_durations_people_type() -> None:

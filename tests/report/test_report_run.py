@@ -22,11 +22,11 @@ import pytest
 from PIL import Image
 
 from orchestrator.llm.identity import tokenizer_hash
-from orchestrator.llm.local_server import start_server
+from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import tiny_model_dir
-from orchestrator.paths import SpoolPaths
-from orchestrator.submit import submit_rows
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.submission.submit import submit_rows
 from tests.core.util import cli, make_run, wait_until
 from tests.report.browser import check_page
 from tests.report.expected import all_rows, direct_numbers

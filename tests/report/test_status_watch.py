@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.submit import submit_rows
+from orchestrator.submission.submit import submit_rows
 from tests.core.util import make_run, start_worker, stop_worker, wait_until
 
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from tests.sandbox.helpers import sandbox_processes
 
 

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, TypeVar
 
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 
 T = TypeVar("T")
 
@@ -44,7 +44,7 @@ def sandbox_processes(base: Path) -> list[tuple[int, str]]:
 
 
 async def started(spool: SpoolPaths, job_id: str = "t-000001-000", **options: Any) -> Any:
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.sandbox.start import start_sandbox
 
     return await start_sandbox("bwrap", job_id=job_id, paths=spool, **options)
 

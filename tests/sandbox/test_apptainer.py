@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.sandbox import apptainer
-from orchestrator.sandbox.api import resolve_runtime, start_sandbox
+from orchestrator.sandbox.start import resolve_runtime, start_sandbox
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxStartError
 from orchestrator.sandbox.options import SandboxOptions
 from orchestrator.sandbox.records import sandboxes_dir

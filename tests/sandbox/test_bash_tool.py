@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from tests.sandbox.helpers import needs_bwrap, with_sandbox
 
 pytestmark = needs_bwrap

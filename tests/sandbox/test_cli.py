@@ -32,8 +32,8 @@ def test_image_build_render_only() -> None:
 def test_sandbox_list_shows_live_sandboxes(tmp_path: Path) -> None:
     import asyncio
 
-    from orchestrator.paths import SpoolPaths
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.sandbox.start import start_sandbox
 
     async def scenario() -> tuple[str, str, str]:
         sb = await start_sandbox("bwrap", job_id="list-000001-000", paths=SpoolPaths.of(tmp_path))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.sandbox import cgroups
 from tests.sandbox.helpers import needs_bwrap, run, started
 

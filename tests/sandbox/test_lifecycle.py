@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.sandbox import loopback
-from orchestrator.sandbox.api import attach_sandbox, start_sandbox, sweep_orphaned_sandboxes
+from orchestrator.sandbox.start import attach_sandbox, start_sandbox, sweep_orphaned_sandboxes
 from orchestrator.sandbox.errors import SandboxAttachError, SandboxClosedError, SandboxConfigError
 from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
 from tests.sandbox.helpers import needs_bwrap, run, sandbox_processes, started
@@ -85,8 +85,8 @@ def test_cancelled_start_leaves_nothing(spool: SpoolPaths, private_runtime: Path
 
 OWNER_SCRIPT = textwrap.dedent("""
     import asyncio, json, sys
-    from orchestrator.paths import SpoolPaths
-    from orchestrator.sandbox.api import start_sandbox
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.sandbox.start import start_sandbox
 
     async def main():
         sb = await start_sandbox("bwrap", job_id="k-000001-000", paths=SpoolPaths.of(sys.argv[1]))
@@ -142,7 +142,7 @@ def test_sweep_kills_live_sandbox_of_dead_owner(spool: SpoolPaths, private_runti
 def test_attach_from_another_process(spool: SpoolPaths) -> None:
     script = textwrap.dedent("""
         import asyncio, json, sys
-        from orchestrator.sandbox.api import attach_sandbox
+        from orchestrator.sandbox.start import attach_sandbox
 
         async def main():
             sb = await attach_sandbox(json.loads(sys.stdin.read()))

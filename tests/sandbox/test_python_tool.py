@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from tests.sandbox.helpers import needs_bwrap, with_sandbox
 
 pytestmark = needs_bwrap

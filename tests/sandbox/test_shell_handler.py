@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.context import JobContext, WorkerServices
-from orchestrator.handler import load_handler
-from orchestrator.jobs import JobSpec, Stage
-from orchestrator.paths import SpoolPaths, current_node
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.handler_api.contract import load_handler
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.paths import SpoolPaths, current_node
 from tests.sandbox.helpers import needs_bwrap, run, sandbox_processes
 
 pytestmark = needs_bwrap

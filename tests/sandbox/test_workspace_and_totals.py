@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import RunConfig
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.sandbox import cgroups
-from orchestrator.sandbox.api import start_sandbox
+from orchestrator.sandbox.start import start_sandbox
 from orchestrator.sandbox.limits import Limits
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 from tests.sandbox.helpers import needs_bwrap, run, sandbox_processes
 

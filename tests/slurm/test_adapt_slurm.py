@@ -13,7 +13,7 @@ from typing import Iterator
 import orjson
 import pytest
 
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.adapt import state_path
 from tests.core.util import cli, wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.submit import submit_file
+from orchestrator.submission.submit import submit_file
 from tests.core.util import wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor
 from tests.slurm.util import SLURM_RUN, events, exactly_once, launch, logs_containing, queued, sleep_run, wait_rows

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.config import RunConfig
 from orchestrator.slurm.cluster import max_array_size
 from orchestrator.slurm.queries import slurm_warnings
-from orchestrator.status import snapshot
+from orchestrator.report.status import snapshot
 from tests.core.util import cli, wait_until, write_jsonl
 from tests.slurm.conftest import JobJanitor
 from tests.slurm.util import (

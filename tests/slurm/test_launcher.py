@@ -137,7 +137,7 @@ def test_task_of_a_worker() -> None:
 def test_a_task_starting_after_stop_does_not_serve(tmp_path: Path) -> None:
     import time
 
-    from orchestrator.launches import request_stop
+    from orchestrator.spool.launches import request_stop
 
     paths = make_run(tmp_path / "run")
     worker = NodeWorker(str(paths.root), WorkerOptions(), 0, submitted_at=time.time() - 60)

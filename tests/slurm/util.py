@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pyarrow.dataset as ds
 
-from orchestrator.events import events_named as events  # noqa: F401  (re-exported for the tests)
-from orchestrator.paths import SpoolPaths
+from orchestrator.spool.events import events_named as events  # noqa: F401  (re-exported for the tests)
+from orchestrator.spool.paths import SpoolPaths
 from tests.core.util import cli, make_run, wait_until, write_jsonl
 
 # Heartbeats every second, leases of 15 s: quick enough, and safe on a busy 2-core machine.

@@ -34,7 +34,7 @@ def prompts(rng: random.Random) -> Iterator[dict[str, Any]]:
 
 def main() -> None:
     run_dir, state, steps, seed = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    from orchestrator.api import Spool
+    from orchestrator.trainer.api import Spool
     from orchestrator.llm.registry import BackendRegistry
     from orchestrator.trainer import DynamicSampler
 

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.tail import RowReader
+    from orchestrator.trainer.tail import RowReader
 
 
 def main() -> None:
     run_dir, state, mode, seed = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    from orchestrator.paths import SpoolPaths
-    from orchestrator.tail import RowReader
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.trainer.tail import RowReader
 
     rng = random.Random(seed)
     saved = sorted(p for p in state.iterdir() if p.suffix == ".json")

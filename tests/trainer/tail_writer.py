@@ -21,8 +21,8 @@ def main() -> None:
     time.time = lambda: real_time() + skew   # the injected clock: this node is off by SKEW_S
 
     from orchestrator.config import Shards
-    from orchestrator.paths import SpoolPaths
-    from orchestrator.shards import ShardWriter
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.spool.shards import ShardWriter
 
     rng = random.Random(seed)
     rows = json.loads(plan.read_text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.api import Spool
-from orchestrator.status import pending_count
+from orchestrator.trainer.api import Spool
+from orchestrator.report.status import pending_count
 from orchestrator.trainer import DynamicSampler
 from tests.core.util import FAST, start_worker, stop_worker, wait_until
 

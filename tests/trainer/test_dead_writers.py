@@ -7,11 +7,11 @@ import signal
 from collections import Counter
 from pathlib import Path
 
-from orchestrator import fsops
-from orchestrator.shardlog import WriterDirectory, last_committed_seq, parse_shard_name, shard_name
-from orchestrator.shards import shard_names
-from orchestrator.submit import submit_file
-from orchestrator.tail import RowReader
+from orchestrator.spool import fsops
+from orchestrator.spool.shardlog import WriterDirectory, last_committed_seq, parse_shard_name, shard_name
+from orchestrator.spool.shards import shard_names
+from orchestrator.submission.submit import submit_file
+from orchestrator.trainer.tail import RowReader
 from tests.core.util import make_run, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
 
 

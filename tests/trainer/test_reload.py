@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.api import Spool
-from orchestrator.llm.local_server import LocalServer, start_server
+from orchestrator.trainer.api import Spool
+from orchestrator.devserver.local_server import LocalServer, start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import save_perturbed_copy, tiny_model_dir
+from orchestrator.devserver.tiny_model import save_perturbed_copy, tiny_model_dir
 from orchestrator.llm.weights import ReloadFailed
 from tests.core.util import FAST, rows, start_worker, stop_worker, wait_drained, wait_until
 from tests.llm.helpers import chat_instance

@@ -12,9 +12,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from orchestrator.api import Spool
-from orchestrator.staleness import row_is_stale
-from orchestrator.status import pending_count
+from orchestrator.trainer.api import Spool
+from orchestrator.spool.staleness import row_is_stale
+from orchestrator.report.status import pending_count
 from tests.core.util import FAST, rows, start_worker, stop_worker, wait_until
 from tests.trainer.sampler_trainer import LAG
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.api import Spool
+from orchestrator.trainer.api import Spool
 from orchestrator.config import ConfigError
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.staleness import row_is_stale, stale_reason
+from orchestrator.spool.staleness import row_is_stale, stale_reason
 from orchestrator.trainer import DynamicSampler
 from tests.core.util import FAST, rows, start_worker, stop_worker, wait_drained
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator import fsops
+from orchestrator.spool import fsops
 from orchestrator.config import Shards
-from orchestrator.cursor import Cursor, CursorError
-from orchestrator.paths import SpoolPaths
-from orchestrator.shardlog import shard_name
-from orchestrator.shards import ShardWriter
-from orchestrator.tail import RowReader
+from orchestrator.trainer.cursor import Cursor, CursorError
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shardlog import shard_name
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.trainer.tail import RowReader
 from tests.core.util import make_run
 
 

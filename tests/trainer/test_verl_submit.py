@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from hpc_rollout.handlers.answer import final_number, score
-from orchestrator import fsops
-from orchestrator.batches import queued_tickets
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import queued_tickets
 from orchestrator.config import ConfigError, RunConfig
-from orchestrator.jobs import JobSpec
-from orchestrator.submit import parse_source_handlers, submit_file
+from orchestrator.spool.jobs import JobSpec
+from orchestrator.submission.submit import parse_source_handlers, submit_file
 from tests.core.util import cli, make_run
 
 GSM8K = [

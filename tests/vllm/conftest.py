@@ -12,7 +12,7 @@ what landed anywhere with `relay.completions()`, vLLM's own answers.
 
 While working on these tests, `HPC_ROLLOUT_VLLM_URL=http://127.0.0.1:PORT/v1` reuses a server
 you started yourself (it must serve the tiny model with the same context length):
-`python -m orchestrator.llm.stock_vllm --tiny --dev-mode --max-model-len 1024`.
+`python -m orchestrator.devserver.stock_vllm --tiny --dev-mode --max-model-len 1024`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.llm.stock_vllm import stock_vllm, vllm_python as install_vllm
-from orchestrator.llm.tiny_model import tiny_model_dir
+from orchestrator.devserver.stock_vllm import stock_vllm, vllm_python as install_vllm
+from orchestrator.devserver.tiny_model import tiny_model_dir
 from tests.vllm.relay import RecordingRelay
 
 MAX_MODEL_LEN = 1024

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from orchestrator.llm.client import Completion, RetryPolicy
-from orchestrator.llm.clients import client_for
+from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.registry import Backend
-from orchestrator.llm.tiny_model import load_tokenizer
+from orchestrator.llm.tokenizer import load_tokenizer
 from orchestrator.llm.vllm import VLLMClient
 from tests.vllm.conftest import MAX_MODEL_LEN, VLLMServer
 from tests.vllm.relay import RecordingRelay

@@ -12,10 +12,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.llm.local_server import signal_group
+from orchestrator.devserver.local_server import signal_group
 from orchestrator.llm.readiness import ServerNotReady, wait_until_serving
-from orchestrator.llm.stock_vllm import CPU_ENV, free_port, server_command
-from orchestrator.llm.tiny_model import tiny_model_dir
+from orchestrator.devserver.stock_vllm import CPU_ENV, free_port, server_command
+from orchestrator.devserver.tiny_model import tiny_model_dir
 from tests.core.util import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]

@@ -18,10 +18,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.llm.stock_vllm import CPU_ARGS, CPU_ENV, free_port
-from orchestrator.llm.tiny_model import tiny_model_dir
+from orchestrator.devserver.stock_vllm import CPU_ARGS, CPU_ENV, free_port
+from orchestrator.devserver.tiny_model import tiny_model_dir
 from orchestrator.slurm.templates import render
-from orchestrator.spool import init_run
+from orchestrator.spool.rundir import init_run
 from tests.core.util import wait_until
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]

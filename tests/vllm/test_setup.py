@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.llm.stock_vllm import VLLMSetupError, vllm_python
+from orchestrator.devserver.stock_vllm import VLLMSetupError, vllm_python
 
 
 def test_a_failed_background_install_is_reported_with_its_log(tmp_path: Path,

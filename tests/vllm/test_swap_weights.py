@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.api import Spool
+from orchestrator.trainer.api import Spool
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.llm.tiny_model import save_perturbed_copy
+from orchestrator.devserver.tiny_model import save_perturbed_copy
 from tests.core.util import FAST, cli, rows, start_worker, stop_worker, wait_drained, wait_until
 from tests.llm.helpers import chat_instance
 from tests.vllm.conftest import VLLMServer

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxError
 from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import Rendered, render
-from orchestrator.softlock import LockTimeout, SoftLock, acquire_soft_lock
+from orchestrator.spool.softlock import LockTimeout, SoftLock, acquire_soft_lock
 
 log = logging.getLogger(__name__)
 

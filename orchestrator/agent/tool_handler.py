@@ -1,0 +1,154 @@
+"""ToolAgentHandler: the AgentHandler of every tool-using task family (and of yours).
+
+INIT opens the job's sandbox and calls `setup`; RUN renders the task's messages with the tools
+through the tokenizer's chat template, runs the agent loop against the job's LLM session and
+the sandbox, then calls `collect` (while the sandbox is still open) for the artifacts EVAL
+needs; EVAL is the family's own. A subclass sets `tools`, `limits` and implements `task`,
+`messages` and `eval`:
+
+    class MyHandler(ToolAgentHandler):
+        name = "mine"
+        tools = ("bash", "str_replace_editor", "finish")
+        def task(self, instance): ...                    # validate, normalise
+        def messages(self, task): ...                    # the first prompt
+        async def eval(self, ctx, result): ...           # {"reward": ...}
+
+Per task, an "agent" object overrides the limits (max_turns, max_context_tokens, max_wall_s,
+tool_timeout_s, max_tokens_per_turn, max_observation_chars, text_reply) and "parser" picks the
+tool-call parser.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, ToolCallRecord, run_agent
+from orchestrator.agent.parsers import get_parser
+from orchestrator.agent.toolbox import SandboxToolbox
+from orchestrator.agent.tools import ToolSpec, openai_tools, tool_specs
+from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.spool.jobs import StageError
+
+if TYPE_CHECKING:
+    from orchestrator.handler_api.context import JobContext
+    from orchestrator.sandbox.base import Sandbox
+
+DEFAULT_PARSER = "hermes"
+RENDER_WINDOW = 2   # observations are rendered after the last 2 messages (checked: Conversation.window)
+
+
+class ToolAgentHandler(AgentHandler):
+    tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
+    limits: ClassVar[AgentLimits] = AgentLimits()
+
+    def __init__(self) -> None:
+        self._live: dict[str, AgentRun] = {}   # runs in progress, for run_exception
+
+    # -- what a family provides ---------------------------------------------------------------
+    def task(self, instance: dict[str, Any]) -> Any:
+        """The normalised task; raise ValueError naming the problem."""
+        raise NotImplementedError
+
+    def messages(self, task: Any) -> list[dict[str, Any]]:
+        """The conversation the agent starts from."""
+        raise NotImplementedError
+
+    def sandbox_options(self, task: Any) -> dict[str, Any]:
+        image = getattr(task, "image", None)
+        return {"image": image} if image else {}
+
+    async def setup(self, ctx: "JobContext", sandbox: "Sandbox", task: Any) -> dict[str, Any]:
+        """Prepare the workspace in INIT (e.g. check out a repository)."""
+        return {}
+
+    async def collect(self, ctx: "JobContext", sandbox: "Sandbox", run: AgentRun, task: Any) -> dict[str, Any]:
+        """Artifacts for EVAL, read from the sandbox before it closes."""
+        return {}
+
+    def reference_result(self, task: Any, which: str) -> dict[str, Any]:
+        """A RUN result EVAL can score: `golden` (must get 1) or `noop` (must get 0); for `tasks check`."""
+        raise NotImplementedError(f"handler {self.name!r} has no golden/no-op solutions for `tasks check`")
+
+    # -- the stages --------------------------------------------------------------------------
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        task = self.task(instance)
+        AgentLimits.parse(self.limits, instance.get("agent"))
+        get_parser(str(instance.get("parser", DEFAULT_PARSER)))
+        tool_specs(self.tools)
+        self.messages(task)
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tool_specs(self.tools)
+
+    async def init(self, ctx: "JobContext") -> dict[str, Any]:
+        task = self.task(ctx.job.instance)
+        sandbox = await ctx.open_sandbox(**self.sandbox_options(task))
+        return {"sandbox_kind": sandbox.kind, **await self.setup(ctx, sandbox, task)}
+
+    async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
+        from orchestrator.llm.conversation import Conversation
+        from orchestrator.llm.session import session_for
+
+        instance = ctx.job.instance
+        task = self.task(instance)
+        limits = AgentLimits.parse(self.limits, instance.get("agent"))
+        parse = get_parser(str(instance.get("parser", DEFAULT_PARSER)))
+        specs = self.specs()
+        sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
+        sandbox = await ctx.sandbox()
+        toolbox = SandboxToolbox(sandbox, specs, limits.max_observation_chars)
+
+        def note(record: ToolCallRecord) -> None:
+            ctx.event("tool_call", turn=record.turn, tool=record.name, exit_code=record.exit_code,
+                      ms=record.latency_ms, chars=record.output_chars, error=record.error)
+
+        async with session_for(ctx) as llm:
+            conversation = Conversation(await llm.tokenizer(), self.messages(task), tools=openai_tools(specs),
+                                        window=RENDER_WINDOW)
+            run = self._live[ctx.job.job_id] = AgentRun(conversation)
+            await run_agent(llm, run, toolbox, parse=parse, limits=limits, sampling=sampling, on_tool_call=note)
+            failed = list(llm.failed)
+        artifacts = await self.collect(ctx, sandbox, run, task)
+        self._live.pop(ctx.job.job_id, None)
+        ctx.event("agent_stopped", reason=run.stop_reason.value if run.stop_reason else None,
+                  turns=len(run.turns), tool_calls=len(run.tool_calls), malformed=run.malformed_calls)
+        return {**run.to_json(), **artifacts, "backend_switches": failed}
+
+    def run_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
+        """Keep what the run did before it failed, with the stop reason the failure means."""
+        run = self._live.pop(ctx.job.job_id, None)
+        reason = {"timeout": StopReason.TIMEOUT, "cancelled": StopReason.CANCELLED}.get(error.kind, StopReason.ERROR)
+        partial: dict[str, Any] = run.to_json() if run is not None else {}
+        return {**partial, "stop_reason": reason.value, "error": error.as_text()}
+
+    def final_result(self, ctx: "JobContext", outputs: dict[str, dict[str, Any]],
+                     error: StageError | None) -> dict[str, Any]:
+        merged = super().final_result(ctx, outputs, error)
+        if "stop_reason" not in merged:   # the job ended before RUN (INIT failed, cancelled early)
+            merged["stop_reason"] = (StopReason.CANCELLED if error and error.kind == "cancelled"
+                                     else StopReason.TIMEOUT if error and error.kind == "timeout"
+                                     else StopReason.ERROR).value
+        return merged
+
+
+@asynccontextmanager
+async def fresh_sandbox(ctx: "JobContext", **options: Any) -> AsyncIterator["Sandbox"]:
+    """A sandbox of its own for EVAL (the RUN sandbox is closed by then), with a workspace of
+    its own that is removed afterwards: grading never sees what the agent left lying around."""
+    from orchestrator.sandbox.start import start_sandbox
+
+    workspace = ctx.artifact_dir() / f"eval-{ctx.attempt}-{secrets.token_hex(3)}"
+    workspace.mkdir(parents=True)
+    merged = {**ctx.services.sandbox_defaults, **options, "workspace": str(workspace)}
+    try:
+        sandbox = await start_sandbox(ctx.services.runtime, job_id=ctx.job.job_id, paths=ctx.paths, **merged)
+        try:
+            yield sandbox
+        finally:
+            await sandbox.close()
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)

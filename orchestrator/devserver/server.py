@@ -1,0 +1,240 @@
+"""The reference backend: a real model behind vLLM's (and SGLang's) HTTP protocol.
+
+Endpoints: GET /health, /v1/models, /model_info; POST /v1/completions (token ids in,
+`token_ids` + per-token logprobs out), /generate (SGLang's native shape), /tokenize,
+/detokenize; weight reload while serving as vLLM (/collective_rpc reload_weights) and SGLang
+(/update_weights_from_disk) do it (orchestrator/devserver/reload.py). With a record file, every generation appends one JSON line:
+{"endpoint", "prompt_ids", "output_ids", "logprobs", "finish_reason", "time"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from orchestrator.devserver.generation import Engine, GenRequest, GenResult
+from orchestrator.devserver.reload import add_reload_routes
+from orchestrator.llm.request_body import read_body
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    model_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8000
+    record: Path | None = None
+    max_model_len: int = 2048
+    max_batch: int = 8
+    threads: int | None = None
+    weight_version: str = "0"
+    legacy_vllm: bool = False    # behave like vLLM < 0.10.2: no token_ids in answers
+    scripted: Path | None = None # answer with the scripted completions in this file (llm/scripted.py)
+
+
+class ReferenceServer:
+    def __init__(self, options: ServerOptions) -> None:
+        from transformers import AutoTokenizer
+
+        self.options = options
+        self.model_id = str(options.model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(options.model_dir), local_files_only=True)
+        self.engine = self._engine(options)
+        self.weight_version = options.weight_version   # moved by a reload (orchestrator/devserver/reload.py)
+        self._record = open(options.record, "ab") if options.record else None
+
+    def _engine(self, options: ServerOptions) -> Any:
+        if options.scripted is not None:
+            from orchestrator.devserver.scripted import scripted_engine
+
+            return scripted_engine(options.scripted, self.tokenizer)
+        return Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads)
+
+    def close(self) -> None:
+        if self._record is not None:
+            self._record.close()
+
+    # -- helpers --------------------------------------------------------------------------
+    def check_prompt(self, ids: Any) -> list[int]:
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
+            raise web.HTTPBadRequest(text="prompt must be a non-empty list of token ids")
+        vocab = len(self.tokenizer)
+        if any(i < 0 or i >= vocab for i in ids):
+            raise web.HTTPBadRequest(text=f"token id out of range [0, {vocab})")
+        if len(ids) >= self.options.max_model_len:
+            raise web.HTTPBadRequest(
+                text=f"This model's maximum context length is {self.options.max_model_len} tokens; "
+                     f"the prompt has {len(ids)}"
+            )
+        return ids
+
+    def budget(self, prompt: list[int], wanted: Any) -> int:
+        wanted = 16 if wanted is None else int(wanted)
+        return max(0, min(wanted, self.options.max_model_len - len(prompt)))
+
+    async def generate(self, endpoint: str, prompt: list[int], request: GenRequest) -> GenResult:
+        try:
+            result = await self.engine.submit(request)
+        except ValueError as exc:  # e.g. no scripted completion matches the prompt
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        if self._record is not None:
+            logprobs = result.processed_logprobs if endpoint == "/generate" else result.raw_logprobs
+            line = {"time": time.time(), "endpoint": endpoint, "prompt_ids": prompt,
+                    "output_ids": result.output_ids, "logprobs": logprobs,
+                    "finish_reason": result.finish_reason}
+            self._record.write(orjson.dumps(line) + b"\n")
+            self._record.flush()
+        return result
+
+    # -- routes ---------------------------------------------------------------------------
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.model_id, "object": "model", "owned_by": "hpc-rollout",
+            "max_model_len": self.options.max_model_len}]})
+
+    async def model_info(self, _: web.Request) -> web.Response:
+        return web.json_response({"model_path": self.model_id, "is_generation": True,
+                                  "weight_version": self.weight_version})
+
+    async def completions(self, http: web.Request) -> web.Response:
+        body = await read_body(http)
+        if body.get("model") not in (None, self.model_id):
+            raise web.HTTPNotFound(text=f"The model `{body.get('model')}` does not exist.")
+        if int(body.get("n", 1)) != 1:
+            raise web.HTTPBadRequest(text="this reference server supports n=1 only")
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompt = self.tokenizer.encode(prompt, add_special_tokens=False)
+        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
+            prompt = prompt[0]
+        prompt = self.check_prompt(prompt)
+        request = gen_request(prompt, self.budget(prompt, body.get("max_tokens")), body)
+        result = await self.generate("/v1/completions", prompt, request)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choice: dict[str, Any] = {
+            "index": 0, "text": self.tokenizer.decode(result.output_ids),
+            "finish_reason": result.finish_reason, "stop_reason": result.matched_stop,
+            "logprobs": None,
+        }
+        if body.get("logprobs") is not None:
+            tokens = [f"token_id:{i}" if as_ids else self.tokenizer.decode([i]) for i in result.output_ids]
+            choice["logprobs"] = {
+                "text_offset": [], "token_logprobs": [max(lp, -9999.0) for lp in result.raw_logprobs],
+                "tokens": tokens, "top_logprobs": [{t: lp} for t, lp in zip(tokens, result.raw_logprobs)],
+            }
+        if body.get("return_token_ids") and not self.options.legacy_vllm:
+            choice["token_ids"] = result.output_ids
+            choice["prompt_token_ids"] = prompt
+        return web.json_response({
+            "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+            "model": self.model_id, "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(result.output_ids),
+                      "total_tokens": len(prompt) + len(result.output_ids)},
+        })
+
+    async def sglang_generate(self, http: web.Request) -> web.Response:
+        body = await read_body(http)
+        inputs = body.get("input_ids")
+        batch = isinstance(inputs, list) and bool(inputs) and isinstance(inputs[0], list)
+        prompts = [self.check_prompt(p) for p in (inputs if batch else [inputs])]
+        params = body.get("sampling_params") or {}
+        answers = await asyncio.gather(*(self._one_sglang(p, params, body) for p in prompts))
+        return web.json_response(answers if batch else answers[0])
+
+    async def _one_sglang(self, prompt: list[int], params: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        request = gen_request(prompt, self.budget(prompt, params.get("max_new_tokens", 128)), params)
+        result = await self.generate("/generate", prompt, request)
+        finish: dict[str, Any] = (
+            {"type": "stop", "matched": result.matched_stop} if result.finish_reason == "stop"
+            else {"type": "length", "length": len(result.output_ids)}
+        )
+        meta: dict[str, Any] = {
+            "id": uuid.uuid4().hex, "finish_reason": finish, "prompt_tokens": len(prompt),
+            "completion_tokens": len(result.output_ids), "cached_tokens": 0,
+            "weight_version": self.weight_version,
+        }
+        if body.get("return_logprob"):
+            meta["output_token_logprobs"] = [
+                [lp, i, None] for lp, i in zip(result.processed_logprobs, result.output_ids)
+            ]
+        return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids,
+                "meta_info": meta}
+
+    async def tokenize(self, http: web.Request) -> web.Response:
+        body = await read_body(http)
+        if "messages" in body:
+            ids = self.tokenizer.apply_chat_template(
+                body["messages"], tokenize=True, add_generation_prompt=bool(body.get("add_generation_prompt", True)),
+                return_dict=False)
+        else:
+            ids = self.tokenizer.encode(str(body.get("prompt", "")),
+                                        add_special_tokens=bool(body.get("add_special_tokens", True)))
+        return web.json_response({"count": len(ids), "max_model_len": self.options.max_model_len,
+                                  "tokens": list(ids)})
+
+    async def detokenize(self, http: web.Request) -> web.Response:
+        body = await read_body(http)
+        return web.json_response({"prompt": self.tokenizer.decode(body.get("tokens") or [])})
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.add_routes([
+            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/model_info", self.model_info), web.get("/get_model_info", self.model_info),
+            web.post("/v1/completions", self.completions), web.post("/generate", self.sglang_generate),
+            web.post("/tokenize", self.tokenize), web.post("/detokenize", self.detokenize),
+        ])
+        add_reload_routes(app, self)
+        return app
+
+
+def gen_request(prompt: list[int], budget: int, params: dict[str, Any]) -> GenRequest:
+    try:
+        return GenRequest(
+            prompt_ids=tuple(prompt), max_tokens=budget,
+            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+            top_k=int(params.get("top_k", -1) or -1),
+            seed=int(params["seed"]) if params.get("seed") is not None else None,
+            stop_token_ids=tuple(int(i) for i in params.get("stop_token_ids") or ()),
+            ignore_eos=bool(params.get("ignore_eos", False)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise web.HTTPBadRequest(text=f"bad sampling parameter: {exc}") from None
+
+
+async def serve(options: ServerOptions) -> None:
+    """Serve until SIGTERM/SIGINT. Prints `serving on URL` once listening (port 0 = any free)."""
+    server = ReferenceServer(options)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, options.host, options.port)
+    await site.start()
+    port = runner.addresses[0][1]
+    # Listening on every interface: print the name other nodes reach this one by.
+    host = socket.gethostname() if options.host in ("0.0.0.0", "::", "") else options.host
+    print(f"serving {server.model_id} on http://{host}:{port}/v1", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        server.close()
+        print("server stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,119 @@
+"""The AgentHandler contract: what a task family implements, and how handlers are found.
+
+A handler is registered by name in the entry point group `hpc_rollout.handlers`, so a
+user's own package can add one without touching this repository:
+
+    [project.entry-points."hpc_rollout.handlers"]
+    my_task = "my_package.handler:MyHandler"
+
+Stages, in order, each on a fresh `JobContext` (INIT and RUN on the same node, EVAL anywhere):
+
+    prepared = await handler.init(ctx)             # start the sandbox, set the task up
+    result   = await handler.run(ctx, prepared)    # the agent loop; the runtime is closed right after
+    scored   = await handler.eval(ctx, result)     # the reward, from artifacts only
+
+Each stage returns a JSON-serialisable dict that travels to the next stage inside the job's
+ticket. When a stage raises, the matching `*_exception` hook turns the error into that stage's
+output, and the job goes straight to its row. `final_result` always builds a well-formed row.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.spool.jobs import StageError
+
+if TYPE_CHECKING:
+    from orchestrator.handler_api.context import JobContext
+
+ENTRY_POINT_GROUP = "hpc_rollout.handlers"
+
+class HandlerError(Exception):
+    """A handler cannot be found or loaded."""
+
+
+STAGE_ORDER = ("init", "run", "eval")
+
+
+def merge_stage_outputs(outputs: dict[str, Any]) -> dict[str, Any]:
+    """The stages' outputs as one dict, later stages winning on shared keys."""
+    merged: dict[str, Any] = {}
+    for stage in STAGE_ORDER:
+        merged.update(outputs.get(stage) or {})
+    return merged
+
+
+class AgentHandler(abc.ABC):
+    """Base class of every task family. Subclasses set `name` and implement the three stages."""
+
+    name: ClassVar[str] = ""
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        """Raise ValueError naming the problem when `instance` cannot run. Called at submit time."""
+
+    @abc.abstractmethod
+    async def init(self, ctx: "JobContext") -> dict[str, Any]:
+        """Prepare the job (start its sandbox through `ctx.open_sandbox`) and return its state."""
+
+    @abc.abstractmethod
+    async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
+        """Run the agent; return the trajectory (see orchestrator.spool.rows.TRAJECTORY_KEYS) and anything EVAL needs."""
+
+    @abc.abstractmethod
+    async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        """Score `result`; return at least {"reward": float}."""
+
+    def init_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
+        return {"error": error.as_text()}
+
+    def run_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
+        return {"error": error.as_text()}
+
+    def eval_exception(self, ctx: "JobContext", error: StageError) -> dict[str, Any]:
+        return {"error": error.as_text(), "reward": None}
+
+    def final_result(
+        self, ctx: "JobContext", outputs: dict[str, dict[str, Any]], error: StageError | None
+    ) -> dict[str, Any]:
+        """Merge stage outputs into the row's trajectory fields; never raises.
+
+        `outputs` maps stage name to that stage's output. Later stages win on shared keys;
+        keys outside orchestrator.spool.rows.TRAJECTORY_KEYS end up in the row's `result` JSON column.
+        """
+        merged = merge_stage_outputs(outputs)
+        reward = merged.get("reward")
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            merged["reward"] = None
+        return merged
+
+
+def available_handlers() -> dict[str, Any]:
+    """Entry points of every installed handler, by name."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+_loaded: dict[str, type[AgentHandler]] = {}
+
+
+def load_handler(name: str) -> AgentHandler:
+    """A fresh handler instance for `name`, or HandlerError listing the installed ones."""
+    cls = _loaded.get(name)
+    if cls is None:
+        found = available_handlers()
+        if name not in found:
+            known = ", ".join(sorted(found)) or "none"
+            raise HandlerError(
+                f"unknown handler {name!r}; installed handlers: {known}. A package adds one "
+                f"through the entry point group {ENTRY_POINT_GROUP!r}."
+            )
+        try:
+            cls = found[name].load()
+        except Exception as exc:  # a broken plugin must not look like a missing one
+            raise HandlerError(f"handler {name!r} failed to import: {exc}") from exc
+        if not (isinstance(cls, type) and issubclass(cls, AgentHandler)):
+            raise HandlerError(f"handler {name!r} is {cls!r}, not an AgentHandler subclass")
+        _loaded[name] = cls
+    return cls()

@@ -1,0 +1,139 @@
+"""Everything known about one job: input, where it is, timeline, outputs, errors, log paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.dataset as ds
+
+from orchestrator.spool import fsops
+from orchestrator.spool.batches import decode_batch, is_batch, jobs_in, may_hold_job
+from orchestrator.spool.events import events_of
+from orchestrator.spool.paths import SpoolPaths, safe_name
+from orchestrator.spool.quarantine import READ_ERRORS, readable_shard, warn_skipped
+from orchestrator.spool.shards import shard_names
+from orchestrator.spool.journal import read as read_journal, resume_journaled
+from orchestrator.spool.tickets import CorruptTicket, Ticket
+
+
+class JobNotFound(LookupError):
+    """No ticket, row or event mentions the job id."""
+
+
+def locate_ticket(paths: SpoolPaths, job_id: str) -> Path | None:
+    candidates = [paths.init_queue / job_id, paths.eval_queue / job_id]
+    candidates += [queue / job_id for queue in paths.run_queues()]
+    candidates += [claims / job_id for claims in _claim_dirs(paths)]
+    return next((c for c in candidates if c.exists()), None)
+
+
+def _claim_dirs(paths: SpoolPaths) -> list[Path]:
+    return [claims for claims in paths.active.iterdir() if claims.is_dir()] if paths.active.is_dir() else []
+
+
+def locate_in_batch(paths: SpoolPaths, job_id: str) -> tuple[Path, Ticket | CorruptTicket] | None:
+    """The batch file (queued or claimed) holding `job_id`, with its ticket (or why it cannot be read).
+
+    Only batches whose name says they may hold the job are opened (orchestrator/spool/batches.py).
+    """
+    for directory in [paths.init_queue, *_claim_dirs(paths)]:
+        for name in sorted(fsops.list_names(directory)):
+            if not is_batch(name) or not may_hold_job(name, job_id):
+                continue
+            try:
+                tickets = decode_batch(fsops.read_bytes(directory / name), name)
+            except OSError:
+                continue   # claimed or finished meanwhile
+            except CorruptTicket as exc:   # its name says it may hold the job: say why it cannot tell
+                return directory / name, exc
+            found = next((t for t in tickets if t.name == job_id), None)
+            if found is not None:
+                return directory / name, found
+    return None
+
+
+def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
+    names = shard_names(paths)
+    if not names:
+        return None
+    try:
+        table = ds.dataset(paths.shards, format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    except READ_ERRORS:  # an unreadable shard among them: look through the readable ones only
+        readable = [str(paths.shards / n) for n in names if readable_shard(paths.shards / n) is None]
+        for name in sorted(set(names) - {Path(p).name for p in readable}):
+            warn_skipped(name, "unreadable")
+        if not readable:
+            return None
+        table = ds.dataset(readable, format="parquet").to_table(filter=ds.field("job_id") == job_id)
+    rows = table.to_pylist()
+    return rows[-1] if rows else None
+
+
+def _worker_logs(paths: SpoolPaths, worker_ids: set[str]) -> list[str]:
+    logs = []
+    for worker_id in sorted(worker_ids):
+        for heartbeat in (paths.heartbeat(worker_id), paths.workers / "gone" / f"{worker_id}.json"):
+            if heartbeat.exists():
+                info = orjson.loads(heartbeat.read_bytes())
+                launch = info.get("launch_id")
+                if launch and (paths.logs / launch).is_dir():
+                    logs.append(f"{paths.logs / launch} (worker {worker_id}, pid {info.get('pid')})")
+                break
+    return logs
+
+
+_LOOK_UP = object()
+
+
+def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: Any = _LOOK_UP) -> dict[str, Any]:
+    """Everything known about `job_id`; a caller that already read its row or events passes them."""
+    safe_name(job_id, "job id")
+    report: dict[str, Any] = {"job_id": job_id}
+    location = locate_ticket(paths, job_id)
+    ticket: Ticket | None = None
+    if location is not None:
+        report["where"] = str(location.relative_to(paths.root))
+        try:
+            ticket = Ticket.decode(location.read_bytes())
+        except (CorruptTicket, OSError) as exc:
+            report["ticket_error"] = str(exc)
+        if ticket is not None and location.parent.parent == paths.active:   # claimed: its worker's
+            report["journaled"] = resume_journaled(ticket, read_journal(location.parent).get(job_id))  # journal may say more
+    elif (in_batch := locate_in_batch(paths, job_id)) is not None:
+        report["where"] = f"{in_batch[0].relative_to(paths.root)} (a batch of {jobs_in(in_batch[0].name)} jobs)"
+        if isinstance(in_batch[1], CorruptTicket):
+            report["ticket_error"] = str(in_batch[1])
+        else:
+            ticket = in_batch[1]
+            if in_batch[0].parent.parent == paths.active:   # claimed: its worker's journal may say more
+                report["journaled"] = resume_journaled(ticket, read_journal(in_batch[0].parent).get(job_id))
+    if row is _LOOK_UP:
+        row = find_row(paths, job_id)
+    if events is _LOOK_UP:
+        events = events_of(paths, job_id)
+    if ticket is None and row is None and not events:
+        raise JobNotFound(f"no job {job_id!r} in {paths.root}: check the id with `hpc-rollout status {paths.root}` or the submission's first_job/last_job")
+    if ticket is not None:
+        report.update({
+            "handler": ticket.job.handler, "group_id": ticket.job.group_id, "sample_index": ticket.job.sample_index,
+            "instance": ticket.job.instance, "sampling": ticket.job.sampling, "stage": ticket.stage.value,
+            "attempt": ticket.attempt, "outputs": ticket.outputs, "timings": ticket.timings, "error": ticket.error,
+            "history": ticket.history,
+        })
+    if row is not None:
+        report["where"] = report.get("where", "shards (finished)")
+        report["row"] = {k: v for k, v in row.items() if k not in ("instance", "sampling", "result")}
+        for key in ("instance", "sampling", "result"):
+            if row.get(key):
+                report.setdefault(key if key != "result" else "outputs", orjson.loads(row[key]))
+        report.setdefault("handler", row["handler"])
+        report.setdefault("error", row.get("error"))
+    report["timeline"] = [e for e in events if e.get("event") != "stage_failed"]
+    failures = [e for e in events if e.get("event") == "stage_failed"]
+    if failures:  # the handler's traceback, for its author
+        report["traceback"] = failures[-1].get("traceback", "")
+    report["artifacts"] = str(paths.job_dir(job_id)) if paths.job_dir(job_id).is_dir() else None
+    report["logs"] = _worker_logs(paths, {e["worker"] for e in events if "worker" in e})
+    return report

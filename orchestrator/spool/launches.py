@@ -1,0 +1,33 @@
+"""Launches as the spool records them: launch ids, logs/LAUNCH/ with its `latest` link, the stop request.
+
+Shared by every way of starting workers (local processes, Slurm arrays), so it sits with the
+spool primitives; starting processes is the application layer's (orchestrator/app/local_launch.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from orchestrator.spool import fsops
+from orchestrator.spool.paths import SpoolPaths
+
+
+def new_launch_id(prefix: str) -> str:
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+
+
+def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
+    """logs/LAUNCH/, with logs/latest pointing at it."""
+    log_dir = paths.logs / launch_id
+    log_dir.mkdir(parents=True, exist_ok=True)
+    latest = paths.logs / "latest"
+    fsops.point_symlink(latest, launch_id)
+    return log_dir
+
+
+def request_stop(paths: SpoolPaths) -> None:
+    """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
+    fsops.ensure_dir(paths.control)
+    fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)

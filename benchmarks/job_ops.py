@@ -42,7 +42,7 @@ from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import pending_count
 from orchestrator.submission.submit import submit_rows
-from orchestrator.worker.engine import LARGE_RUN_WORKERS
+from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS
 from orchestrator.worker.options import WorkerOptions
 
 NAMES_PER_OP = 1000   # one more operation per this many names a listing returns

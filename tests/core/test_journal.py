@@ -337,8 +337,8 @@ def test_the_journal_rotates_and_stays_bounded_over_many_jobs(tmp_path: Path, mo
         done.set()
         watcher.join()
     assert sorted(Counter(r["job_id"] for r in rows(paths)).values()) == [1] * 300
-    appended = worker.journal.appended
-    assert worker.journal.rotations >= 5 and appended > 300 * 300, f"{appended} bytes appended, threshold 4096"
+    appended = worker.state.journal.appended
+    assert worker.state.journal.rotations >= 5 and appended > 300 * 300, f"{appended} bytes appended, threshold 4096"
     # at most the old and the new file during a rotation, together a few times the live entries
     assert seen["files"] <= 2 and 0 < seen["bytes"] < min(appended / 3, 64 * 1024), (seen, appended)
 

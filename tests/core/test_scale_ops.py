@@ -163,9 +163,10 @@ def test_a_lease_shorter_than_three_heartbeats_is_refused() -> None:
 
 
 def test_large_runs_poll_cancel_stop_and_empty_queues_less_often(tmp_path: Path) -> None:
-    from orchestrator.worker.engine import (CANCEL_POLL_LARGE_S, CANCEL_POLL_S, MAX_IDLE_BACKOFF_LARGE_S,
-                                            MAX_IDLE_BACKOFF_S, MIN_IDLE_BACKOFF_LARGE_S, MIN_IDLE_BACKOFF_S,
-                                            STOP_POLL_LARGE_S, STOP_POLL_S, Worker)
+    from orchestrator.worker.dispatch import (MAX_IDLE_BACKOFF_LARGE_S, MAX_IDLE_BACKOFF_S, MIN_IDLE_BACKOFF_LARGE_S,
+                                              MIN_IDLE_BACKOFF_S)
+    from orchestrator.worker.engine import Worker
+    from orchestrator.worker.housekeeping import CANCEL_POLL_LARGE_S, CANCEL_POLL_S, STOP_POLL_LARGE_S, STOP_POLL_S
     from orchestrator.worker.options import WorkerOptions
 
     periods = {}
@@ -173,12 +174,12 @@ def test_large_runs_poll_cancel_stop_and_empty_queues_less_often(tmp_path: Path)
         paths = make_run(tmp_path / f"w{workers}")
         live_heartbeats(paths, workers - 1)
         worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
-        reap_expired(paths, worker.worker_id, 30.0, 3, lambda *a: None, random.Random(1), worker._count_workers)
-        periods[workers] = (worker._poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
-                            worker._poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
-                            (worker._idle_backoff_floor(), worker._idle_backoff_cap()))
-        worker.spool_io.shutdown()
-        worker.heartbeat_io.shutdown()
+        reap_expired(paths, worker.worker_id, 30.0, 3, lambda *a: None, random.Random(1), worker.state.count_workers)
+        periods[workers] = (worker.state.poll_period(CANCEL_POLL_S, CANCEL_POLL_LARGE_S),
+                            worker.state.poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
+                            (worker.dispatcher.idle_backoff_floor(), worker.dispatcher.idle_backoff_cap()))
+        worker.state.spool_io.shutdown()
+        worker.state.heartbeat_io.shutdown()
     # an idle dispatcher's polls of its empty queue back off from a higher floor to a longer
     # period there: 3 dispatchers per node made ~10 listings/s each (benchmarks/job_ops.py)
     assert periods == {3: (CANCEL_POLL_S, STOP_POLL_S, (MIN_IDLE_BACKOFF_S, MAX_IDLE_BACKOFF_S)),

@@ -113,15 +113,15 @@ def test_an_engine_error_in_a_stage_requeues_the_claim_and_gives_up_after_max_at
     """Issue 8 item 8: an exception outside the handler (a bug in the engine) must not leave the
     ticket in active/W. A transient one costs an attempt; a permanent one fails the job, with the
     error, once its attempts are used up; nothing is left pending either way."""
-    from orchestrator.worker.engine import Worker
+    from orchestrator.worker.job_runner import JobRunner
 
     paths = make_run(tmp_path / "run", **{"jobs.max_attempts": 3})
     report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
     transient, permanent = report.first_job, report.last_job
     seen: dict[str, int] = {}
-    real_context = Worker._context
+    real_context = JobRunner.context
 
-    def buggy_context(self: Worker, ticket: Any, stage: Any) -> JobContext:
+    def buggy_context(self: JobRunner, ticket: Any, stage: Any) -> JobContext:
         if ticket.status is not None:  # the job has ended: only its row is left to write
             return real_context(self, ticket, stage)
         seen[ticket.name] = seen.get(ticket.name, 0) + 1
@@ -129,7 +129,7 @@ def test_an_engine_error_in_a_stage_requeues_the_claim_and_gives_up_after_max_at
             raise RuntimeError(f"injected engine bug in {stage.value}")
         return real_context(self, ticket, stage)
 
-    monkeypatch.setattr(Worker, "_context", buggy_context)
+    monkeypatch.setattr(JobRunner, "context", buggy_context)
     serve_in_process(paths, timeout=120)
     assert pending_count(paths) == 0, "a claim was left behind"
     assert not [p for p in paths.active.rglob("*") if p.is_file()], "a ticket stayed in active/"

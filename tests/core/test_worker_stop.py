@@ -24,7 +24,7 @@ def test_a_stop_that_lands_with_a_wake_up_still_stops_every_dispatcher(tmp_path:
         await asyncio.sleep(1.0)            # every dispatcher finds its queue empty and waits
         assert not serving.done()
         for stage in Stage:
-            worker.wake[stage].set()        # work arrives ...
+            worker.state.pools.wake[stage].set()        # work arrives ...
         worker.request_stop()               # ... in the same loop step as the stop
         return await asyncio.wait_for(serving, timeout=60)
 

@@ -144,7 +144,7 @@ def test_the_worker_builds_its_router_from_its_run_config_and_injects_it(tmp_pat
     paths = make_run(tmp_path / "run", **{"llm.health_check_s": 0, "llm.probe_after_s": 7})
     config = RunConfig.load(paths.run_config)
     worker = Worker(paths, config, WorkerOptions())
-    router = worker.services.llm_router
+    router = worker.state.services.llm_router
     assert isinstance(router, Router) and router.worker_id == worker.worker_id
     assert (router.health_check_s, router.probe_after_s, router.lease_s) == (0, 7, config.leases.lease_s)
 
@@ -158,8 +158,8 @@ def test_counts_held_back_on_a_large_run_go_out_with_the_workers_heartbeat(tmp_p
 
     paths = make_run(tmp_path / "run")
     worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
-    worker.box.dir.mkdir(parents=True, exist_ok=True)   # its claim directory, as a started worker has
-    router = worker.services.llm_router
+    worker.state.box.dir.mkdir(parents=True, exist_ok=True)   # its claim directory, as a started worker has
+    router = worker.state.services.llm_router
     assert router is not None
     router.board.publish_every_s = 0.2
     url = "http://127.0.0.1:9/v1"
@@ -171,9 +171,9 @@ def test_counts_held_back_on_a_large_run_go_out_with_the_workers_heartbeat(tmp_p
     assert published() == 1
     time.sleep(0.3)
     try:
-        asyncio.run(worker._heartbeat_checked())
+        asyncio.run(worker.housekeeping.beat())
     finally:
-        worker.heartbeat_io.shutdown(wait=True)
+        worker.state.heartbeat_io.shutdown(wait=True)
     assert published() == 2
     # and the heartbeat carries the counts itself: on a large run it is all the cluster summary reads
     assert orjson.loads(paths.heartbeat(worker.worker_id).read_bytes())["load"]["inflight"] == {url: 2}

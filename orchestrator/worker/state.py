@@ -1,0 +1,181 @@
+"""What the collaborators of one worker share: who it is, its handles on the spool, the jobs it
+carries in memory, its pools, and whether it is stopping or has lost its lease.
+
+The collaborators (worker/engine.py wires them): `Dispatcher` (where each stage's next job comes
+from), `JobRunner` (one stage of one job), `TicketMoves` (where a ticket goes next), `Committer`
+(rows into shards, then their claims dropped), `Housekeeping` (the periodic duties) and
+`Drain` (what a stopping worker gives back). Each reads and changes this state; none holds a
+second copy of it. The spool stays the truth: what is here only says what this process carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from orchestrator.config import RunConfig
+from orchestrator.handler_api.context import WorkerServices
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.llm.router import router_from_config
+from orchestrator.spool import fsops
+from orchestrator.spool.cancel import CancelWatch
+from orchestrator.spool.claims import ClaimBox, Claimer
+from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView
+from orchestrator.spool.events import EventLog
+from orchestrator.spool.jobs import Stage
+from orchestrator.spool.journal import Journal
+from orchestrator.spool.liveness import base_info, write_heartbeat
+from orchestrator.spool.paths import SpoolPaths, current_node
+from orchestrator.spool.shards import ShardWriter
+from orchestrator.spool.tickets import Ticket
+from orchestrator.worker.held_batches import BatchClaims
+from orchestrator.worker.options import WorkerOptions
+
+
+@dataclass
+class Pools:
+    """Per stage: its slots (the pool size), how many stages run, and the dispatcher's wake-up."""
+
+    slots: dict[Stage, asyncio.Semaphore]
+    busy: dict[Stage, int]
+    wake: dict[Stage, asyncio.Event]
+
+    @classmethod
+    def sized(cls, options: WorkerOptions) -> "Pools":
+        return cls({s: asyncio.Semaphore(options.pool_size(s)) for s in Stage}, {s: 0 for s in Stage},
+                   {s: asyncio.Event() for s in Stage})
+
+    def wake_all(self) -> None:
+        for event in self.wake.values():
+            event.set()
+
+
+@dataclass
+class HeldJobs:
+    """The jobs this worker carries in memory, by job id (their claims are in its claim directory)."""
+
+    running: dict[str, tuple[asyncio.Task[None], Stage]] = field(default_factory=dict)
+    in_flight: dict[str, Ticket] = field(default_factory=dict)   # the ticket of each running stage
+    user_cancelled: set[str] = field(default_factory=set)
+    # Jobs INIT prepared here while every RUN slot was busy, oldest first. They wait in memory,
+    # not in the node's run queue: their claims (still saying INIT) stay in the claim directory,
+    # so a crash sends them back to INIT, as it would from the run queue.
+    prepared: dict[str, Ticket] = field(default_factory=dict)
+    # Jobs of claimed batch files waiting for an INIT slot, oldest first (like prepared jobs, in
+    # memory: the batch file in the claim directory stands for them until each resolves).
+    waiting_init: dict[str, Ticket] = field(default_factory=dict)
+    # Jobs whose RUN ended here while every EVAL slot was busy, oldest first: they wait for one
+    # here (RUN output journaled; the claim stays) rather than in queue/eval (a ticket write, a
+    # claim, a read), up to one EVAL pool's worth; beyond, other workers may help.
+    waiting_eval: dict[str, Ticket] = field(default_factory=dict)
+    # Tickets this worker queued itself, by name: read back from memory when it claims them again.
+    written: dict[str, Ticket] = field(default_factory=dict)
+
+    def names(self) -> set[str]:
+        """Every job a task or a waiting list of this worker carries."""
+        return set(self.running) | set(self.prepared) | set(self.waiting_init) | set(self.waiting_eval)
+
+    def holding(self) -> bool:
+        return bool(self.running or self.prepared or self.waiting_init or self.waiting_eval)
+
+
+@dataclass
+class RunQueueCount:
+    """Jobs waiting in this node's run queue as last listed, corrected by this worker's own moves."""
+
+    seen: int = 0
+    listed_at: float = 0.0   # time.monotonic() of the last listing
+
+
+class WorkerState:
+    """One worker's identity, spool handles, held jobs, pools and life flags."""
+
+    def __init__(self, paths: SpoolPaths, config: RunConfig, options: WorkerOptions) -> None:
+        self.paths = paths
+        self.config = config
+        self.options = options.resolve(config)
+        self.node = current_node()
+        self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.started_at = time.time()
+        self.info = base_info(self.node, self.options.launch_id)
+        # The heartbeat exists before the claim directory, so recovery never takes a starting
+        # worker's directory for an abandoned one.
+        write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})
+        self.box = ClaimBox(paths, self.worker_id)
+        # RUN outputs this worker evaluates itself are appended here, not saved in their claims.
+        self.journal = Journal.open(self.box.dir)
+        self.run_queue = paths.run_queue(self.node)
+        fsops.ensure_dir(self.run_queue)
+        self.events = EventLog(paths, self.worker_id)
+        self.shards = ShardWriter(paths, self.worker_id, config.shards)
+        self.batches = BatchClaims(self.box, self.shards)
+        self.cancels = CancelWatch(paths)
+        # Large runs only: what the worker knows of the others, read once per rebuild period.
+        self.cluster = ClusterView(paths, config.leases.lease_s, config.llm.view_s)
+        self.cluster_workers = 1   # heartbeats the last recovery scan saw (sets the poll periods)
+        # Its min_policy_version says which samples are stale (vouched for by the summary on large runs).
+        self.registry = BackendRegistry(paths, vouch=self.cluster.registry_key)
+        self.services = WorkerServices(
+            paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
+            sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
+            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
+        )
+        self.pools = Pools.sized(self.options)
+        self.claimers = {s: Claimer(self.queue_of(s), self.box.dir) for s in Stage}
+        self.jobs = HeldJobs()
+        self.run_queue_count = RunQueueCount()
+        self.counters: dict[str, int] = {"claimed": 0, "finished": 0, "failed": 0, "requeued": 0}
+        self.stopping = asyncio.Event()
+        self.grace_s = config.shutdown.grace_s
+        self.state = "running"
+        self.lease_lost: str | None = None       # why this worker no longer holds its claims
+        # Blocking spool work runs off the event loop: shard commits and recovery in one thread
+        # (one at a time), heartbeats in another (never queued behind a slow commit).
+        self.spool_io = ThreadPoolExecutor(1, thread_name_prefix="spool-io")
+        self.heartbeat_io = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+
+    def queue_of(self, stage: Stage) -> Path:
+        return {Stage.INIT: self.paths.init_queue, Stage.RUN: self.run_queue, Stage.EVAL: self.paths.eval_queue}[stage]
+
+    def runs(self, stage: Stage) -> bool:
+        """This worker has slots for `stage`."""
+        return stage in self.options.stages and self.options.pool_size(stage) > 0
+
+    def keeps_prepared(self) -> bool:
+        """This worker runs what it prepares (it has RUN slots), so prepared jobs wait in memory."""
+        return self.runs(Stage.RUN)
+
+    def poll_period(self, small_run_s: float, large_run_s: float) -> float:
+        return small_run_s if self.cluster_workers <= LARGE_RUN_WORKERS else large_run_s
+
+    def count_workers(self, heartbeats: int) -> None:
+        """How many workers the run has, as a recovery scan or the cluster summary saw."""
+        self.cluster_workers = heartbeats
+        for stage in (Stage.INIT, Stage.EVAL):   # the shared queues: every worker claims there
+            self.claimers[stage].claimers = heartbeats
+
+    def request_stop(self, grace_s: float | None = None) -> None:
+        """Stop claiming; finish running stages within `grace_s`, then return what is left."""
+        if grace_s is not None:
+            self.grace_s = min(self.grace_s, grace_s) if self.stopping.is_set() else grace_s
+        elif self.stopping.is_set():
+            self.grace_s = 0.0  # asked twice: stop now
+        self.stopping.set()
+
+    async def in_spool_io(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking spool work in the spool thread; the calling task's fsops duty goes with it."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.spool_io, context.run, call, *args)
+
+    def requeued(self, moved: int) -> None:
+        """Claims returned to the queues (ours or a dead worker's): count them, wake every dispatcher."""
+        if moved:
+            self.counters["requeued"] += moved
+            self.pools.wake_all()

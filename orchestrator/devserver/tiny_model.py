@@ -18,7 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from filelock import FileLock
+
 log = logging.getLogger(__name__)
+BUILD_LOCK_TIMEOUT_S = 1800.0   # a build takes seconds to a minute; a holder this slow is stuck
 
 # Bump when the recipe changes so an old cache is not reused.
 RECIPE = "tiny-v2"
@@ -67,11 +70,25 @@ def tiny_model_dir() -> Path:
 
 
 def cached_model(recipe: str, builder: Callable[[Path], None]) -> Path:
-    """cache_root()/recipe, made by `builder(staging dir)` on first use and published by rename."""
+    """cache_root()/recipe, made by `builder(staging dir)` on first use and published by rename.
+
+    The cache is node-local (~/.cache): processes of this node that ask at once wait on a
+    `filelock` lock (released by the kernel if its holder dies) and build it once, not each its own."""
     target = cache_root() / recipe
-    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file():
+    if _built(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{recipe}.lock"), timeout=BUILD_LOCK_TIMEOUT_S):
+        if not _built(target):   # built by the holder we waited for
+            _build(recipe, builder, target)
+    return target
+
+
+def _built(target: Path) -> bool:
+    return (target / "config.json").is_file() and (target / "tokenizer.json").is_file()
+
+
+def _build(recipe: str, builder: Callable[[Path], None], target: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{recipe}-", dir=target.parent))
     try:
         log.info("building the tiny model %s in %s (one time, offline)", recipe, target)
@@ -83,7 +100,6 @@ def cached_model(recipe: str, builder: Callable[[Path], None]) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def corpus() -> list[str]:

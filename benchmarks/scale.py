@@ -43,6 +43,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.cancel import CancelWatch
 from orchestrator.spool.claims import ClaimBox, Claimer
 from orchestrator.spool.cluster_summary import build_summary, rebuild_period_s
+from orchestrator.spool.lease import Sightings, try_lock
 from orchestrator.config import RunConfig, Shards
 from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
 from orchestrator.spool.liveness import write_heartbeat
@@ -175,9 +176,7 @@ def pick_cost(base: Path, workers: int, picks: int = 200) -> dict[str, float]:
     router.board.change(router.choose(router.registry.read()).url, +1)
     # Another worker is rebuilding the summary (the case of all workers but one): this one's
     # decisions only read it. The rebuild's own cost is measured below and bounded in the model.
-    router.view.cluster.lock_file.write_bytes(b"")
-    held_until = time.time() + 3600   # fresh throughout: never broken as stale during the measure
-    os.utime(router.view.cluster.lock_file, (held_until, held_until))
+    rebuilding = try_lock(router.view.cluster.lock_file, "another-rebuilder")   # held throughout the measure
 
     def decide() -> None:
         backend = router.choose(router.registry.read())
@@ -185,8 +184,9 @@ def pick_cost(base: Path, workers: int, picks: int = 200) -> dict[str, float]:
         router.release(backend.url)
 
     ops, seconds, _ = measure(decide, picks)
-    router.view.cluster.lock_file.unlink()
-    rebuild_ops, _, _ = measure(lambda: router.view.cluster._rebuild_if_first(time.time(), None))
+    assert rebuilding is not None
+    rebuilding.release()
+    rebuild_ops, _, _ = measure(lambda: router.view.cluster._rebuild_if_first(None, None))
     return {"ops": ops, "ms": seconds * 1e3, "rebuild_ops": rebuild_ops}
 
 
@@ -195,7 +195,7 @@ def rare_recovery_cost(base: Path, workers: int) -> float:
     the restart cost): the rare duties of a full scan, once per lease for the whole run."""
     paths = new_run(base, f"sweep-w{workers}")
     simulate_workers(paths, workers, ["http://b:1/v1"])
-    rebuild = build_summary(paths, 30.0, time.time())
+    rebuild = build_summary(paths, 30.0)
     assert rebuild.sweep and not rebuild.dead
     ops, _, _ = measure(lambda: reap_found(paths, "node0000-1-abcd", 30.0, 3, lambda *a: None, rebuild), 5)
     return ops
@@ -225,9 +225,11 @@ def restart_cost(base: Path, shards: int) -> float:
     writer.add(build_row(ticket("done-1"), {}, JobStatus.OK, dead), "done-1")
     writer.write(writer.take(), staging=box.dir)
     write_heartbeat(paths, dead, {"node": "node9", "shards": writer.progress()})
-    old = time.time() - 120
-    os.utime(paths.heartbeat(dead), (old, old))
-    ops, _, moved = measure(lambda: reap_expired(paths, "me-1-live", 30.0, 3, lambda *a: None))
+    clock = [0.0]   # the judge has seen the dead worker's heartbeat stay the same for a lease
+    judge = Sightings(clock=lambda: clock[0])
+    reap_expired(paths, "me-1-live", 30.0, 3, lambda *a: None, sightings=judge)
+    clock[0] += 30.0
+    ops, _, moved = measure(lambda: reap_expired(paths, "me-1-live", 30.0, 3, lambda *a: None, sightings=judge))
     assert moved == 1, moved
     return ops
 

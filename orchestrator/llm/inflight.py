@@ -3,8 +3,8 @@
 Each worker owns one file, `backends/inflight/<worker>.json`, rewritten atomically whenever
 its counts change: {"worker": W, "node": N, "inflight": {url: n}, "assigned": {url: n}}.
 A reader sums the files of live workers only: a worker is alive while its heartbeat file
-(`workers/<worker>.json`, refreshed by the worker engine) is younger than the lease, so a
-dead worker's counts vanish with its lease and nobody has to clean them up.
+(`workers/<worker>.json`, refreshed by the worker engine) keeps changing as the reader sees it
+(spool/lease.py), so a dead worker's counts vanish with its lease and nobody has to clean them up.
 On a run of more than 16 workers the boards are not written: the heartbeat carries the same
 counts (`InflightBoard.counts`) to the cluster summary (orchestrator/llm/load_view.py).
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 
 from orchestrator.spool import fsops
+from orchestrator.spool.lease import SIGHTINGS
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.spool.paths import SpoolPaths, safe_name
 
@@ -108,12 +109,11 @@ class InflightBoard:
         return read_load(self.paths, self.lease_s, now=now, own=self)
 
 
-def _alive(heartbeat: str, lease_s: float, now: float) -> bool:
-    fsops.count("stat")
-    try:
-        return now - os.stat(heartbeat).st_mtime < lease_s
-    except FileNotFoundError:
-        return False
+def _alive(heartbeat: str, lease_s: float) -> bool:
+    """The worker's heartbeat changed within a lease as this process saw it (spool/lease.py): never
+    its mtime against this node's clock."""
+    identity = fsops.identity(Path(heartbeat))
+    return identity is not None and not SIGHTINGS.silent(heartbeat, identity, lease_s)
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,10 @@ class WorkerCounts:
 def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
                 skip: str = "") -> dict[str, WorkerCounts]:
     """Every worker's board (one open and one heartbeat stat each): 2 W + 1 metadata operations.
+    (`now` is not used: liveness is judged by change, not by this node's clock.)
 
     Routing does not call this per decision on a large run: see orchestrator/llm/load_view.py.
     """
-    now = time.time() if now is None else now
     workers_dir = str(paths.workers)  # plain strings: this loop is the hot part of a scan
     try:
         entries = list(os.scandir(paths.backends_inflight))
@@ -155,7 +155,7 @@ def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: flo
         found[worker] = WorkerCounts(
             {url: int(n) for url, n in (data.get("inflight") or {}).items()},
             {url: int(n) for url, n in (data.get("assigned") or {}).items()},
-            _alive(os.path.join(workers_dir, name), lease_s, now),
+            _alive(os.path.join(workers_dir, name), lease_s),
         )
     return found
 

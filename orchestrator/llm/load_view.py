@@ -43,13 +43,13 @@ class LoadView:
         """In-flight and lifetime counts per backend, `own` (an InflightBoard) from memory."""
         now = time.time() if now is None else now
         if not self.shared and (self._exact_saw > LARGE_RUN_WORKERS or self.cluster.summary is not None):
-            self.cluster.refresh(now)
-        summary = self.cluster.fresh(now)
+            self.cluster.refresh()
+        summary = self.cluster.fresh()
         if summary is None:
             load = read_load(self.paths, self.lease_s, now=now, own=own)
             self._exact_saw = load.live_workers
             if not self.shared and load.live_workers > LARGE_RUN_WORKERS and self.cluster.summary is None:
-                self.cluster.refresh(now)   # the run just grew past exact reading: the summary from now on
+                self.cluster.refresh()   # the run just grew past exact reading: the summary from now on
             return load
         if self._others is None or self._others[0] is not summary or self._others[1] != own.worker_id:
             # The other workers' sums change only with the summary: add them up once per read.

@@ -1,7 +1,7 @@
 """The backend registry: `backends.json` in the run directory, readable with `cat`.
 
-Writers hold `backends.json.lock` (an exclusive-create lock file, portable across nodes where
-flock is not) and replace the file atomically; readers never lock. Format:
+Writers hold `backends.json.lock` (a lock of orchestrator/spool/lease.py, portable across nodes
+where flock is not) and replace the file atomically; readers never lock. Format:
 
     {"format": 1, "policy_version": 4, "min_policy_version": 3, "updated_at": 1732230000.0,
      "backends": [{"url": "http://node17:8000/v1", "protocol": "vllm", "model": "...",
@@ -31,15 +31,17 @@ from orchestrator.spool import fsops
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
-from orchestrator.spool.softlock import LockTimeout, acquire_soft_lock
+from orchestrator.spool.lease import LockTimeout, acquire
 from orchestrator.spool.paths import SpoolPaths, current_node
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 LOCK_TIMEOUT_S = 30.0
-# A registry write takes milliseconds; a lock file this old belongs to a writer that died.
-STALE_LOCK_S = 60.0
+# A registry write takes milliseconds: a lock that stayed the same this long (as a waiting writer
+# saw it, spool/lease.py) belongs to a writer that died. Shorter than LOCK_TIMEOUT_S, so a
+# writer waiting on a dead one's lock breaks it within its wait.
+STALE_LOCK_S = 10.0
 
 
 class Protocol(str, enum.Enum):
@@ -203,11 +205,11 @@ class BackendRegistry:
     def _locked(self) -> Iterator[Snapshot]:
         lock_path = self.paths.backends_lock
         try:
-            lock = acquire_soft_lock(lock_path, LOCK_TIMEOUT_S, STALE_LOCK_S)
+            lock = acquire(lock_path, LOCK_TIMEOUT_S, STALE_LOCK_S)
         except LockTimeout:
             raise RegistryError(
                 f"registry lock {lock_path} is held for over {LOCK_TIMEOUT_S:.0f} s: if no "
-                f"`hpc-rollout backend` command is running, remove that file and retry"
+                f"`hpc-rollout backend` command is running, remove that directory and retry"
             ) from None
         try:
             self._cache_key = None

@@ -118,8 +118,11 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
             "host": info.get("host"), "node": info.get("node"), "pid": info.get("pid"),
             "state": info.get("state"), "pools": info.get("pools", {}), "counters": info.get("counters", {}),
             "buffered_rows": info.get("buffered_rows", 0),
+            "clock_skew_s": None if record.skew_s is None else round(record.skew_s, 1),
             **{k: v for k, v in info.items() if k.startswith("slurm_")},
         })
+        if record.skewed and record.alive:
+            snap.warnings.append(_skew_warning(record.worker_id, info.get("node"), record.skew_s or 0.0))
     if with_rows:
         files = shard_files(paths)
         chosen = files if exact or len(files) <= sample_shards else random.sample(files, sample_shards)
@@ -144,6 +147,13 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
     if scheduler_warnings is not None:
         snap.warnings += _asked(scheduler_warnings, snap.workers)
     return snap
+
+
+def _skew_warning(worker_id: str, node: Any, skew_s: float) -> str:
+    how = "ahead of" if skew_s > 0 else "behind"
+    return (f"clock skew: worker {worker_id} (node {node}) runs {abs(skew_s):.1f} s {how} the filesystem's clock "
+            f"(its heartbeat's own time vs the file's mtime); liveness does not depend on it, but the times it "
+            f"writes (events, rows) are off by as much: check NTP on that node")
 
 
 def _scaled(counts: dict[str, int], scale: float) -> dict[str, int]:

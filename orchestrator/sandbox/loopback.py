@@ -1,9 +1,13 @@
 """A unique loopback address (127.x.y.z, never 127.0.0.1) per live sandbox on this node.
 
-Leases are files created with O_CREAT|O_EXCL in a node-wide directory, so two processes can
-never take the same address (no read-modify-write of a shared table). A lease names its
-owner (pid + start time); leases of dead owners are reclaimed. 127.0.0.0/16 is skipped:
-127.0.0.1 is localhost and Debian maps the host name to 127.0.1.1.
+Each address in use is a lease in a node-wide directory, taken and given back with the spool's
+one lock algorithm (orchestrator/spool/lease.py): two processes can never take the same address,
+and a release removes only its own sandbox's token, so a late release (a sweep racing a close)
+never frees the next sandbox's address. The lease names its owner process (pid + start time):
+a lease whose owner is gone is reclaimed at once, judged from /proc (this node's own processes),
+not by waiting. 127.0.0.0/16 is skipped: 127.0.0.1 is localhost and Debian maps the host name to
+127.0.1.1. Its file operations are node-local: they are charged to the fsops duty "node_local",
+not to the job (they never reach a metadata server).
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from pathlib import Path
 
 from orchestrator.sandbox.errors import SandboxError
 from orchestrator.sandbox.procs import ProcessId
+from orchestrator.spool import fsops
+from orchestrator.spool.lease import Lock, break_if_holder_gone, release_any, try_lock
 
 FIRST = int(ipaddress.IPv4Address("127.1.0.1"))
 LAST = int(ipaddress.IPv4Address("127.254.255.254"))
 MAX_PROBES = 4096
+NODE_LOCAL_DUTY = "node_local"
 
 
 def lease_dir() -> Path:
@@ -44,25 +51,25 @@ def allocate(owner: ProcessId, sandbox_id: str) -> str:
     directory = lease_dir()
     rng = random.Random()
     # Random probing keeps concurrent allocators from colliding on the same first choice.
-    for _ in range(MAX_PROBES):
-        value = rng.randint(FIRST, LAST)
-        if not _usable(value):
-            continue
-        address = str(ipaddress.IPv4Address(value))
-        path = directory / address
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            if _reclaim_if_stale(path):
-                continue  # freed: another probe may take it
-            continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"owner": owner.to_json(), "sandbox": sandbox_id}, fh)
-        return address
+    with fsops.duty(NODE_LOCAL_DUTY):
+        for _ in range(MAX_PROBES):
+            value = rng.randint(FIRST, LAST)
+            if not _usable(value):
+                continue
+            address = str(ipaddress.IPv4Address(value))
+            if take(address, owner, sandbox_id):
+                return address
+            _reclaim_if_stale(directory / address)   # freed for a later probe, if its owner is gone
     raise SandboxError(
         f"no free loopback address after {MAX_PROBES} probes in {directory}; "
         "clean stale leases with `hpc-rollout sandbox sweep` or remove the directory"
     )
+
+
+def take(address: str, owner: ProcessId, sandbox_id: str) -> bool:
+    """Lease `address` for `sandbox_id` if it is free."""
+    note = json.dumps({"owner": owner.to_json(), "sandbox": sandbox_id}).encode()
+    return try_lock(lease_dir() / address, holder=sandbox_id, note=note) is not None
 
 
 def release(address: str | None, sandbox_id: str | None = None) -> None:
@@ -74,53 +81,33 @@ def release(address: str | None, sandbox_id: str | None = None) -> None:
     if not address:
         return
     path = lease_dir() / address
-    if sandbox_id is not None:
-        try:
-            if json.loads(path.read_text()).get("sandbox") != sandbox_id:
-                return
-        except FileNotFoundError:
-            return
-        except (OSError, ValueError, AttributeError):
-            pass  # unreadable: ours to clean up
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    with fsops.duty(NODE_LOCAL_DUTY):
+        if sandbox_id is None:
+            release_any(path)
+        else:
+            Lock(path, holder=sandbox_id).release()
 
 
-def _lease_owner(path: Path) -> ProcessId | None:
+def _owner_gone(note: bytes) -> bool:
     try:
-        data = json.loads(path.read_text())
-        return ProcessId.from_json(data["owner"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        owner = ProcessId.from_json(json.loads(note)["owner"])
+    except (ValueError, KeyError, TypeError):
+        return True   # a token appears whole (spool/lease.py): one that cannot be read is corrupt
+    return owner is None or not owner.alive()
 
 
 def _reclaim_if_stale(path: Path) -> bool:
-    owner = _lease_owner(path)
-    if owner is None:
-        # Being written right now, or corrupt: only reclaim when clearly old.
-        try:
-            import time
-
-            if time.time() - path.stat().st_mtime < 60:
-                return False
-        except FileNotFoundError:
-            return True
-    elif owner.alive():
-        return False
     try:
-        os.unlink(path)
-    except (FileNotFoundError, PermissionError):
-        return False
-    return True
+        return break_if_holder_gone(path, _owner_gone)
+    except PermissionError:
+        return False   # another user's lease (the directory is sticky): theirs to reclaim
 
 
 def reclaim_stale() -> int:
     """Remove leases whose owner process is gone; the sweep calls this."""
-    directory = lease_dir()
-    return sum(1 for path in directory.iterdir() if _reclaim_if_stale(path))
+    with fsops.duty(NODE_LOCAL_DUTY):
+        return sum(1 for address in leased() if _reclaim_if_stale(lease_dir() / address))
 
 
 def leased() -> list[str]:
-    return sorted(p.name for p in lease_dir().iterdir())
+    return sorted(p.name for p in lease_dir().iterdir() if not p.name.startswith("."))

@@ -9,8 +9,8 @@ launches carry an idle exit, so they give their nodes back by themselves; the fi
 are launched without one and stay.
 
 One controller per kind of worker (all stages, or eval only) acts at a time: it holds
-`control/adapt-KIND.lease` (orchestrator/spool/leasefile.py); others stand by and take over when
-the lease goes stale. Its state and last decisions are in `control/adapt-KIND.json` for
+`control/adapt-KIND.lease` (a `Lease` of orchestrator/spool/lease.py); others stand by and take
+over once it stayed unrenewed for `lease_stale_s` as they saw it. Its state and last decisions are in `control/adapt-KIND.json` for
 `status`. The controller holds no job state: killing it loses nothing, workers keep working.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import socket
 import time
 from collections import deque
@@ -31,7 +30,7 @@ import orjson
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import count_jobs
 from orchestrator.spool.jobs import Stage
-from orchestrator.spool.leasefile import Lease
+from orchestrator.spool.lease import Lease, Sightings, holder_alive, new_holder
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.scaling import Action, Bounds, Decision, Observation, decide
 from orchestrator.slurm.errors import SlurmError, SlurmUnavailable
@@ -91,9 +90,12 @@ class Controller:
         self.worker = worker
         self.kind = kind_of(worker.stages)
         self.clock = clock
-        self.holder = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.lease = Lease(lease_path(self.paths, self.kind), self.holder, settings.lease_stale_s)
-        self.started_at = time.time()
+        self.holder = new_holder()
+        self.sightings = Sightings(clock=clock)
+        self.lease = Lease(lease_path(self.paths, self.kind), self.holder, settings.lease_stale_s, self.sightings)
+        # A stop request is one made after this controller started: another identity of control/stop
+        # than the one seen now (never a comparison of its mtime with this node's clock).
+        self.stop_seen = fsops.identity(self.paths.stop_request)
         self.arrays: dict[str, list[LaunchedArray]] = {}   # launch dir -> its arrays (records never change)
         self.decisions: deque[dict[str, Any]] = deque(maxlen=DECISIONS_KEPT)
         self.last_change_at: float | None = None
@@ -114,8 +116,8 @@ class Controller:
             self.lease.release()
 
     def run_stopped(self) -> bool:
-        stopped = fsops.mtime(self.paths.stop_request)
-        return stopped is not None and stopped >= self.started_at
+        stopped = fsops.identity(self.paths.stop_request)
+        return stopped is not None and stopped != self.stop_seen
 
     def tick(self) -> Decision | None:
         """One look and at most one action; None while another controller holds the lease."""
@@ -166,8 +168,7 @@ class Controller:
 
     def _eval_controller_alive(self) -> bool:
         """An eval controller on the run scales for the eval queue: full workers leave it to it."""
-        renewed = fsops.mtime(lease_path(self.paths, "eval"))
-        return renewed is not None and time.time() - renewed < self.settings.lease_stale_s
+        return holder_alive(lease_path(self.paths, "eval"), self.settings.lease_stale_s, self.sightings)
 
     def _launched(self) -> list[LaunchedArray]:
         """Arrays launched by any controller of this kind (their records under logs/adapt-KIND-*)."""

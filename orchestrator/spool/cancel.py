@@ -2,14 +2,17 @@
 
     cancel/JOB        cancel one job
     cancel/group-G    cancel every sample of group G
-    cancel/ALL        cancel every job submitted before the time written in it
+    cancel/ALL        cancel every job of the submissions listed in it
+
+`cancel --all` cancels what was submitted before it, by the spool's own order of events: the
+submissions recorded in submissions/ when it runs (a `submit` records its submission before it
+returns). Never by clock: a submission id starts with its submitter's time, and a submitter whose
+clock runs two minutes slow would otherwise have its next submission cancelled as "older".
 """
 
 from __future__ import annotations
 
-import calendar
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -22,15 +25,6 @@ from orchestrator.spool.paths import SpoolPaths, safe_name
 
 ALL = "ALL"
 GROUP_PREFIX = "group-"
-
-
-def submitted_at_of(job_id: str) -> float:
-    """The submission time encoded at the head of a job id (YYYYmmddTHHMMSSmmm-...), or +inf."""
-    try:
-        head = job_id.split("-", 1)[0]
-        return calendar.timegm(time.strptime(head[:15], "%Y%m%dT%H%M%S")) + int(head[15:18]) / 1000
-    except (ValueError, IndexError):
-        return float("inf")
 
 
 def request_cancel(
@@ -58,9 +52,21 @@ def request_cancel(
         fsops.create_exclusive(paths.cancel / name, durability=fsops.Durability.FULL)
         written.append(name)
     if everything:
-        fsops.write_atomic(paths.cancel / ALL, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)
+        covered = sorted(recorded_submissions(paths))
+        fsops.write_atomic(paths.cancel / ALL, orjson.dumps({"submissions": covered}), paths.tmp, fsops.Durability.FULL)
         written.append(ALL)
     return written
+
+
+def recorded_submissions(paths: SpoolPaths) -> set[str]:
+    """The submissions recorded in submissions/ (one listing)."""
+    return {name[: -len(".json")] for name in fsops.list_names(paths.submissions) if name.endswith(".json")}
+
+
+def submission_of(job_id: str) -> str:
+    """The submission a job id belongs to ("" when it is not a job id of ours)."""
+    match = JOB_ID.match(job_id)
+    return match.group("submission") if match else ""
 
 
 JOB_ID = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})-(?P<sample>\d{4})$")
@@ -91,16 +97,20 @@ def _submission(paths: SpoolPaths, submission_id: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def read_requests(paths: SpoolPaths) -> tuple[list[str], float]:
-    """The request names in cancel/ and the time in cancel/ALL (0: none): one listing, a read if ALL."""
+def read_requests(paths: SpoolPaths) -> tuple[list[str], frozenset[str]]:
+    """The request names in cancel/ and the submissions cancel/ALL covers: one listing, a read if ALL.
+
+    An ALL that cannot be read (damaged, or of an older version) covers every submission recorded
+    now: what was asked is "cancel everything so far"."""
     names = fsops.list_names(paths.cancel)
-    all_before = 0.0
+    covered: frozenset[str] = frozenset()
     if ALL in names:
         try:
-            all_before = float(fsops.read_bytes(paths.cancel / ALL) or 0)
-        except (OSError, ValueError):
-            all_before = time.time()
-    return names, all_before
+            listed = orjson.loads(fsops.read_bytes(paths.cancel / ALL))["submissions"]
+            covered = frozenset(str(s) for s in listed)
+        except (OSError, ValueError, KeyError, TypeError):
+            covered = frozenset(recorded_submissions(paths))
+    return names, covered
 
 
 @dataclass
@@ -110,12 +120,12 @@ class CancelWatch:
     paths: SpoolPaths
     jobs: set[str] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
-    all_before: float = 0.0
+    submissions: frozenset[str] = frozenset()   # every job of these is cancelled (cancel/ALL)
 
     def refresh(self) -> None:
         self.apply(*read_requests(self.paths))
 
-    def apply(self, names: Iterable[str], all_before: float) -> None:
+    def apply(self, names: Iterable[str], submissions: frozenset[str]) -> None:
         """Take the requests as listed (by this worker, or by the cluster summary's rebuilder)."""
         jobs, groups = set(), set()
         for name in names:
@@ -123,10 +133,14 @@ class CancelWatch:
                 groups.add(name[len(GROUP_PREFIX):])
             elif name != ALL:
                 jobs.add(name)
-        self.jobs, self.groups, self.all_before = jobs, groups, all_before
+        self.jobs, self.groups, self.submissions = jobs, groups, frozenset(submissions)
 
-    def signature(self) -> tuple[int, int, float]:
-        return (len(self.jobs), len(self.groups), self.all_before)
+    @property
+    def any(self) -> bool:
+        return bool(self.jobs or self.groups or self.submissions)
+
+    def signature(self) -> tuple[int, int, int]:
+        return (len(self.jobs), len(self.groups), hash(self.submissions))
 
     def matches_name(self, name: str) -> bool:
         """Whether a queue entry may hold a cancelled job, judged from its name alone (no read).
@@ -137,8 +151,8 @@ class CancelWatch:
         if not is_batch(name):
             if name in self.jobs or name.rsplit("-", 1)[0] in self.groups:
                 return True
-            return self.all_before > 0 and submitted_at_of(name) <= self.all_before
-        if self.all_before > 0 and submitted_at_of(first_job_of(name)) <= self.all_before:
+            return bool(self.submissions) and submission_of(name) in self.submissions
+        if self.submissions and submission_of(first_job_of(name)) in self.submissions:
             return True
         if any(may_hold_job(name, job_id) for job_id in self.jobs):
             return True
@@ -152,5 +166,5 @@ class CancelWatch:
         return (
             job.job_id in self.jobs
             or job.group_id in self.groups
-            or (self.all_before > 0 and job.submitted_at <= self.all_before)
+            or (bool(self.submissions) and (job.submission_id or submission_of(job.job_id)) in self.submissions)
         )

@@ -17,6 +17,15 @@ every worker reads that one file about once per rebuild:
 
 What a worker learns this way is up to two rebuild periods old (plus a heartbeat for the load
 counts). Small runs never use it: their workers read the spool directly, exact and fast.
+
+No clock of another node is compared with this one's (spool/lease.py). A summary is a new one
+when its (generation, builder) changes; a reader finds it fresh while it changed within a lease,
+and due for a rebuild once it stayed the same for a rebuild period, both on the reader's own
+monotonic clock. Whether a worker is dead is judged by what the rebuilders saw stay the same
+(`CarriedJudge`): each rebuild writes, for every heartbeat (and claim directory, run queue) it
+judged, its identity and for how long it had been seen unchanged; the next rebuilder adds the
+time it has itself seen that summary unchanged, so the count goes on across rebuilders (a lower
+bound: never longer than the truth) and a dead worker is found a lease after it stopped.
 """
 
 from __future__ import annotations
@@ -24,33 +33,30 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from orchestrator.spool import fsops
 from orchestrator.spool.cancel import read_requests
+from orchestrator.spool.lease import SIGHTINGS, Sightings, break_if_stale, new_holder, try_lock
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.softlock import break_if_stale, try_soft_lock
 
 log = logging.getLogger(__name__)
 
 LARGE_RUN_WORKERS = 16      # beyond this many live workers a run reads the summary instead of the spool
 DEFAULT_VIEW_S = 1.0        # a process re-reads the summary at most this often
 REBUILD_OPS_PER_S = 250.0   # what the whole run spends on rebuilding the summary, at most
-# A rebuild takes milliseconds to a few seconds: a lock older than a few rebuild periods belongs to a
-# dead (or paused) rebuilder. Under half a lease, so the next rebuild comes before readers find the
-# summary older than a lease and fall back to scanning the spool themselves.
+# A rebuild takes milliseconds to a few seconds: a lock unchanged for a few rebuild periods belongs to
+# a dead (or paused) rebuilder. Under half a lease, so the next rebuild comes before readers find the
+# summary unchanged for a lease and fall back to scanning the spool themselves.
 STALE_LOCK_PERIODS = 3.0
 STALE_LOCK_LEASE_SHARE = 0.4
-# Summaries are stamped with the rebuilder's clock and judged by the reader's. NTP keeps a cluster's
-# clocks within milliseconds; a summary dated more than this in the reader's future comes from a
-# node whose clock runs fast, and would look fresh for as long as it runs ahead after that node
-# died: it is treated as due (and not fresh) instead. 1 s is far above NTP's skew and small next
-# to a lease, so it adds at most 1 s to how long a dead rebuilder's summary is believed.
-CLOCK_SKEW_S = 1.0
+
+Identity = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -66,16 +72,25 @@ class WorkerState:
 
 @dataclass(frozen=True)
 class Summary:
-    """`control/cluster.json` as of `built_at`."""
+    """`control/cluster.json`: what one rebuild found."""
 
-    built_at: float
+    built_at: float                         # the rebuilder's clock: shown, never compared with another
     workers: dict[str, WorkerState]
+    generation: int = 0                     # with `builder`: what says this is another summary
+    builder: str = ""
     cancel_names: tuple[str, ...] = ()      # the names in cancel/
-    cancel_all_before: float = 0.0          # the time in cancel/ALL, if any
-    stop_at: float | None = None            # mtime of control/stop
+    cancel_all: frozenset[str] = frozenset()   # the submissions cancel/ALL covers
+    stop_key: Identity | None = None        # control/stop's identity (inode, mtime_ns, size), if any
     registry_key: tuple[int, int, int] | None = None   # (inode, mtime_ns, size) of backends.json
     queued: dict[str, bool] = field(default_factory=dict)   # shared queue name -> holds a ticket
-    swept_at: float = 0.0                   # the last rebuild that also did recovery's rare duties
+    since_sweep_s: float = 0.0              # since recovery's rare duties last ran, as rebuilders saw it
+    # What the rebuilders judged (a path under the run, relative): its identity, and for how long
+    # it had been seen unchanged (CarriedJudge).
+    sightings: dict[str, tuple[Identity, float]] = field(default_factory=dict)
+
+    @property
+    def version(self) -> tuple[int, str]:
+        return (self.generation, self.builder)
 
     @property
     def alive(self) -> int:
@@ -85,22 +100,17 @@ class Summary:
     def large(self) -> bool:
         return self.alive > LARGE_RUN_WORKERS
 
-    def rebuild_due(self, now: float, view_s: float) -> bool:
-        return now - self.built_at >= rebuild_period_s(self.alive, view_s) or self.from_future(now)
-
-    def from_future(self, now: float) -> bool:
-        """Built by a node whose clock runs ahead of this one's (see CLOCK_SKEW_S)."""
-        return self.built_at - now > CLOCK_SKEW_S
-
     def nodes_filling_run_queues(self) -> set[str]:
         return {w.node for w in self.workers.values() if w.alive and w.fills_run_queue}
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "built_at": self.built_at, "cancel_names": list(self.cancel_names),
-            "cancel_all_before": self.cancel_all_before, "stop_at": self.stop_at,
+            "built_at": self.built_at, "generation": self.generation, "builder": self.builder,
+            "cancel_names": list(self.cancel_names), "cancel_all": sorted(self.cancel_all),
+            "stop_key": list(self.stop_key) if self.stop_key else None,
             "registry_key": list(self.registry_key) if self.registry_key else None,
-            "queued": self.queued, "swept_at": self.swept_at,
+            "queued": self.queued, "since_sweep_s": self.since_sweep_s,
+            "sightings": {key: [list(identity), unchanged] for key, (identity, unchanged) in self.sightings.items()},
             "workers": {w: {"alive": s.alive, "node": s.node, "inflight": s.inflight, "assigned": s.assigned,
                             "fills_run_queue": s.fills_run_queue} for w, s in self.workers.items()},
         }
@@ -109,19 +119,50 @@ class Summary:
     def from_json(cls, data: dict[str, Any]) -> "Summary":
         """Every field coerced to its type: a damaged file raises (ValueError, TypeError, ...) here,
         where the reader treats it as absent, not later in whoever uses the field."""
-        key, stop_at = data.get("registry_key"), data.get("stop_at")
+        key, stop_key = data.get("registry_key"), data.get("stop_key")
         return cls(
             built_at=float(data["built_at"]),
             workers={str(w): WorkerState(bool(s.get("alive")), str(s.get("node", "")), _int_counts(s.get("inflight")),
                                          _int_counts(s.get("assigned")), bool(s.get("fills_run_queue")))
                      for w, s in (data.get("workers") or {}).items()},
+            generation=int(data.get("generation") or 0), builder=str(data.get("builder") or ""),
             cancel_names=tuple(str(name) for name in data.get("cancel_names") or ()),
-            cancel_all_before=float(data.get("cancel_all_before") or 0.0),
-            stop_at=None if stop_at is None else float(stop_at),
+            cancel_all=frozenset(str(name) for name in data.get("cancel_all") or ()),
+            stop_key=tuple(int(part) for part in stop_key) if stop_key is not None else None,
             registry_key=(int(key[0]), int(key[1]), int(key[2])) if key else None,
             queued={str(k): bool(v) for k, v in (data.get("queued") or {}).items()},
-            swept_at=float(data.get("swept_at") or 0.0),
+            since_sweep_s=float(data.get("since_sweep_s") or 0.0),
+            sightings={str(k): (tuple(int(part) for part in v[0]), float(v[1]))
+                       for k, v in (data.get("sightings") or {}).items()},
         )
+
+
+@dataclass
+class CarriedJudge:
+    """A rebuilder's judgement of what stayed the same: the longer of what it saw itself and what
+    the last summary carried plus the time this rebuilder has seen that summary unchanged.
+
+    Both are lower bounds of the truth (a summary's count only covers time before it was built),
+    measured by each rebuilder on its own monotonic clock: no two clocks are ever compared."""
+
+    root: Path
+    own: Sightings
+    carried: dict[str, tuple[Identity, float]]
+    elapsed_s: float
+    found: dict[str, tuple[Identity, float]] = field(default_factory=dict)   # for the next summary
+
+    def unchanged_for(self, key: Hashable, signature: Hashable) -> float:
+        mine = self.own.unchanged_for(key, signature)
+        label = os.path.relpath(str(key), self.root)
+        before = self.carried.get(label)
+        theirs = before[1] + self.elapsed_s if before is not None and before[0] == signature else 0.0
+        unchanged = max(mine, theirs)
+        if isinstance(signature, tuple):
+            self.found[label] = (signature, unchanged)
+        return unchanged
+
+    def silent(self, key: Hashable, signature: Hashable, lease_s: float) -> bool:
+        return self.unchanged_for(key, signature) >= lease_s
 
 
 @dataclass(frozen=True)
@@ -131,6 +172,7 @@ class Rebuild:
     summary: Summary
     dead: dict[str, dict | None]   # dead worker -> the shard progress its last heartbeat carried
     sweep: bool                    # time for recovery's rare duties (about once per lease for the run)
+    judge: CarriedJudge            # what recovery judges the rest with (its findings go into the summary)
     listed: frozenset[str] = frozenset()   # every heartbeat listed in workers/, read or not
     moved: int = 0                 # claims the recovery hook returned to queues (ClusterView.refresh)
 
@@ -142,19 +184,16 @@ def rebuild_period_s(workers: int, view_s: float) -> float:
 
 def registry_key(paths: SpoolPaths) -> tuple[int, int, int] | None:
     """What says the backend registry changed: one stat."""
-    fsops.count("stat")
-    try:
-        st = paths.backends.stat()
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_mtime_ns, st.st_size)
+    return fsops.identity(paths.backends)
 
 
-def build_summary(paths: SpoolPaths, lease_s: float, now: float, previous: Summary | None = None) -> Rebuild:
-    """Read every heartbeat (one open each; its mtime from the open file), cancel/, control/stop,
+def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None = None,
+                  previous: Summary | None = None, builder: str = "") -> Rebuild:
+    """Read every heartbeat (one open each; its identity from the open file), cancel/, control/stop,
     the registry's stat and the first name of each shared queue: W + ~6 operations.
 
     Never raises on a heartbeat's content: a damaged one would otherwise stop every rebuilder in turn."""
+    judge = judge or CarriedJudge(paths.root, SIGHTINGS, {}, 0.0)
     workers: dict[str, WorkerState] = {}
     dead: dict[str, dict | None] = {}
     try:
@@ -166,30 +205,33 @@ def build_summary(paths: SpoolPaths, lease_s: float, now: float, previous: Summa
         fsops.count("open")
         try:
             with open(entry.path, "rb") as handle:
-                changed = os.fstat(handle.fileno()).st_mtime
+                st = os.fstat(handle.fileno())
                 info = orjson.loads(handle.read())
         except (OSError, orjson.JSONDecodeError):
             continue   # being replaced or retired: absent from this summary
         info = info if isinstance(info, dict) else {}
-        worker, alive = entry.name[: -len(".json")], now - changed < lease_s
-        load = info.get("load") if isinstance(info.get("load"), dict) else {}
-        pools = info.get("pools") if isinstance(info.get("pools"), dict) else {}
+        worker = entry.name[: -len(".json")]
+        alive = not judge.silent(entry.path, (st.st_ino, st.st_mtime_ns, st.st_size), lease_s)
+        raw_load, raw_pools = info.get("load"), info.get("pools")
+        load: dict[str, Any] = raw_load if isinstance(raw_load, dict) else {}
+        pools: dict[str, Any] = raw_pools if isinstance(raw_pools, dict) else {}
         workers[worker] = WorkerState(
             alive, str(info.get("node", "")), _counts(load.get("inflight")), _counts(load.get("assigned")),
             _size(pools, "run") == 0 and _size(pools, "init") > 0,
         )
         if not alive:
             dead[worker] = info.get("shards") if isinstance(info.get("shards"), dict) else None
-    cancel_names, all_before = read_requests(paths)
-    # a sweep dated in this node's future (by a fast clock) must not put the next one off
-    sweep = previous is None or now - previous.swept_at >= lease_s or previous.swept_at - now > CLOCK_SKEW_S
+    cancel_names, cancel_all = read_requests(paths)
+    since_sweep = previous.since_sweep_s + judge.elapsed_s if previous is not None else float("inf")
+    sweep = since_sweep >= lease_s
     summary = Summary(
-        built_at=now, workers=workers, cancel_names=tuple(sorted(cancel_names)), cancel_all_before=all_before,
-        stop_at=fsops.mtime(paths.stop_request), registry_key=registry_key(paths), queued=shared_queues_queued(paths),
-        swept_at=now if sweep else previous.swept_at if previous else 0.0,
+        built_at=time.time(), workers=workers, generation=(previous.generation + 1 if previous else 1),
+        builder=builder, cancel_names=tuple(sorted(cancel_names)), cancel_all=cancel_all,
+        stop_key=fsops.identity(paths.stop_request), registry_key=registry_key(paths),
+        queued=shared_queues_queued(paths), since_sweep_s=0.0 if sweep else since_sweep,
     )
     listed = frozenset(entry.name[: -len(".json")] for entry in entries)
-    return Rebuild(summary, dead, sweep, listed)
+    return Rebuild(summary, dead, sweep, judge, listed)
 
 
 def shared_queues_queued(paths: SpoolPaths) -> dict[str, bool]:
@@ -219,13 +261,18 @@ def _size(pools: dict[str, Any], stage: str) -> int:
 
 @dataclass
 class ClusterView:
-    """One process's copy of the summary, re-read once per rebuild period, rebuilt when due."""
+    """One process's copy of the summary, re-read once per rebuild period, rebuilt when due.
+
+    Every time here is this process's monotonic clock (`clock`)."""
 
     paths: SpoolPaths
     lease_s: float
     view_s: float = DEFAULT_VIEW_S
+    clock: Callable[[], float] = time.monotonic
+    sightings: Sightings = field(default_factory=lambda: SIGHTINGS, repr=False)
     summary: Summary | None = field(default=None, repr=False)
     _read_at: float = field(default=-1e18, repr=False)
+    _seen_since: float = field(default=-1e18, repr=False)   # when this process first saw `summary`'s version
 
     @property
     def lock_file(self) -> Any:
@@ -237,11 +284,14 @@ class ClusterView:
     def stale_lock_s(self) -> float:
         return min(STALE_LOCK_PERIODS * self.read_period(), STALE_LOCK_LEASE_SHARE * self.lease_s)
 
-    def fresh(self, now: float | None = None) -> Summary | None:
-        """The summary if it describes a large run and is younger than a lease (else poll the spool)."""
-        now = time.time() if now is None else now
+    def unchanged_s(self) -> float:
+        """How long this process has seen the same summary."""
+        return self.clock() - self._seen_since
+
+    def fresh(self) -> Summary | None:
+        """The summary if it describes a large run and changed within a lease (else poll the spool)."""
         summary = self.summary
-        if summary is None or not summary.large or now - summary.built_at >= self.lease_s or summary.from_future(now):
+        if summary is None or not summary.large or self.unchanged_s() >= self.lease_s:
             return None
         return summary
 
@@ -251,46 +301,50 @@ class ClusterView:
         summary = self.fresh()
         return summary.registry_key if summary is not None else None
 
-    def refresh(self, now: float | None = None, recover: Callable[[Rebuild], int] | None = None) -> Rebuild | None:
+    def refresh(self, recover: Callable[[Rebuild], int] | None = None) -> Rebuild | None:
         """Re-read the summary when a newer one may exist; rebuild it if it is due and nobody else
         is on it. The rebuild's findings when this process rebuilt, None otherwise.
 
         `recover` (recovery.reap_found) runs on the findings before the summary is written, so the
         queue hints it writes count the claims it returned to the queues (`Rebuild.moved`)."""
-        now = time.time() if now is None else now
+        now = self.clock()
         if self.view_s <= 0 or (self.summary is not None and now - self._read_at < self.read_period()):
             return None
         self._read_at = now
         current = self._read()
-        if current is None or current.rebuild_due(now, self.view_s):
-            rebuilt = self._rebuild_if_first(now, current, recover)
+        if current is not None and (self.summary is None or current.version != self.summary.version):
+            self.summary, self._seen_since = current, now
+        due = current is None or now - self._seen_since >= rebuild_period_s(current.alive, self.view_s)
+        if due:
+            rebuilt = self._rebuild_if_first(current, recover)
             if rebuilt is not None:
-                self.summary = rebuilt.summary
+                self.summary, self._seen_since = rebuilt.summary, self.clock()
                 return rebuilt
-        if current is not None:
-            self.summary = current
         return None
 
-    def _rebuild_if_first(self, now: float, previous: Summary | None,
-                          recover: Callable[[Rebuild], int] | None = None) -> Rebuild | None:
-        lock = try_soft_lock(self.lock_file)
+    def _rebuild_if_first(self, previous: Summary | None, recover: Callable[[Rebuild], int] | None) -> Rebuild | None:
+        holder = new_holder()
+        lock = try_lock(self.lock_file, holder)
         if lock is None:
-            break_if_stale(self.lock_file, self.stale_lock_s())
+            break_if_stale(self.lock_file, self.stale_lock_s(), self.sightings)
             return None
         try:
-            rebuilt = build_summary(self.paths, self.lease_s, now, previous)
+            elapsed = self.clock() - self._seen_since if previous is not None else 0.0
+            judge = CarriedJudge(self.paths.root, self.sightings, previous.sightings if previous else {}, elapsed)
+            rebuilt = build_summary(self.paths, self.lease_s, judge, previous, holder)
             moved = recover(rebuilt) if recover is not None else 0
+            summary = replace(rebuilt.summary, sightings=dict(judge.found))
             if moved:
-                summary = replace(rebuilt.summary, queued=shared_queues_queued(self.paths))
-                rebuilt = replace(rebuilt, summary=summary, moved=moved)
+                summary = replace(summary, queued=shared_queues_queued(self.paths))
+            rebuilt = replace(rebuilt, summary=summary, moved=moved)
             try:
-                fsops.write_atomic(self.paths.cluster_summary, orjson.dumps(rebuilt.summary.to_json()),
+                fsops.write_atomic(self.paths.cluster_summary, orjson.dumps(summary.to_json()),
                                    self.paths.tmp, fsops.Durability.NONE)
             except OSError as exc:   # a full spool: this process still has its fresh view
                 log.warning("cluster summary not written: %s", exc)
             return rebuilt
         finally:
-            lock.release()   # only if still ours: a paused rebuilder's lock may have been broken and retaken
+            lock.release()   # only our own token: a paused rebuilder's lock may have been broken and retaken
 
     def _read(self) -> Summary | None:
         try:

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import ctypes
 import enum
+import errno
 import os
 import secrets
 from collections import Counter
@@ -270,6 +271,43 @@ def mtime(path: Path) -> float | None:
         return os.stat(path).st_mtime
     except FileNotFoundError:
         return None
+
+
+def identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, mtime in ns, size) of `path`, None when it is gone: what says a file changed.
+
+    Compared only with an earlier identity of the same file, never with a clock (spool/lease.py)."""
+    count("stat")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def make_dir(path: Path) -> None:
+    """Create the directory `path` (it must not exist)."""
+    count("mkdir")
+    os.mkdir(path)
+
+
+def rename_dir(source: Path, target: Path) -> bool:
+    """Rename the directory `source` to `target`; False when `target` is a non-empty directory
+    (or not a directory): the rename that takes a lock (spool/lease.py)."""
+    count("rename")
+    try:
+        os.rename(source, target)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            return False
+        raise
+    return True
+
+
+def remove_dir(path: Path) -> None:
+    """rmdir: fails (OSError ENOTEMPTY) unless the directory is empty."""
+    count("unlink")
+    os.rmdir(path)
 
 
 def touch(path: Path) -> None:

@@ -13,6 +13,7 @@ The layout is the interface researchers see with `ls`; keep it obvious:
     active/W/TICKET             tickets claimed by worker W (its lease is workers/W.json)
     active/W/.handoffs          jobs of W's claimed batches that left as tickets of their own
     workers/W.json              heartbeat: host, node, pid, Slurm ids, pools, counters
+    workers/fenced/W            W lost its lease while alive (its lost attempts are not charged)
     events/W.jsonl              every job event worker W produced (one open file per worker)
     jobs/XX/JOB/                per-job artifacts and logs, created only when a handler needs it
     submissions/S.json          what one `submit` accepted and rejected
@@ -117,6 +118,10 @@ class SpoolPaths:
 
     def heartbeat(self, worker_id: str) -> Path:
         return self.workers / f"{worker_id}.json"
+
+    def fence_mark(self, worker_id: str) -> Path:
+        """Exists when worker W found its claims taken over while it was alive (fenced)."""
+        return self.workers / "fenced" / worker_id
 
     @property
     def events(self) -> Path:

@@ -4,6 +4,18 @@ Any live worker may do this. Exactly one wins each dead worker: the first to ren
 active/DEAD to active/.reap-DEAD--ME. Tickets go back to the queue of the stage they were in
 with attempt + 1; past the maximum they end `failed`. Rows the dead worker already committed
 are recognised by job id, so no job ends twice.
+
+A worker is dead when its heartbeat stayed the same for a lease as the judge saw it, on the
+judge's own clock (spool/lease.py `Sightings`; the judge is the scanning worker, or on a large
+run the cluster summary's rebuilders, whose sightings the summary carries). Likewise a claim
+directory without a heartbeat, and a node's run queue without a live worker, are judged by
+whether they changed. No judgement compares a time written by another node with this one's.
+
+An attempt lost with its worker's lease is charged to the job only once that worker is known
+dead: a worker that comes back and finds its claims gone (fenced: paused, partitioned) leaves
+`workers/fenced/W`, and attempts lost with it are never charged. The loss being counted now
+cannot be known yet (its worker may still come back), so it is not charged either: a job that
+kills every worker it runs on is given up after max_attempts + 1 runs.
 """
 
 from __future__ import annotations
@@ -23,7 +35,8 @@ from orchestrator.spool.jobs import StageError
 from orchestrator.spool.handoffs import read_handoffs
 from orchestrator.spool.jobs import Stage
 from orchestrator.spool.journal import JournalEntry, read as read_journal, resume_journaled
-from orchestrator.spool.liveness import is_alive, read_workers, retire
+from orchestrator.spool.lease import SIGHTINGS, Judge, Sightings
+from orchestrator.spool.liveness import heartbeat_key, read_workers, retire, was_fenced
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shardlog import WriterDirectory, writers_of_worker
 from orchestrator.spool.shards import committed_job_ids
@@ -33,10 +46,14 @@ log = logging.getLogger(__name__)
 Emit = Callable[[str, str, dict], None]
 REAP_PREFIX = ".reap-"
 RING_ABOVE = LARGE_RUN_WORKERS   # beyond, a scan checks its ring successors instead of every heartbeat
+# A ring scan walks on past successors it sees for the first time (they tell nothing yet), at most
+# this many per scan: a run of dead neighbours is then found RING_LOOKAHEAD a lease, not one.
+RING_LOOKAHEAD = 8
 
 
 def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit,
-                 rng: random.Random | None = None, seen: Callable[[int], None] | None = None) -> int:
+                 rng: random.Random | None = None, seen: Callable[[int], None] | None = None,
+                 sightings: Sightings | None = None) -> int:
     """Return expired workers' claims to their queues; the number of tickets moved.
 
     Up to RING_ABOVE workers every heartbeat is read (a full scan, 2 W + a few operations).
@@ -45,35 +62,45 @@ def reap_expired(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, 
     before it within a scan period; the rarer duties of a full scan (claims with no heartbeat
     at all, run queues of nodes with no live worker) are done by a random worker now and then,
     about one full scan per lease for the whole run. `seen` is told how many heartbeats there are.
+    `sightings`: the judge's memory of what it saw (a worker keeps its own; default: this process's).
     """
+    judge = sightings or SIGHTINGS
     names = sorted(n[: -len(".json")] for n in fsops.list_names(paths.workers) if n.endswith(".json"))
     if seen is not None:
         seen(len(names))
     if len(names) <= RING_ABOVE or (rng or random).random() < 1 / (3 * len(names)):
-        return _full_scan(paths, me, lease_s, max_attempts, emit)
-    return _ring_scan(paths, me, names, lease_s, max_attempts, emit)
+        return _full_scan(paths, me, lease_s, max_attempts, emit, judge)
+    return _ring_scan(paths, me, names, lease_s, max_attempts, emit, judge)
 
 
-def _ring_scan(paths: SpoolPaths, me: str, names: list[str], lease_s: float, max_attempts: int, emit: Emit) -> int:
+def _ring_scan(paths: SpoolPaths, me: str, names: list[str], lease_s: float, max_attempts: int, emit: Emit,
+               judge: Sightings) -> int:
     ring = sorted(set(names) | {me})
     start = ring.index(me)
     moved = 0
+    first_sights = 0
     for step in range(1, len(ring)):
         worker = ring[(start + step) % len(ring)]
-        if is_alive(paths, worker, lease_s):
+        key = heartbeat_key(paths, worker)
+        first = not judge.known(key)
+        identity = fsops.identity(paths.heartbeat(worker))
+        if identity is not None and not judge.silent(key, identity, lease_s):
+            if first and first_sights < RING_LOOKAHEAD:
+                first_sights += 1
+                continue   # seen for the first time: it tells nothing yet, look further
             break
         progress = _heartbeat_progress(paths.heartbeat(worker))
         moved += _reap_worker(paths, worker, me, max_attempts, emit, progress)
         close_dead_writers(paths, worker, progress)
         retire(paths, worker)
     listed = set(names) | {me}
-    moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
+    moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit, judge)
     moved += _resume_abandoned_reaps(paths, me, listed, max_attempts, emit)
     return moved
 
 
-def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit) -> int:
-    workers = read_workers(paths, lease_s)
+def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, emit: Emit, judge: Sightings) -> int:
+    workers = read_workers(paths, lease_s, judge)
     alive = {w.worker_id for w in workers if w.alive} | {me}
     moved = 0
     for worker in workers:
@@ -81,9 +108,10 @@ def _full_scan(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, em
             moved += _reap_worker(paths, worker.worker_id, me, max_attempts, emit, worker.info.get("shards"))
             close_dead_writers(paths, worker.worker_id, worker.info.get("shards"))
             retire(paths, worker.worker_id)
-    moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts, emit)
+    moved += _reap_claims_without_heartbeat(paths, {w.worker_id for w in workers} | {me}, me, lease_s, max_attempts,
+                                            emit, judge)
     moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
-    moved += _rescue_orphaned_run_queues(paths, {w.node for w in workers if w.alive}, lease_s, max_attempts, emit)
+    moved += _rescue_orphaned_run_queues(paths, {w.node for w in workers if w.alive}, lease_s, max_attempts, emit, judge)
     return moved
 
 
@@ -103,10 +131,10 @@ def reap_found(paths: SpoolPaths, me: str, lease_s: float, max_attempts: int, em
         alive = {w for w, state in workers.items() if state.alive} | {me}
         # every listed heartbeat: one that could not be read this time (replaced mid-read) is no proof of death
         listed = set(rebuild.listed) | set(workers) | {me}
-        moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit)
+        moved += _reap_claims_without_heartbeat(paths, listed, me, lease_s, max_attempts, emit, rebuild.judge)
         moved += _resume_abandoned_reaps(paths, me, alive, max_attempts, emit)
         live_nodes = {state.node for state in workers.values() if state.alive}
-        moved += _rescue_orphaned_run_queues(paths, live_nodes, lease_s, max_attempts, emit)
+        moved += _rescue_orphaned_run_queues(paths, live_nodes, lease_s, max_attempts, emit, rebuild.judge)
     return moved
 
 
@@ -130,18 +158,18 @@ def requeue_claim(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
 
 
 def _reap_claims_without_heartbeat(paths: SpoolPaths, known: set[str], me: str, lease_s: float,
-                                   max_attempts: int, emit: Emit) -> int:
+                                   max_attempts: int, emit: Emit, judge: Judge) -> int:
     """Claim directories of workers with no heartbeat at all (stopped or retired with claims left).
 
     A worker writes its heartbeat before it creates its claim directory, so a directory with no
-    heartbeat that has not changed for a lease is nobody's.
+    heartbeat that has not changed for a lease (as the judge saw it) is nobody's.
     """
     moved = 0
     for owner in fsops.list_names(paths.active):
         if owner in known:
             continue
-        changed = fsops.mtime(paths.claims(owner))
-        if changed is not None and time.time() - changed > lease_s:
+        identity = fsops.identity(paths.claims(owner))
+        if identity is not None and judge.silent(str(paths.claims(owner)), identity, lease_s):
             moved += _reap_worker(paths, owner, me, max_attempts, emit)
             close_dead_writers(paths, owner, None)
     return moved
@@ -215,8 +243,8 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     # Shards are committed by a rename out of the claim directory, so once it is renamed here
     # the dead worker can commit nothing more (fencing): what it committed is all there is.
     done = committed_job_ids(paths, dead, progress if isinstance(progress, dict) else None)
-    reason = f"worker {dead} lost (lease expired)" if not reap_dir.name.endswith(f"{dead}--{dead}") \
-        else f"left behind by worker {dead} when it stopped"
+    lease_lost = not reap_dir.name.endswith(f"{dead}--{dead}")
+    reason = f"worker {dead} lost (lease expired)" if lease_lost else f"left behind by worker {dead} when it stopped"
     entries = fsops.list_all_names(reap_dir)
     # What the claims did since they were saved (a RUN output before EVAL): read before any
     # claim is requeued. A record the fenced worker appends later is simply not seen.
@@ -231,7 +259,8 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
         if name in done:  # its row is committed; only the unlink was lost
             fsops.unlink(path)
             continue
-        moved += _requeue_file(paths, path, reason, max_attempts, emit, journal=journal)
+        moved += _requeue_file(paths, path, reason, max_attempts, emit, journal=journal,
+                               lost_with=dead if lease_lost else None)
     for name in entries:  # the journal; a shard the fenced worker was writing: never committed
         if name.startswith("."):
             fsops.unlink(reap_dir / name)
@@ -272,10 +301,12 @@ def _expand_batches(paths: SpoolPaths, reap_dir: Path, batches: list[str], singl
 
 
 def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int, emit: Emit,
-                  name: str | None = None, journal: dict[str, JournalEntry] | None = None) -> int:
+                  name: str | None = None, journal: dict[str, JournalEntry] | None = None,
+                  lost_with: str | None = None) -> int:
     """Requeue the ticket held in `path` (a file only this process can see); 1 if requeued.
 
-    A `journal` entry of the same attempt counts as if the ticket had been saved with it."""
+    A `journal` entry of the same attempt counts as if the ticket had been saved with it.
+    `lost_with`: the worker whose lease expired with the claim (see `_count_loss`)."""
     name = name or path.name
     try:
         ticket = Ticket.decode(fsops.read_bytes(path), name)
@@ -283,7 +314,7 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0
     resume_journaled(ticket, (journal or {}).get(name))
-    queue = _count_loss(paths, ticket, reason, max_attempts)
+    queue = _count_loss(paths, ticket, reason, max_attempts, lost_with)
     # The new content replaces the held copy, then ONE rename moves it: a kill at any point leaves
     # the job in exactly one place (here, returned again by recovery, or queued), never both.
     fsops.write_atomic(path, ticket.encode(), paths.tmp)
@@ -294,16 +325,26 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
     return 1
 
 
-def _count_loss(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int) -> Path:
-    """Record the lost attempt (attempt + 1; `failed` past max_attempts); the queue it goes back to."""
-    ticket.history.append({"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt})
+def _count_loss(paths: SpoolPaths, ticket: Ticket, reason: str, max_attempts: int, lost_with: str | None = None) -> Path:
+    """Record the lost attempt (attempt + 1; `failed` past max_attempts); the queue it goes back to.
+
+    Attempts lost with a worker's lease (`lost_with`) are charged only once that worker is known
+    dead: not this one (it may yet come back), nor earlier ones whose worker came back fenced."""
+    pending = 1 if lost_with else 0
+    uncharged = pending
+    if ticket.attempt + 1 - pending > max_attempts:   # only then can it matter: look for fenced workers
+        uncharged += sum(1 for loss in ticket.history
+                         if isinstance(loss.get("lease_of"), str) and was_fenced(paths, loss["lease_of"]))
+    entry = {"t": time.time(), "lost": reason, "stage": ticket.stage.value, "attempt": ticket.attempt}
+    ticket.history.append({**entry, "lease_of": lost_with} if lost_with else entry)
     ticket.count_lost_attempt(StageError(ticket.stage.value, "attempts_exhausted",
-                                         f"{reason}; gave up after {max_attempts} attempts").to_record(), max_attempts)
+                                         f"{reason}; gave up after {max_attempts} attempts").to_record(),
+                              max_attempts, uncharged)
     return paths.eval_queue if ticket.return_after_loss() is Stage.EVAL else paths.init_queue
 
 
 def _rescue_orphaned_run_queues(
-    paths: SpoolPaths, live_nodes: set[str], lease_s: float, max_attempts: int, emit: Emit
+    paths: SpoolPaths, live_nodes: set[str], lease_s: float, max_attempts: int, emit: Emit, judge: Judge
 ) -> int:
     """Jobs prepared on a node where no worker lives any more cannot run there: back to INIT."""
     moved = 0
@@ -311,9 +352,9 @@ def _rescue_orphaned_run_queues(
         node = queue.name[len("run@"):]
         if node in live_nodes:
             continue
-        changed = fsops.mtime(queue)
-        if changed is None or time.time() - changed < lease_s:
-            continue  # a worker may be starting there right now
+        identity = fsops.identity(queue)
+        if identity is None or not judge.silent(str(queue), identity, lease_s):
+            continue  # changed within a lease as the judge saw it: a worker may be starting there
         for name in fsops.list_names(queue):
             grabbed = paths.tmp / f".rescue-{name}"
             if not fsops.rename(queue / name, grabbed):

@@ -70,13 +70,14 @@ class Ticket:
             self.back_to_init()
         return self.stage
 
-    def count_lost_attempt(self, error_record: dict[str, str], max_attempts: int) -> None:
-        """One more attempt after a loss; past `max_attempts` the job is decided `failed` with
-        `error_record` (an undecided job only: a decided one just goes on to EVAL)."""
+    def count_lost_attempt(self, error_record: dict[str, str], max_attempts: int, uncharged: int = 0) -> None:
+        """One more attempt after a loss; once more than `max_attempts` were charged (every attempt
+        but `uncharged` ones, lost through no fault of the job: spool/recovery.py) the job is
+        decided `failed` with `error_record` (an undecided job only: a decided one goes on to EVAL)."""
         if self.status is not None:
             return
         self.attempt += 1
-        if self.attempt > max_attempts:
+        if self.attempt - uncharged > max_attempts:
             self.status = JobStatus.FAILED
             self.error = error_record
 

@@ -27,7 +27,7 @@ from typing import Any
 from orchestrator.config import RunConfig
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import Stage
-from orchestrator.spool.liveness import retire
+from orchestrator.spool.liveness import mark_fenced, retire
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.recovery import release_own_claims
 from orchestrator.worker import periodic
@@ -166,6 +166,10 @@ class Worker:
                   "dropping %d buffered row(s) and %d running stage(s), then re-registering",
                   state.worker_id, how, dropped, running)
         state.events.emit("-", "lease_lost", {"how": how, "dropped_rows": dropped, "running": running})
+        try:   # the attempts lost with our claims are not the jobs' fault (spool/recovery.py _count_loss)
+            mark_fenced(state.paths, state.worker_id)
+        except OSError as exc:
+            log.warning("could not mark %s as fenced: %s", state.worker_id, exc)
         state.request_stop(0.0)
 
     def _essential_done(self, task: asyncio.Task[Any]) -> None:

@@ -119,7 +119,7 @@ class Housekeeping:
         before = cancels.signature()
         summary = state.cluster.fresh()
         if summary is not None:   # a large run: cancel/ as the summary's rebuilder listed it
-            cancels.apply(summary.cancel_names, summary.cancel_all_before)
+            cancels.apply(summary.cancel_names, summary.cancel_all)
         else:
             cancels.refresh()
         now = time.monotonic()
@@ -139,8 +139,8 @@ class Housekeeping:
                 del jobs.waiting_eval[name]
                 self.runner.start(Stage.EVAL, name, holds_slot=False, ticket=ticket)
         for job_id, (task, _) in list(jobs.running.items()):
-            ticket = jobs.in_flight.get(job_id)
-            if job_id not in jobs.user_cancelled and ticket is not None and cancels.is_cancelled(ticket.job):
+            in_flight = jobs.in_flight.get(job_id)
+            if job_id not in jobs.user_cancelled and in_flight is not None and cancels.is_cancelled(in_flight.job):
                 jobs.user_cancelled.add(job_id)
                 task.cancel()
 
@@ -148,7 +148,7 @@ class Housekeeping:
         """Cancelled jobs still waiting in a queue end now, not when a slot would free up."""
         state = self.state
         cancels = state.cancels
-        if not (cancels.jobs or cancels.groups or cancels.all_before):
+        if not cancels.any:
             return
         for stage in Stage:
             if stage not in state.options.stages:
@@ -166,8 +166,8 @@ class Housekeeping:
     def poll_stop_request(self) -> None:
         state = self.state
         summary = state.cluster.fresh()
-        requested = summary.stop_at if summary is not None else fsops.mtime(state.paths.stop_request)
-        if requested is not None and requested >= state.started_at:
+        requested = summary.stop_key if summary is not None else fsops.identity(state.paths.stop_request)
+        if requested is not None and requested != state.stop_seen:
             log.info("stop requested through %s", state.paths.stop_request)
             state.request_stop()
 

@@ -77,8 +77,8 @@ def run_worker(
             if install_signal_handlers and rejoin == 0:
                 for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
                     loop.add_signal_handler(signum, on_signal, signum)
-                for signum in signals_received_early():   # while the worker was still starting
-                    on_signal(signum)
+                for early in signals_received_early():   # while the worker was still starting
+                    on_signal(early)
             if controller is not None:
                 controller.attach(loop, worker)
             code = await worker.serve()

@@ -14,7 +14,6 @@ import asyncio
 import contextvars
 import os
 import secrets
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,8 +102,11 @@ class WorkerState:
         self.options = options.resolve(config)
         self.node = current_node()
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
-        self.started_at = time.time()
         self.info = base_info(self.node, self.options.launch_id)
+        # A stop request is one made after this worker started: another identity of control/stop
+        # than the one seen now (its mtime is never compared with this node's clock).
+        with fsops.duty("stop_poll"):
+            self.stop_seen = fsops.identity(paths.stop_request)
         # The heartbeat exists before the claim directory, so recovery never takes a starting
         # worker's directory for an abandoned one.
         write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})

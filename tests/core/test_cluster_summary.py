@@ -20,8 +20,10 @@ import pytest
 
 from orchestrator.spool.claims import ClaimBox
 from orchestrator.spool import fsops
-from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView, Rebuild, Summary, WorkerState, build_summary
+from orchestrator.spool.cluster_summary import (LARGE_RUN_WORKERS, CarriedJudge, ClusterView, Rebuild, Summary,
+                                                WorkerState, build_summary)
 from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.lease import Sightings, break_if_stale, try_lock
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.recovery import reap_found
 from orchestrator.submission.submit import submit_file
@@ -69,7 +71,8 @@ def duty_ops(paths: SpoolPaths, *duties: str) -> dict[str, int]:
 
 
 def dead_worker_with_a_claim(paths: SpoolPaths, job_id: str) -> None:
-    """A worker that died holding one claim: its heartbeat older than the lease."""
+    """A worker that died holding one claim: its heartbeat never changes again (its mtime, old or
+    not, proves nothing: whoever judges it must see it stay the same for a lease)."""
     dead = "dead00-1-beef"
     job = JobSpec(job_id=job_id, group_id=job_id, instance_id=job_id, sample_index=0, handler="echo", instance={})
     ClaimBox(paths, dead).save(Ticket(job=job, stage=Stage.INIT))
@@ -115,7 +118,7 @@ def test_cancel_stop_and_dead_workers_reach_a_large_run_through_the_summary(peer
         assert (row["status"], row["error_stage"]) == ("cancelled", "run")
 
         cli("stop", str(paths.root), "--no-wait")
-        assert worker.wait(timeout=60) == 0   # seen through the summary's stop_at
+        assert worker.wait(timeout=60) == 0   # seen through the summary's stop_key
         assert duty_ops(paths, "stop_poll") == {"stop_poll": before["stop_poll"]}
     finally:
         stop_worker(worker)
@@ -130,10 +133,24 @@ def no_events(*args: object, **kwargs: object) -> None:
     return None
 
 
-def large_summary_dated(built_at: float) -> bytes:
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def view_with_clock(paths: SpoolPaths) -> tuple[ClusterView, FakeClock]:
+    """A process's view of the summary whose own (monotonic) clock the test moves."""
+    clock = FakeClock()
+    return ClusterView(paths, LEASE_S, 0.5, clock=clock, sightings=Sightings(clock=clock)), clock
+
+
+def large_summary_dated(built_at: float, generation: int = 7) -> bytes:
     """A summary of a large run (PEERS live workers) stamped `built_at`."""
     workers = {f"peer{i:02d}-1-beef": WorkerState(True, f"peer{i:02d}", {}, {}, False) for i in range(PEERS)}
-    return orjson.dumps(Summary(built_at=built_at, workers=workers, swept_at=built_at).to_json())
+    return orjson.dumps(Summary(built_at=built_at, workers=workers, generation=generation, builder="b").to_json())
 
 
 def test_a_malformed_heartbeat_neither_stops_the_rebuild_nor_drops_its_worker(tmp_path: Path) -> None:
@@ -160,28 +177,29 @@ def test_a_malformed_heartbeat_neither_stops_the_rebuild_nor_drops_its_worker(tm
 def test_a_damaged_summary_is_treated_as_absent_and_rebuilt(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **LARGE)
     damaged = orjson.loads(large_summary_dated(time.time()))
-    damaged["stop_at"] = "soon"
+    damaged["stop_key"] = "soon"
     paths.cluster_summary.write_bytes(orjson.dumps(damaged))
     view = ClusterView(paths, LEASE_S, 0.5)
 
     assert view.refresh() is not None   # rebuilt, not taken as it is
-    assert view.summary is not None and view.summary.stop_at is None
+    assert view.summary is not None and view.summary.stop_key is None
 
 
-def test_a_summary_from_a_fast_clock_is_neither_fresh_nor_keeps_others_from_rebuilding(tmp_path: Path) -> None:
-    """A rebuilder whose clock ran 2 minutes ahead died: its summary must not look fresh for 2 minutes."""
+@pytest.mark.parametrize("skew_s", [120, -120])
+def test_a_summary_is_judged_by_whether_it_changes_never_by_its_date(tmp_path: Path, skew_s: float) -> None:
+    """A rebuilder whose clock ran 2 minutes off died: its summary is fresh while it changes, due for
+    a rebuild once it stayed the same for a rebuild period, and stale after a lease, whatever its date."""
     paths = make_run(tmp_path / "run", **LARGE)
-    paths.cluster_summary.write_bytes(large_summary_dated(time.time() + 120))
-    view = ClusterView(paths, LEASE_S, 0.5)
+    paths.cluster_summary.write_bytes(large_summary_dated(time.time() + skew_s))
+    view, clock = view_with_clock(paths)
 
-    rebuilt = view.refresh()
-
-    assert rebuilt is not None and rebuilt.summary.built_at <= time.time()
-    assert rebuilt.sweep   # its sweep, dated in the future too, does not put recovery's off
-    view.summary = Summary.from_json(orjson.loads(large_summary_dated(time.time() + 120)))
+    assert view.refresh() is None and view.fresh() is not None   # just seen: fresh, not due
+    clock.now += LEASE_S - 0.1
+    assert view.fresh() is not None                               # whatever its date says
+    clock.now += 0.1                                              # the same for a lease: its rebuilders died
     assert view.fresh() is None
-    view.summary = Summary.from_json(orjson.loads(large_summary_dated(time.time() + 0.5)))   # within NTP's reach
-    assert view.fresh() is not None
+    rebuilt = view.refresh()                                      # long due: this process rebuilds it
+    assert rebuilt is not None and rebuilt.summary.generation == 8
 
 
 def test_a_listed_heartbeat_that_cannot_be_read_keeps_its_claims(tmp_path: Path) -> None:
@@ -192,11 +210,13 @@ def test_a_listed_heartbeat_that_cannot_be_read_keeps_its_claims(tmp_path: Path)
     job = JobSpec(job_id="long-0000001-0000", group_id="long", instance_id="long", sample_index=0,
                   handler="echo", instance={})
     ClaimBox(paths, live).save(Ticket(job=job, stage=Stage.RUN))
-    old = time.time() - 10 * LEASE_S
-    os.utime(paths.claims(live), (old, old))
+    clock = FakeClock()
+    judge = CarriedJudge(paths.root, Sightings(clock=clock), {}, 0.0)
+    judge.unchanged_for(str(paths.claims(live)), fsops.identity(paths.claims(live)))
+    clock.now += 10 * LEASE_S   # the claim directory stayed the same for 10 leases as this judge saw it
     paths.heartbeat(live).mkdir()   # listed, but its open fails (as a replaced file's may: ESTALE)
 
-    rebuilt = build_summary(paths, LEASE_S, time.time())
+    rebuilt = build_summary(paths, LEASE_S, judge)
     assert rebuilt.sweep and live not in rebuilt.summary.workers
     reap_found(paths, ME, LEASE_S, 3, no_events, rebuilt)
 
@@ -206,9 +226,13 @@ def test_a_listed_heartbeat_that_cannot_be_read_keeps_its_claims(tmp_path: Path)
 def test_the_summary_written_by_a_rebuild_that_requeued_claims_says_the_queue_holds_them(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **LARGE)
     dead_worker_with_a_claim(paths, "orphan-0000001-0000")
-    view = ClusterView(paths, LEASE_S, 0.5)
+    view, clock = view_with_clock(paths)
+    recover = lambda found: reap_found(paths, ME, LEASE_S, 3, no_events, found)  # noqa: E731
 
-    rebuilt = view.refresh(recover=lambda found: reap_found(paths, ME, LEASE_S, 3, no_events, found))
+    first = view.refresh(recover=recover)
+    assert first is not None and first.moved == 0 and first.summary.workers["dead00-1-beef"].alive   # first sight
+    clock.now += LEASE_S   # its heartbeat stayed the same for a lease as this process saw it
+    rebuilt = view.refresh(recover=recover)
 
     assert rebuilt is not None and rebuilt.moved == 1
     assert fsops.has_entries(paths.init_queue)
@@ -220,12 +244,14 @@ def test_a_rebuilder_lock_is_broken_well_before_readers_give_up_on_the_summary(t
     """A rebuilder died holding the lock: the lock goes after a few rebuild periods (under half a
     lease), so the next rebuild comes before readers find the summary older than a lease."""
     paths = make_run(tmp_path / "run", **LARGE)
-    view = ClusterView(paths, LEASE_S, 0.5)
-    view.lock_file.write_bytes(b"dead rebuilder\n")
-    old = time.time() - LEASE_S / 2
-    os.utime(view.lock_file, (old, old))
+    view, clock = view_with_clock(paths)
+    assert try_lock(view.lock_file, "a-rebuilder-that-died") is not None   # and never released
+    assert view.stale_lock_s() <= 0.4 * LEASE_S
 
-    assert view.refresh() is None   # held: this call breaks it
+    assert view.refresh() is None   # held: seen for the first time
+    clock.now += view.stale_lock_s()
+    assert view.refresh() is None and not view.lock_file.exists()   # unchanged that long: broken
+    clock.now += view.read_period()
     assert view.refresh() is not None
 
 
@@ -233,13 +259,17 @@ def test_a_paused_rebuilder_never_removes_the_lock_another_took_meanwhile(tmp_pa
     paths = make_run(tmp_path / "run", **LARGE)
     paused, other = ClusterView(paths, LEASE_S, 0.5), ClusterView(paths, LEASE_S, 0.5)
 
+    taken = []
+
     def paused_past_stale(found: Rebuild) -> int:
         """While `paused` rebuilds, its lock is broken as stale and `other` takes it (and is still on it)."""
-        old = time.time() - 60   # stale by any rule
-        os.utime(paused.lock_file, (old, old))
-        assert other.refresh() is None and not paused.lock_file.exists()   # broken
-        other.lock_file.write_bytes(b"other rebuilder\n")                   # taken (its rebuild under way)
+        clock = FakeClock()
+        judge = Sightings(clock=clock)
+        assert not break_if_stale(other.lock_file, 1.0, judge)
+        clock.now += 1.0                                                   # unchanged as the other saw it
+        assert break_if_stale(other.lock_file, 1.0, judge) and not paused.lock_file.exists()   # broken
+        taken.append(try_lock(other.lock_file, "other-rebuilder"))       # taken (its rebuild under way)
         return 0
 
     assert paused.refresh(recover=paused_past_stale) is not None
-    assert paused.lock_file.read_bytes() == b"other rebuilder\n"
+    assert taken[0] is not None and taken[0].held(), "the paused rebuilder removed the other's lock"

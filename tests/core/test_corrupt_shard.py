@@ -23,7 +23,8 @@ DEAD = "deadnode-1-dead"
 
 
 def finished_run(tmp_path: Path, jobs: int) -> SpoolPaths:
-    paths = make_run(tmp_path / "run")
+    # short leases: a worker finds the planted dead worker once it saw its heartbeat unchanged for one
+    paths = make_run(tmp_path / "run", **{"leases.heartbeat_s": 0.5, "leases.lease_s": 2.0})
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(jobs)]))
     worker = start_worker(paths)
     try:
@@ -43,7 +44,7 @@ def plant_truncated_shard(paths: SpoolPaths, worker_id: str) -> str:
 
 
 def plant_dead_worker_with_a_claim(paths: SpoolPaths, tmp_path: Path) -> str:
-    """A worker whose lease expired long ago, holding one claimed ticket."""
+    """A worker that died long ago (its heartbeat never changes again), holding one claimed ticket."""
     report = submit_file(paths, write_jsonl(tmp_path / "late.jsonl", [{"handler": "echo", "instance": {"late": 1}}]))
     claims = paths.claims(DEAD)
     claims.mkdir(parents=True)

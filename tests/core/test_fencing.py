@@ -92,3 +92,33 @@ def test_a_writer_fenced_before_its_first_shard_is_closed_not_left_open(tmp_path
     directory = WriterDirectory(paths)
     assert directory.open() == []
     assert directory.closed() == {"paused-1": 0}
+
+
+def test_an_attempt_lost_to_fencing_is_not_charged_to_the_job(tmp_path: Path) -> None:
+    """Issue 22 item 3: a worker paused past its lease while its job was at its last attempt is
+    fenced; the job runs again elsewhere instead of ending `failed` (test first: it ended `failed`,
+    "gave up after 1 attempts"). The fenced worker leaves workers/fenced/W, so the attempts lost
+    with it are never charged, whenever they are counted (tests/core/test_recovery.py)."""
+    paths = make_run(tmp_path / "run", **{"jobs.max_attempts": 1, "leases.heartbeat_s": 0.2, "leases.lease_s": 1.5})
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 3.0}}]))
+    paused = start_worker(paths, "--worker-id", "paused-1-aaaa")
+    steady = None
+    try:
+        wait_until(lambda: _events_of(paths, report.first_job, "run_started"), 60, "the job to run")
+        os.kill(paused.pid, signal.SIGSTOP)
+        steady = start_worker(paths, "--worker-id", "steady-1-bbbb")
+        wait_until(lambda: not paths.claims("paused-1-aaaa").exists(), 60, "the paused worker's claim to be taken over")
+        os.kill(paused.pid, signal.SIGCONT)
+        wait_drained(paths, timeout=120)
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+        codes = [stop_worker(paused)] + ([stop_worker(steady)] if steady is not None else [])
+    assert codes == [0, 0]
+    (row,) = rows(paths)
+    assert (row["status"], row["attempt"]) == ("ok", 2), row
+    assert (paths.workers / "fenced" / "paused-1-aaaa").exists(), "the fenced worker did not say so"
+
+
+def _events_of(paths, job: str, name: str) -> list[dict]:
+    return [e for f in paths.events.glob("*.jsonl") for e in map(orjson.loads, f.read_bytes().splitlines())
+            if e.get("job") == job and e["event"] == name]

@@ -1,5 +1,6 @@
 """Lease expiry: claims of a silent worker go back with attempt + 1, end failed past the maximum,
-and rows it already committed are not produced again."""
+and rows it already committed are not produced again. "Silent" is judged by change, on the
+judge's own clock (a FakeClock here): an old mtime alone proves nothing."""
 
 from __future__ import annotations
 
@@ -11,14 +12,28 @@ import pytest
 
 from orchestrator.spool import fsops
 from orchestrator.spool.claims import ClaimBox
+from orchestrator.spool.lease import Sightings
 from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
-from orchestrator.spool.liveness import write_heartbeat
+from orchestrator.spool.liveness import mark_fenced, write_heartbeat
 from orchestrator.spool.recovery import reap_expired
 from orchestrator.spool.rows import build_row
 from orchestrator.config import Shards
 from orchestrator.spool.shards import ShardWriter
 from orchestrator.spool.tickets import Ticket
 from tests.core.util import make_run
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def judged_after(lease_s: float) -> tuple[Sightings, FakeClock]:
+    clock = FakeClock()
+    return Sightings(clock=clock), clock
 
 
 def ticket(name: str, stage: Stage, attempt: int = 1) -> Ticket:
@@ -31,10 +46,12 @@ def test_expired_claims_return_to_their_queues(tmp_path: Path) -> None:
     dead = "node9-1-dead"
     write_heartbeat(paths, dead, {"node": "node9"})
     old = time.time() - 60
-    os.utime(paths.heartbeat(dead), (old, old))
+    os.utime(paths.heartbeat(dead), (old, old))   # as a node whose clock runs slow would stamp it
     box = ClaimBox(paths, dead)
+    last = ticket("d-last", Stage.RUN, attempt=4)  # three workers died on it already, none came back
+    last.history = [{"lost": "worker w lost (lease expired)", "lease_of": f"gone-{i}", "attempt": i} for i in (1, 2, 3)]
     for t in (ticket("a-init", Stage.INIT), ticket("b-run", Stage.RUN), ticket("c-eval", Stage.EVAL),
-              ticket("d-last", Stage.RUN, attempt=3), ticket("e-done", Stage.EVAL)):
+              last, ticket("e-done", Stage.EVAL)):
         box.save(t)
     # e-done's row was committed by the dead worker just before it died
     writer = ShardWriter(paths, dead, Shards())
@@ -43,7 +60,11 @@ def test_expired_claims_return_to_their_queues(tmp_path: Path) -> None:
     (paths.claims(dead) / "corrupt").write_bytes(b"{not json")
 
     events: list[tuple[str, str]] = []
-    moved = reap_expired(paths, "me-1-live", lease_s=2.0, max_attempts=3, emit=lambda j, e, f: events.append((j, e)))
+    judge, clock = judged_after(2.0)
+    emit = lambda j, e, f: events.append((j, e))  # noqa: E731
+    assert reap_expired(paths, "me-1-live", 2.0, 3, emit, sightings=judge) == 0, "an old mtime is no proof of death"
+    clock.now += 2.0                               # unchanged for a lease as this judge saw it
+    moved = reap_expired(paths, "me-1-live", lease_s=2.0, max_attempts=3, emit=emit, sightings=judge)
     assert moved == 4
     init = {n: Ticket.decode((paths.init_queue / n).read_bytes()) for n in fsops.list_names(paths.init_queue)}
     evalq = {n: Ticket.decode((paths.eval_queue / n).read_bytes()) for n in fsops.list_names(paths.eval_queue)}
@@ -55,15 +76,50 @@ def test_expired_claims_return_to_their_queues(tmp_path: Path) -> None:
     assert len(list(paths.quarantine.glob("corrupt.*.reason"))) == 1   # kept aside, not deleted
     assert ("a-init", "requeued") in events
     # a second pass finds nothing more to do
-    assert reap_expired(paths, "me-1-live", 2.0, 3, lambda *a: None) == 0
+    assert reap_expired(paths, "me-1-live", 2.0, 3, lambda *a: None, sightings=judge) == 0
 
 
-def test_live_workers_are_left_alone(tmp_path: Path) -> None:
+def test_live_workers_are_left_alone_whatever_their_clock(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     write_heartbeat(paths, "busy-1-abcd", {"node": "n1"})
     ClaimBox(paths, "busy-1-abcd").save(ticket("x", Stage.RUN))
-    assert reap_expired(paths, "me", 30.0, 3, lambda *a: None) == 0
+    judge, clock = judged_after(30.0)
+    for beat in range(5):   # it beats every 10 s of the judge's time, stamping files 10 minutes in the past
+        assert reap_expired(paths, "me", 30.0, 3, lambda *a: None, sightings=judge) == 0
+        write_heartbeat(paths, "busy-1-abcd", {"node": "n1"})
+        old = time.time() - 600 + beat
+        os.utime(paths.heartbeat("busy-1-abcd"), (old, old))
+        clock.now += 10.0
+    assert reap_expired(paths, "me", 30.0, 3, lambda *a: None, sightings=judge) == 0
     assert (paths.claims("busy-1-abcd") / "x").exists()
+
+
+def test_attempts_lost_with_a_lease_are_charged_only_once_their_worker_is_known_dead(tmp_path: Path) -> None:
+    """Issue 22 item 3: an attempt lost to fencing is not charged to the job. A lease loss is
+    charged once its worker never came back; not the one being counted (it may yet come back),
+    never one whose worker came back fenced (workers/fenced/W)."""
+    paths = make_run(tmp_path / "run")
+    dead = "node9-1-dead"
+    write_heartbeat(paths, dead, {"node": "node9"})
+    # the same story twice, but f-fenced's first worker came back fenced, g-killer's never did
+    paused_back, died = ticket("f-fenced", Stage.RUN, attempt=3), ticket("g-killer", Stage.RUN, attempt=3)
+    paused_back.history = [{"lost": "lease expired", "lease_of": "paused-1-beef", "attempt": 1},
+                           {"lost": "lease expired", "lease_of": "killed-1-beef", "attempt": 2}]
+    died.history = [{"lost": "lease expired", "lease_of": "killed-0-beef", "attempt": 1},
+                    {"lost": "lease expired", "lease_of": "killed-1-beef", "attempt": 2}]
+    for t in (paused_back, died):
+        ClaimBox(paths, dead).save(t)
+    mark_fenced(paths, "paused-1-beef")           # it came back and found its claims gone
+    judge, clock = judged_after(2.0)
+    reap_expired(paths, "me-1-live", 2.0, 2, lambda *a: None, sightings=judge)
+    clock.now += 2.0
+    assert reap_expired(paths, "me-1-live", 2.0, 2, lambda *a: None, sightings=judge) == 2
+    init = {n: Ticket.decode((paths.init_queue / n).read_bytes()) for n in fsops.list_names(paths.init_queue)}
+    evalq = {n: Ticket.decode((paths.eval_queue / n).read_bytes()) for n in fsops.list_names(paths.eval_queue)}
+    assert init["f-fenced"].attempt == 4 and init["f-fenced"].status is None   # 2 charged of 4: runs again
+    assert evalq["g-killer"].status is JobStatus.FAILED                        # 3 charged, max 2: given up
+    assert "gave up after 2 attempts" in evalq["g-killer"].error["message"]
+    assert init["f-fenced"].history[-1]["lease_of"] == dead
 
 
 def test_prepared_jobs_of_a_dead_node_go_back_to_init(tmp_path: Path) -> None:
@@ -71,9 +127,10 @@ def test_prepared_jobs_of_a_dead_node_go_back_to_init(tmp_path: Path) -> None:
     queue = paths.run_queue("lostnode")
     queue.mkdir(parents=True)
     (queue / "p1").write_bytes(ticket("p1", Stage.RUN).encode())
-    old = time.time() - 60
-    os.utime(queue, (old, old))
-    assert reap_expired(paths, "me", 2.0, 3, lambda *a: None) == 1
+    judge, clock = judged_after(2.0)
+    assert reap_expired(paths, "me", 2.0, 3, lambda *a: None, sightings=judge) == 0   # a worker may be starting there
+    clock.now += 2.0
+    assert reap_expired(paths, "me", 2.0, 3, lambda *a: None, sightings=judge) == 1
     assert Ticket.decode((paths.init_queue / "p1").read_bytes()).attempt == 2
 
 

@@ -6,7 +6,6 @@ compares the operations the engine counts in orchestrator.spool.fsops.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.claims import ClaimBox
 from orchestrator.config import ConfigError, RunConfig, Shards
 from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
+from orchestrator.spool.lease import Sightings
 from orchestrator.spool.liveness import write_heartbeat
 from orchestrator.spool.recovery import reap_expired
 from orchestrator.spool.rows import build_row
@@ -101,16 +101,32 @@ def dead_worker_with_shards(root: Path, shards: int) -> tuple[SpoolPaths, str]:
     for name in ("job-late-1", "job-late-2"):
         box.save(ticket(name))
     write_heartbeat(paths, dead, {"node": "node9", "shards": writer.progress()})
-    old = time.time() - 60
-    os.utime(paths.heartbeat(dead), (old, old))
     return paths, dead
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def judge_that_saw(paths: SpoolPaths, me: str, lease_s: float) -> Sightings:
+    """A judge (its own clock) that has watched the run for a whole lease: the silent are dead to it."""
+    clock = FakeClock()
+    judge = Sightings(clock=clock)
+    reap_expired(paths, me, lease_s, 3, lambda *a: None, random.Random(1), sightings=judge)
+    clock.now += lease_s
+    return judge
 
 
 def test_restart_recovery_cost_is_flat_in_shards(tmp_path: Path) -> None:
     costs = {}
     for shards in (3, 30):
         paths, _ = dead_worker_with_shards(tmp_path / f"s{shards}", shards)
-        spent, moved = ops_of(reap_expired, paths, "me-1-live", 2.0, 3, lambda *a: None)
+        judge = judge_that_saw(paths, "me-1-live", 2.0)
+        spent, moved = ops_of(reap_expired, paths, "me-1-live", 2.0, 3, lambda *a: None, sightings=judge)
         assert moved == 2   # the two late tickets; the last shard's ticket is known as committed
         assert sorted(fsops.list_names(paths.eval_queue)) == ["job-late-1", "job-late-2"]
         costs[shards] = spent
@@ -143,12 +159,18 @@ def test_recovery_scan_cost_is_flat_in_workers(tmp_path: Path) -> None:
 def test_the_ring_finds_dead_workers_after_the_scanning_one(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     names = live_heartbeats(paths, 40)
-    old = time.time() - 60
     for dead in names[11:13]:   # two dead in a row after names[10]
         ClaimBox(paths, dead).save(ticket(f"job-of-{dead}"))
-        os.utime(paths.heartbeat(dead), (old, old))
-    assert reap_expired(paths, names[20], 30.0, 3, lambda *a: None, random.Random(1)) == 0   # not its neighbours
-    assert reap_expired(paths, names[10], 30.0, 3, lambda *a: None, random.Random(1)) == 2
+    clock = FakeClock()
+    judge = Sightings(clock=clock)
+    for scanner in (names[20], names[10]):   # both have seen their successors once
+        assert reap_expired(paths, scanner, 30.0, 3, lambda *a: None, random.Random(1), sightings=judge) == 0
+    clock.now += 30.0
+    for name in names:                       # every worker but the two beat meanwhile
+        if name not in names[11:13]:
+            write_heartbeat(paths, name, {"node": name[:8]})
+    assert reap_expired(paths, names[20], 30.0, 3, lambda *a: None, random.Random(1), sightings=judge) == 0   # not its neighbours
+    assert reap_expired(paths, names[10], 30.0, 3, lambda *a: None, random.Random(1), sightings=judge) == 2
     assert sorted(fsops.list_names(paths.eval_queue)) == [f"job-of-{d}" for d in names[11:13]]
     assert not paths.heartbeat(names[11]).exists() and paths.heartbeat(names[13]).exists()
 

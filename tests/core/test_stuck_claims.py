@@ -56,7 +56,8 @@ def test_a_stage_output_that_cannot_be_stored_fails_the_job_not_the_claim(tmp_pa
 
 
 def test_claims_left_by_a_stopped_worker_are_returned(tmp_path: Path) -> None:
-    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1})   # a single ticket file, moved by hand
+    paths = make_run(tmp_path / "run", **{"jobs.batch_size": 1,   # a single ticket file, moved by hand
+                                          "leases.heartbeat_s": 0.5, "leases.lease_s": 2.0})
     report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
     gone = "oldnode-7-gone"
     claims = paths.claims(gone)

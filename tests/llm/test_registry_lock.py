@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
-import time
 from pathlib import Path
 
+import pytest
+
+from orchestrator.llm import registry
 from orchestrator.llm.registry import BackendRegistry
+from orchestrator.spool.lease import try_lock
 from orchestrator.spool.paths import SpoolPaths
 
 WRITERS = 8
@@ -19,15 +21,14 @@ def add_backend(root: str, index: int, start: "multiprocessing.synchronize.Barri
     BackendRegistry.of(root).add(f"http://node{index}:8000/v1")
 
 
-def test_concurrent_writers_breaking_a_stale_lock_lose_no_update(tmp_path: Path) -> None:
+def test_concurrent_writers_breaking_a_stale_lock_lose_no_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "STALE_LOCK_S", 0.3)   # the writers (forked) judge the dead one's lock quickly
     context = multiprocessing.get_context("fork")
     lost = []
     for round_ in range(ROUNDS):
         paths = SpoolPaths.of(tmp_path / f"run{round_}")
         paths.root.mkdir()
-        paths.backends_lock.write_text("left by a writer that crashed")
-        old = time.time() - 3600
-        os.utime(paths.backends_lock, (old, old))
+        assert try_lock(paths.backends_lock, holder="a-writer-that-crashed") is not None   # and never released
         start = context.Barrier(WRITERS)
         writers = [context.Process(target=add_backend, args=(str(paths.root), i, start)) for i in range(WRITERS)]
         for writer in writers:

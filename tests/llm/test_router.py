@@ -10,6 +10,7 @@ import pytest
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.llm.errors import NoBackendAvailable
 from orchestrator.llm.inflight import read_load
+from orchestrator.spool import lease
 from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.llm.router import DEFAULT_HEALTH_CHECK_S, Router, router_for
 from orchestrator.spool.paths import SpoolPaths
@@ -43,7 +44,9 @@ def test_picks_fewest_in_flight_across_workers(tmp_path: Path) -> None:
     assert asyncio.run(w2.acquire()).url == picks[0]  # the freed slot is the least loaded
 
 
-def test_dead_workers_counts_vanish_with_the_lease(tmp_path: Path) -> None:
+def test_dead_workers_counts_vanish_with_the_lease(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]   # this process's own clock: it judges a heartbeat by whether it changes
+    monkeypatch.setattr(lease.SIGHTINGS, "clock", lambda: clock[0])
     paths, _ = setup(tmp_path, [A, B])
     dead = Router(paths, "dead", node="x", lease_s=30)
     heartbeat(paths, "dead")
@@ -51,7 +54,7 @@ def test_dead_workers_counts_vanish_with_the_lease(tmp_path: Path) -> None:
         dead.board.change(A, +1)
     alive = Router(paths, "alive", node="x", lease_s=30)
     assert alive.board.read().inflight == {A: 2}
-    heartbeat(paths, "dead", age_s=31)  # the worker stopped heartbeating
+    clock[0] += 31   # the worker stopped heartbeating: its heartbeat stayed the same for a lease
     load = alive.board.read()
     assert load.inflight == {} and load.assigned == {A: 2}
     assert asyncio.run(alive.acquire()).url == B  # equal in flight: fewer lifetime assignments

@@ -89,8 +89,7 @@ def test_release_by_a_late_sweep_spares_the_next_lease() -> None:
     me = ProcessId.current()
     address = loopback.allocate(me, "first")
     loopback.release(address, "first")
-    path = loopback.lease_dir() / address
-    path.write_text(json.dumps({"owner": me.to_json(), "sandbox": "second"}))  # leased again
+    assert loopback.take(address, me, "second")                                # leased again
     loopback.release(address, "first")                                         # a late sweep
     assert loopback.leased() == [address]
     loopback.release(address, "second")

@@ -1,8 +1,9 @@
 """`hpc-rollout image build`: decide from the cache, lock, build under a temporary name, rename.
 
-The lock is an exclusive-create file next to the images on the shared filesystem (portable
-to NFS and Lustre, unlike flock), so eight nodes asking for one image build it once: the
-others wait, then find it in the cache.
+The lock (orchestrator/spool/lease.py) sits next to the images on the shared filesystem
+(portable to NFS and Lustre, unlike flock), so eight nodes asking for one image build it once:
+the others wait, then find it in the cache. The builder renews it while it builds, so a crashed
+build's lock is broken after STALE_LOCK_S of silence, not after hours.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from typing import Any, Callable
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxError
 from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import Rendered, render
-from orchestrator.spool.softlock import LockTimeout, SoftLock, acquire_soft_lock
+from orchestrator.spool.lease import Lock, LockTimeout, acquire
 
 log = logging.getLogger(__name__)
 
 # backend(rendered definition, definition file, temporary output path, plan)
 Backend = Callable[[Rendered, Path, Path, BuildPlan], None]
 FORMATS = ("sif", "dir")
-STALE_LOCK_S = 6 * 3600.0
+STALE_LOCK_S = 120.0   # a build that stopped renewing its lock this long (as a waiter saw it) is dead
+RENEW_LOCK_S = 10.0
 
 
 class ImageBuildError(SandboxError):
@@ -85,13 +87,13 @@ def _definition_for(plan: BuildPlan, template: Path, variables: dict[str, Any],
     return rendered
 
 
-def _acquire(lock_path: Path, timeout: float) -> SoftLock:
+def _acquire(lock_path: Path, timeout: float) -> Lock:
     try:
-        return acquire_soft_lock(lock_path, timeout, STALE_LOCK_S)
+        return acquire(lock_path, timeout, STALE_LOCK_S)
     except LockTimeout:
         raise ImageBuildError(
-            f"another build holds {lock_path} for over {timeout:.0f} s; wait, or remove the "
-            "file if no build is running"
+            f"another build holds {lock_path} for over {timeout:.0f} s; wait, or remove that "
+            "directory if no build is running"
         ) from None
 
 
@@ -120,28 +122,34 @@ def build_image(
     build = backend or default_backend(fmt)
     lock = _acquire(out_dir / f".{plan.target.name}.lock", lock_timeout)
     try:
-        # Another node may have finished this image while we waited for the lock.
-        plan = plan_build(mode, keys, out_dir, suffix)
-        if plan.action is Action.REUSE:
-            return BuildOutcome(plan, plan.target, False, time.monotonic() - started, None)
-        rendered = _definition_for(plan, template, variables, source)
-        definition = out_dir / f"{plan.target.name}.def"
-        definition.write_text(rendered.text)
-        tmp = out_dir / f".{plan.target.name}.tmp-{socket.gethostname()}-{os.getpid()}"
-        try:
-            log.info("building %s (%s) from %s", plan.target, plan.action.value, template)
-            build(rendered, definition, tmp, plan)
-            if not tmp.exists():
-                raise ImageBuildError(f"the build of {plan.target.name} produced nothing at {tmp}")
-            if plan.action is Action.SCRATCH and plan.target.exists():
-                _remove(plan.target)   # scratch mode replaces an earlier scratch build
-            os.rename(tmp, plan.target)
-        finally:
-            if tmp.exists():
-                _remove(tmp)
-        return BuildOutcome(plan, plan.target, True, time.monotonic() - started, definition)
+        with lock.renewed(RENEW_LOCK_S):
+            return _build_locked(plan, mode, keys, out_dir, suffix, template, variables, source, build, started)
     finally:
         lock.release()
+
+
+def _build_locked(plan: BuildPlan, mode: Mode, keys: CacheKeys, out_dir: Path, suffix: str, template: Path,
+                  variables: dict[str, Any], source: Path | None, build: Backend, started: float) -> BuildOutcome:
+    # Another node may have finished this image while we waited for the lock.
+    plan = plan_build(mode, keys, out_dir, suffix)
+    if plan.action is Action.REUSE:
+        return BuildOutcome(plan, plan.target, False, time.monotonic() - started, None)
+    rendered = _definition_for(plan, template, variables, source)
+    definition = out_dir / f"{plan.target.name}.def"
+    definition.write_text(rendered.text)
+    tmp = out_dir / f".{plan.target.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    try:
+        log.info("building %s (%s) from %s", plan.target, plan.action.value, template)
+        build(rendered, definition, tmp, plan)
+        if not tmp.exists():
+            raise ImageBuildError(f"the build of {plan.target.name} produced nothing at {tmp}")
+        if plan.action is Action.SCRATCH and plan.target.exists():
+            _remove(plan.target)   # scratch mode replaces an earlier scratch build
+        os.rename(tmp, plan.target)
+    finally:
+        if tmp.exists():
+            _remove(tmp)
+    return BuildOutcome(plan, plan.target, True, time.monotonic() - started, definition)
 
 
 def _remove(path: Path) -> None:

@@ -12,6 +12,7 @@ clock runs two minutes slow would otherwise have its next submission cancelled a
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -25,6 +26,8 @@ from orchestrator.spool.paths import SpoolPaths, safe_name
 
 ALL = "ALL"
 GROUP_PREFIX = "group-"
+log = logging.getLogger(__name__)
+_warned: set[Any] = set()   # cancel/ directories whose unreadable ALL was already logged
 
 
 def request_cancel(
@@ -100,16 +103,20 @@ def _submission(paths: SpoolPaths, submission_id: str) -> dict[str, Any] | None:
 def read_requests(paths: SpoolPaths) -> tuple[list[str], frozenset[str]]:
     """The request names in cancel/ and the submissions cancel/ALL covers: one listing, a read if ALL.
 
-    An ALL that cannot be read (damaged, or of an older version) covers every submission recorded
-    now: what was asked is "cancel everything so far"."""
+    An ALL that cannot be read (of an older version: a time, or edited by hand) covers nothing:
+    "everything so far" cannot be told from it without a clock, and taking everything recorded at
+    each read would cancel every later submission too. It is logged; `cancel --all` rewrites it."""
     names = fsops.list_names(paths.cancel)
     covered: frozenset[str] = frozenset()
     if ALL in names:
         try:
             listed = orjson.loads(fsops.read_bytes(paths.cancel / ALL))["submissions"]
             covered = frozenset(str(s) for s in listed)
-        except (OSError, ValueError, KeyError, TypeError):
-            covered = frozenset(recorded_submissions(paths))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if paths.cancel not in _warned:
+                _warned.add(paths.cancel)
+                log.warning("%s cannot be read (%s): it cancels nothing; run `hpc-rollout cancel --all` again",
+                            paths.cancel / ALL, exc)
     return names, covered
 
 

@@ -95,3 +95,20 @@ def test_a_job_cancelled_before_its_worker_starts_is_not_run(tmp_path: Path) -> 
         assert stop_worker(worker) == 0
     status = {r["job_id"]: r["status"] for r in rows(paths)}
     assert status.pop(victim) == "cancelled" and list(status.values()) == ["ok"]
+
+
+def test_a_cancel_all_of_the_older_format_cancels_nothing_rather_than_everything_to_come(tmp_path: Path) -> None:
+    """cancel/ALL once held a time; read now it covers nothing (taking every submission recorded at
+    each read would cancel all later ones too), until `cancel --all` rewrites it."""
+    from orchestrator.spool.cancel import CancelWatch
+
+    paths = make_run(tmp_path / "run")
+    report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}]))
+    paths.cancel.mkdir(exist_ok=True)
+    (paths.cancel / "ALL").write_text("1795560000.000000\n")
+    watch = CancelWatch(paths)
+    watch.refresh()
+    assert not watch.any and not watch.matches_name(report.first_job)
+    request_cancel(paths, everything=True)
+    watch.refresh()
+    assert watch.submissions == {report.submission_id} and watch.matches_name(report.first_job)

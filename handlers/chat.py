@@ -2,7 +2,9 @@
 
 Instance: {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
 The model answers `messages`; after each reply the next user turn is appended, until the
-user turns run out. Sampling parameters come from the job (`submit --sampling`); an optional
+user turns run out. A verl row (`{"data_source": "chat", "prompt": [...], "reward_model": ...,
+"extra_info": ...}`, the README's example) is taken as it is: its `prompt` (chat messages, or a
+string for one user message) is the conversation when there are no `messages`. Sampling parameters come from the job (`submit --sampling`); an optional
 instance key "sampling" overrides them for that task (e.g. a per-task max_tokens).
 
 Reward (deterministic, from the trajectory alone): the share of letters and spaces in the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpc_rollout.handlers.task_rows import prompt_messages
 from orchestrator.handler import AgentHandler
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
@@ -24,10 +27,14 @@ if TYPE_CHECKING:
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def check_instance(instance: dict[str, Any]) -> None:
+def chat_messages(instance: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation to start from: `messages`, else a verl row's `prompt`; checked."""
+    if "messages" not in instance and instance.get("prompt") is not None:
+        return prompt_messages(instance) or []
     messages = instance.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ValueError("chat instance needs 'messages': a non-empty list of {role, content}")
+        raise ValueError("chat instance needs 'messages': a non-empty list of {role, content} "
+                         "(or a verl row's 'prompt')")
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES \
                 or not isinstance(message.get("content"), str):
@@ -35,6 +42,11 @@ def check_instance(instance: dict[str, Any]) -> None:
                 f"chat instance messages[{index}] must be {{'role': one of {', '.join(ROLES)}, "
                 f"'content': str}}, got {message!r}"
             )
+    return messages
+
+
+def check_instance(instance: dict[str, Any]) -> None:
+    chat_messages(instance)
     if not isinstance(instance.get("sampling", {}), dict):
         raise ValueError("chat instance 'sampling' must be an object of sampling parameters")
     turns = instance.get("user_turns", [])
@@ -66,7 +78,7 @@ class ChatHandler(AgentHandler):
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:
-            conversation = Conversation(await llm.tokenizer(), instance["messages"])
+            conversation = Conversation(await llm.tokenizer(), chat_messages(instance))
             for index in range(len(user_turns) + 1):
                 turn = await llm.generate(conversation.input_ids, sampling)
                 replies.append(conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason))

@@ -20,6 +20,7 @@ from hpc_rollout.handlers.task_rows import prompt_messages
 from orchestrator.handler import AgentHandler
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
+from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
 
 if TYPE_CHECKING:
     from orchestrator.context import JobContext
@@ -52,6 +53,8 @@ def check_instance(instance: dict[str, Any]) -> None:
     turns = instance.get("user_turns", [])
     if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
         raise ValueError("chat instance 'user_turns' must be a list of strings")
+    if VERL_REWARD in instance:
+        check_spec(instance[VERL_REWARD])
 
 
 def prose_share(texts: list[str]) -> float:
@@ -78,7 +81,8 @@ class ChatHandler(AgentHandler):
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:
-            conversation = Conversation(await llm.tokenizer(), chat_messages(instance))
+            tokenizer = await llm.tokenizer()
+            conversation = Conversation(tokenizer, chat_messages(instance))
             for index in range(len(user_turns) + 1):
                 turn = await llm.generate(conversation.input_ids, sampling)
                 replies.append(conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason))
@@ -88,8 +92,11 @@ class ChatHandler(AgentHandler):
                 if index < len(user_turns):
                     conversation.add_messages([{"role": "user", "content": user_turns[index]}])
         versions = [t["policy_version"] for t in turns]
+        trajectory = conversation.to_json()
+        if VERL_REWARD in instance:   # what verl's reward managers score: the decoded response
+            trajectory["response_text"] = tokenizer.decode(list(trajectory["response_ids"]), skip_special_tokens=True)
         return {
-            **conversation.to_json(),
+            **trajectory,
             "turns": turns,
             "replies": replies,
             "policy_version_min": min(versions),
@@ -98,4 +105,6 @@ class ChatHandler(AgentHandler):
         }
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        if VERL_REWARD in ctx.job.instance:
+            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, str(result.get("response_text", "")))
         return {"reward": prose_share(list(result.get("replies", [])))}

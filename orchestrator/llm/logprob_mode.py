@@ -66,11 +66,10 @@ def ask_server(url: str, timeout_s: float = 5.0) -> LogprobMode | None:
     """What the server at `url` announces in GET /v1/models; None when it says nothing or is down."""
     import httpx
 
-    from orchestrator.llm.client import shared_tls
     from orchestrator.llm.urls import endpoint
 
     try:
-        answer = httpx.get(endpoint(url, "/v1/models"), timeout=timeout_s, verify=shared_tls())
+        answer = httpx.get(endpoint(url, "/v1/models"), timeout=timeout_s)
         return announced_mode(answer.json()) if answer.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None

@@ -1,6 +1,6 @@
 """Run inside verl's venv (tests/verl/env.py): verl's own code around SpoolLoopManager.
 
-    python -m tests.verl.driver ARGS.json        # prints one JSON object (the checks' figures) last
+    python -m tests.verl.driver ARGS.json   # {"scenarios": [...]}; prints {name: figures} as the last line
 
 What RayPPOTrainer does around its rollout manager, with verl's own functions: the config composed
 from verl's ppo_trainer.yaml; the batch from a verl-format parquet through RLHFDataset + collate_fn;
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,22 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_all(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every scenario in this one process (verl's imports take half a minute on a busy machine)."""
+    import traceback
+
+    results: dict[str, Any] = {}
+    for scenario in scenarios:
+        started = time.monotonic()
+        try:
+            results[scenario["name"]] = run(scenario)
+        except Exception as exc:   # reported to the test, which decides whether it was expected
+            results[scenario["name"]] = {"error": type(exc).__name__, "message": str(exc),
+                                         "traceback": traceback.format_exc()[-4000:]}
+        results[scenario["name"]]["driver_seconds"] = round(time.monotonic() - started, 2)
+    return results
+
+
 if __name__ == "__main__":
     arguments = json.loads(Path(sys.argv[1]).read_text())
-    print(json.dumps(run(arguments)))
+    print(json.dumps(run_all(arguments["scenarios"])))

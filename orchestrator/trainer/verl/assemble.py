@@ -110,13 +110,15 @@ def assemble(
             continue
         counts.ok += 1
         response = _ints(row.get("response_ids"))
+        if response is None:   # a handler without an LLM (e.g. `sleep`): a reward and no tokens
+            response = np.zeros(0, dtype=np.int64)
         length = min(len(response), width_r)
         if len(response) > width_r:
             counts.truncated_responses += 1
         responses[i, :length] = response[:length]
         attention[i, width_p:width_p + length] = 1
         mask = _ints(row.get("response_mask"))
-        response_mask[i, :length] = mask[:length] if len(mask) >= length else 1
+        response_mask[i, :length] = mask[:length] if mask is not None and len(mask) >= length else 1
         sampled = row.get("logprobs")
         if sampled is not None and len(sampled) >= length:
             logprobs[i, :length] = np.asarray(sampled[:length], dtype=np.float32) * response_mask[i, :length]

@@ -252,8 +252,9 @@ class SpoolLoopManager:
             raise LogprobModeMismatch(
                 f"verl expects {expected.value} logprobs (actor_rollout_ref.rollout.logprobs_mode) but backend(s) "
                 f"{listing} return the other kind: start them with the matching mode (vLLM --logprobs-mode "
-                f"{expected.value}_logprobs; serve-llm --logprobs-mode {expected.value}) and `hpc-rollout backend "
-                f"add` them again, or set actor_rollout_ref.rollout.logprobs_mode={wrong[0].served_logprobs.value}_logprobs")
+                f"{expected.value}_logprobs; serve-llm --logprobs-mode {expected.value}) and add them again "
+                f"(`hpc-rollout backend add RUN URL --logprob-mode {expected.value}` if they were recorded wrong), "
+                f"or set actor_rollout_ref.rollout.logprobs_mode={wrong[0].served_logprobs.value}_logprobs")
         log.warning("backends return %s logprobs, verl's config names %s: rollout_log_probs left out (verl does not "
                     "use them: calculate_log_probs false, no rollout_correction)", wrong[0].served_logprobs.value,
                     expected.value)

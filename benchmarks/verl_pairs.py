@@ -1,0 +1,127 @@
+"""The inside of `python -m benchmarks.verl`, run in verl's venv (it needs verl's DataProto).
+
+    python -m benchmarks.verl_pairs ARGS.json     # prints one JSON object last
+
+Paired runs on one warm spool: SpoolLoopManager.generate_sequences on a verl batch of P prompts x
+N samples, and the same prompt ids sent straight to the same backend (/v1/completions, the same
+sampling, the workers' concurrency), alternating which goes first. Then the assembly on its own:
+a fresh reader over the shards those runs wrote, rows -> verl's layout -> DataProto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+def verl_batch(prompts: int, samples: int, run: int) -> Any:
+    from verl import DataProto
+
+    rows = []
+    for index in range(prompts):
+        rows.append({"data_source": "openai/gsm8k", "ability": "math",
+                     "raw_prompt": [{"role": "user", "content": f"Run {run}, question {index}: what is {index} + 1?"}],
+                     "reward_model": {"style": "rule", "ground_truth": str(index + 1)},
+                     "extra_info": {"index": index}})
+    batch = DataProto.from_single_dict({
+        "dummy_tensor": __import__("torch").zeros((prompts, 1), dtype=__import__("torch").uint8),
+        **{key: np.array([r[key] for r in rows], dtype=object) for key in rows[0]},
+        "uid": np.array([str(uuid.uuid4()) for _ in rows], dtype=object),
+    })
+    batch.meta_info["global_steps"] = 1
+    return batch.repeat(repeat_times=samples, interleave=True)
+
+
+def config_of(args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "actor_rollout_ref": {"model": {"path": args["model"]}, "rollout": {
+            "n": args["samples"], "prompt_length": 256, "response_length": args["max_tokens"],
+            "temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs_mode": "processed_logprobs",
+            "calculate_log_probs": True, "name": "vllm"}},
+        # ignore_eos: every sample is max_tokens long on both sides, the same work
+        "hpc_rollout": {"spool": args["run"], "handler": "answer", "poll_s": 0.02, "sampling": {"ignore_eos": True}},
+    }
+
+
+async def direct(url: str, prompt_ids: list[list[int]], args: dict[str, Any]) -> float:
+    """The same prompts straight to the backend, `concurrency` at a time; seconds."""
+    limit = asyncio.Semaphore(args["concurrency"])
+    model = args["model"]
+    async with httpx.AsyncClient(timeout=600) as http:
+        async def one(ids: list[int]) -> None:
+            async with limit:
+                answer = await http.post(f"{url}/completions", json={
+                    "model": model, "prompt": ids, "max_tokens": args["max_tokens"], "temperature": 1.0,
+                    "top_p": 1.0, "n": 1, "logprobs": 0, "return_token_ids": True,
+                    "return_tokens_as_token_ids": True, "skip_special_tokens": False, "ignore_eos": True})
+                answer.raise_for_status()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(ids) for ids in prompt_ids))
+        return time.perf_counter() - started
+
+
+def rendered(tokenizer: Any, batch: Any) -> list[list[int]]:
+    from orchestrator.llm.conversation import Conversation
+
+    return [list(Conversation(tokenizer, list(messages)).prompt_ids) for messages in batch.non_tensor_batch["raw_prompt"]]
+
+
+def assembly_ms_per_1k(run: str, prompt_length: int, response_length: int) -> tuple[float, int]:
+    """A fresh reader over the run's shards: decode, rows, verl's layout, DataProto; ms per 1,000 rows."""
+    import torch
+    from tensordict import TensorDict
+
+    from orchestrator.api import Spool
+    from orchestrator.trainer.verl.assemble import assemble
+    from orchestrator.trainer.verl.manager import ROW_COLUMNS
+    from verl import DataProto
+
+    started = time.perf_counter()
+    with Spool.open(run).reader(columns=ROW_COLUMNS) as reader:
+        rows = list(reader.rows())
+    fallback = [[0]] * len(rows)
+    out = assemble(rows, [r["group_id"] for r in rows], fallback, prompt_length, response_length)
+    tensors = TensorDict({k: torch.from_numpy(v) for k, v in out.tensors.items()}, batch_size=len(rows))
+    DataProto(batch=tensors, non_tensor_batch=out.non_tensors, meta_info={})
+    return (time.perf_counter() - started) * 1000 / max(1, len(rows)) * 1000, len(rows)
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    from orchestrator.llm.tiny_model import load_tokenizer
+    from orchestrator.trainer.verl.manager import SpoolLoopManager
+
+    manager = SpoolLoopManager(config_of(args))
+    tokenizer = load_tokenizer(args["model"])
+    pairs = []
+    for run in range(args["pairs"]):
+        batch = verl_batch(args["prompts"], args["samples"], run)
+        ids = rendered(tokenizer, batch)
+        order = ("spool", "direct") if run % 2 == 0 else ("direct", "spool")
+        seconds: dict[str, float] = {}
+        for side in order:
+            if side == "spool":
+                began = time.perf_counter()
+                out = manager.generate(batch)
+                seconds["spool"] = time.perf_counter() - began
+                counts = out.meta_info["hpc_rollout"]
+                if counts["ok"] != len(batch):
+                    raise RuntimeError(f"spool run {run}: {counts}")
+            else:
+                seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
+        pairs.append({**seconds, "first": order[0], "ratio": seconds["spool"] / seconds["direct"]})
+    manager.close()
+    per_1k, rows = assembly_ms_per_1k(args["run"], 256, args["max_tokens"])
+    return {"pairs": pairs, "assemble_ms_per_1k_samples": per_1k, "assembled_rows": rows}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(Path(sys.argv[1]).read_text()))))

@@ -21,7 +21,7 @@ ground truth (commas and `$` dropped); `number` also takes a reply without `####
 number ("The answer is 72." scores 1.0 here, 0 in verl) and compares numbers ("72.0" = "72").
 That leniency is on purpose for small models that never learnt the format; use `match: gsm8k`
 for verl's strict rule, or `verl_reward: {"source": "default"}` for verl's function itself.
-tests/verl/test_rewards_table.py checks both against verl on one table of replies.
+tests/verl/test_manager.py checks both against verl on one table of replies.
 """
 
 from __future__ import annotations

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from orchestrator.grading.verl_reward import VerlRewardError, check_spec, score_with_verl
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import assemble
 from orchestrator.trainer.verl.servers import policy_version_of
@@ -100,3 +102,18 @@ def test_the_policy_version_a_batch_is_sampled_with() -> None:
     assert policy_version_of({"global_steps": 5}) == 4
     assert policy_version_of({"global_steps": 5, "validate": True}) == 5
     assert policy_version_of({}) is None and policy_version_of({"global_steps": "x"}) is None
+
+
+def test_a_custom_reward_function_is_called_the_way_verl_calls_it(tmp_path: Path) -> None:
+    module = tmp_path / "my_reward.py"
+    module.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
+                      "    return scale * (solution_str.strip() == ground_truth) + extra_info['index']\n")
+    instance = {"data_source": "x", "reward_model": {"ground_truth": "42"}, "extra_info": {"index": 2}}
+    spec = {"source": "custom", "path": str(module), "name": "compute_score", "reward_kwargs": {"scale": 3.0}}
+    assert score_with_verl(spec, instance, " 42 ") == {"reward": 5.0, "reward_extra_info": {"acc": 5.0}}
+    with pytest.raises(VerlRewardError, match="no function 'missing'"):
+        score_with_verl({**spec, "name": "missing"}, instance, "42")
+    with pytest.raises(VerlRewardError, match="must be"):
+        check_spec({"source": "elsewhere"})
+    with pytest.raises(VerlRewardError, match="needs verl on the EVAL workers"):   # verl is not installed here
+        score_with_verl({"source": "default"}, instance, "42")

@@ -60,6 +60,8 @@ def compose(args: dict[str, Any]) -> Any:
     if args.get("custom_reward"):
         overrides += [f"reward.custom_reward_function.path={args['custom_reward']}",
                       "reward.custom_reward_function.name=compute_score"]
+    if args.get("max_policy_lag") is not None:
+        overrides.append(f"+hpc_rollout.max_policy_lag={args['max_policy_lag']}")
     if args.get("max_tokens"):
         overrides.append(f"+hpc_rollout.sampling={{max_tokens:{args['max_tokens']}}}")
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
@@ -94,6 +96,19 @@ def recomputed_log_probs(model_dir: str, batch: Any, temperature: float) -> torc
     return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1)
 
 
+def verl_servers_client(config: Any, addresses: list[str]) -> Any:
+    """verl's own LLMServerClient over verl's own load balancer (a Ray actor), as LLMServerManager
+    builds them, for servers verl did not start (no GPU here): serve-llm's "host:port"."""
+    import ray
+
+    from verl.workers.rollout.llm_server import LLMServerClient
+    from verl.workers.rollout.router import get_router_handle
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    handle = get_router_handle(servers={address: None for address in addresses})
+    return LLMServerClient(config=config, load_balancer_handle=handle)
+
+
 def actor_config(config: Any) -> Any:
     """verl's ActorConfig dataclass (what its actor hands the policy loss), from the composed config."""
     from verl.utils.config import omega_conf_to_dataclass
@@ -116,12 +131,13 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     batch = input_batch(config, tokenizer, int(args["prompts"]))
     batch.meta_info["temperature"] = config.actor_rollout_ref.rollout.temperature
     gen_batch = RayPPOTrainer._get_gen_batch(None, batch)       # verl's own, as fit() calls it
-    gen_batch.meta_info["global_steps"] = 1
+    gen_batch.meta_info["global_steps"] = int(args.get("global_steps", 1))
     gen_batch_output = gen_batch.repeat(repeat_times=n, interleave=True)
 
     manager_class = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class,
                                         "AgentLoopManager")
-    manager = manager_class.create(config=config, llm_client=None, teacher_client=None,
+    llm_client = verl_servers_client(config, args["verl_servers"]) if args.get("verl_servers") else None
+    manager = manager_class.create(config=config, llm_client=llm_client, teacher_client=None,
                                    reward_loop_worker_handles=None)
     output = manager.generate_sequences(gen_batch_output)
     timing = output.meta_info.pop("timing")
@@ -199,7 +215,17 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
         "ground_truths": gold,
         "data_sources": [str(d) for d in batch.non_tensor_batch["data_source"]],
         "response_width": width,
+        "registry": json.loads(registry.read_text()) if (registry := Path(args["run"]) / "backends.json").exists() else None,
     }
+
+
+def score_table(args: dict[str, Any]) -> dict[str, Any]:
+    """verl's gsm8k scorer, directly and through default_compute_score, on (reply, truth) pairs."""
+    from verl.utils.reward_score import default_compute_score, gsm8k
+
+    table = args["table"]
+    return {"gsm8k": [gsm8k.compute_score(reply, truth) for reply, truth in table],
+            "default": [default_compute_score("openai/gsm8k", reply, truth) for reply, truth in table]}
 
 
 def run_all(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
@@ -210,7 +236,7 @@ def run_all(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
     for scenario in scenarios:
         started = time.monotonic()
         try:
-            results[scenario["name"]] = run(scenario)
+            results[scenario["name"]] = score_table(scenario) if "table" in scenario else run(scenario)
         except Exception as exc:   # reported to the test, which decides whether it was expected
             results[scenario["name"]] = {"error": type(exc).__name__, "message": str(exc),
                                          "traceback": traceback.format_exc()[-4000:]}

@@ -13,7 +13,11 @@ Scenarios, one spool each:
   mismatch   the backend registered raw, verl expects processed: refused before anything is queued
   verl_score gsm8k rows scored by verl's default_compute_score at EVAL (scripted replies)
   tool       a multi-turn tool task (`math`: a python tool call, then an answer), verl's math_dapo
-  time_limit some jobs slow: returned at the limit with what finished, the rest cancelled
+  verl_servers verl's LLMServerClient over its own load balancer (a Ray actor) names the server; the
+             manager registers it and moves it to each step's policy version
+  gsm8k_table verl's gsm8k scorer on a table of replies, against `answer`'s rules
+  time_limit half the prompts are 10-minute `sleep` jobs: returned at the limit with what finished,
+             the rest cancelled and masked
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hpc_rollout.handlers.answer import score
 from orchestrator import fsops
 from orchestrator.llm.local_server import LocalServer, start_server
 from orchestrator.llm.tiny_model import tiny_model_dir
@@ -43,6 +48,7 @@ from tests.verl.env import VerlEnv, verl_env
 pytestmark = [pytest.mark.llm, pytest.mark.bwrap]
 
 PROMPTS, N = 4, 4
+TIME_LIMIT_S = 20.0
 CUSTOM_REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
     """verl's custom_reward_function convention: a dict with `score` and extra info."""
@@ -59,6 +65,26 @@ SCRIPTS = [
         '<tool_call>{"name": "python", "arguments": {"code": "print(2 ** 10)"}}</tool_call>',
         "It is \\boxed{1000}."]},
     {"match": "", "replies": ["I do not know."]},
+]
+
+
+# `answer`'s rules against verl's own gsm8k scorer: `match: gsm8k` must agree on every row; `number`
+# (the default, lenient on purpose) differs exactly where handlers/answer.py says.
+#        reply                                  truth   number differs from verl
+TABLE = [
+    ("So 9 + 63 = 72.\n#### 72",                "72",   False),
+    ("The answer is 72.",                       "72",   True),
+    ("#### 72.0",                               "72",   True),
+    ("#### 72.",                                "72",   True),
+    ("#### 1,234",                              "1234", False),
+    ("#### $72",                                "72",   True),
+    ("####72",                                  "72",   True),
+    ("#### 71 (not 72)",                        "72",   False),
+    ("#### 72 then #### 73",                    "72",   False),
+    ("#### 72" + " and so on" * 40,             "72",   True),
+    ("#### -5",                                 "-5",   False),
+    ("no answer at all",                        "72",   False),
+    ("so 9 + 63 = 72",                          "72",   True),
 ]
 
 
@@ -116,10 +142,11 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
     common = {"model": model, "n": N, "prompts": PROMPTS, "prompt_length": 96, "response_length": 64,
               "temperature": 0.7, "max_tokens": 24}
     runs = {name: make_run(base / name, **{"shards.max_age_s": 0.3, "shards.idle_flush_s": 0.05})
-            for name in ("gsm8k", "mismatch", "scripted", "time_limit")}
+            for name in ("gsm8k", "mismatch", "scripted", "time_limit", "verl_servers")}
     cli("backend", "add", str(runs["gsm8k"].root), servers["sampling"].url)
     cli("backend", "add", str(runs["mismatch"].root), servers["sampling"].url, "--logprob-mode", "raw")
     cli("backend", "add", str(runs["scripted"].root), servers["scripted"].url)
+    cli("backend", "add", str(runs["time_limit"].root), servers["sampling"].url)
     questions = [(f"What is {a} + {b}? Answer with #### N.", str(a + b)) for a, b in ((3, 4), (5, 6), (8, 1), (2, 2))]
     gsm8k = write_parquet(base / "gsm8k.parquet", gsm8k_rows(questions))
     reward_file = base / "my_reward.py"
@@ -128,9 +155,9 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
                   "reward_model": {"style": "rule", "ground_truth": a},
                   "extra_info": {"index": i, "tools_kwargs": {"python": {"create_kwargs": {"ground_truth": a}}}}}
                  for i, (q, a) in enumerate((("What is 17 * 23?", "391"), ("What is 2 ** 10?", "1024")))]
-    sleep_rows = [{"data_source": "sleep", "prompt": [{"role": "user", "content": f"wait {i}"}],
-                   "reward_model": {"ground_truth": "-"}, "extra_info": {"index": i}, "run": 0.1 if i % 2 == 0 else 600.0}
-                  for i in range(PROMPTS)]
+    # even rows: gsm8k questions for `answer` (seconds); odd rows: `sleep` jobs of 10 minutes
+    mixed_rows = [{**row, "run": None} if i % 2 == 0 else {**row, "data_source": "sleep", "run": 600.0}
+                  for i, row in enumerate(gsm8k_rows(questions))]   # every row has every column (Parquet)
     scenarios = [
         {**common, "name": "gsm8k", "run": str(runs["gsm8k"].root), "parquet": gsm8k, "handler": "answer",
          "reward": "custom", "custom_reward": str(reward_file)},
@@ -140,11 +167,15 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
         {**common, "name": "tool", "run": str(runs["scripted"].root), "prompts": 2, "n": 2, "response_length": 256,
          "prompt_length": 1024, "max_tokens": 64,
          "parquet": write_parquet(base / "tool.parquet", tool_rows), "reward": "verl"},
-        {**common, "name": "time_limit", "run": str(runs["time_limit"].root), "n": 2,
-         "parquet": write_parquet(base / "sleep.parquet", sleep_rows), "time_limit_s": 8.0},
+        {**common, "name": "verl_servers", "run": str(runs["verl_servers"].root), "parquet": gsm8k,
+         "handler": "answer", "prompts": 2, "n": 2, "global_steps": 3, "max_policy_lag": 1,
+         "verl_servers": [servers["sampling"].url.removeprefix("http://").removesuffix("/v1")]},
+        {"name": "gsm8k_table", "table": [[reply, truth] for reply, truth, _ in TABLE]},
+        {**common, "name": "time_limit", "run": str(runs["time_limit"].root), "n": 2, "handler": "answer",
+         "parquet": write_parquet(base / "mixed.parquet", mixed_rows), "time_limit_s": TIME_LIMIT_S},
     ]
     workers = [start_main_worker(runs["gsm8k"]), start_verl_worker(verl, runs["scripted"]),
-               start_main_worker(runs["time_limit"])]
+               start_main_worker(runs["time_limit"]), start_main_worker(runs["verl_servers"])]
     try:
         arguments = base / "scenarios.json"
         arguments.write_text(json.dumps({"scenarios": scenarios}))
@@ -153,6 +184,7 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
         results = json.loads(done.stdout.strip().splitlines()[-1])
         results["left_running"] = {name: nothing_running(paths) for name, paths in runs.items()}
         results["queued_by_mismatch"] = fsops.list_names(runs["mismatch"].init_queue)
+        results["verl_server_url"] = servers["sampling"].url
     finally:
         for worker in workers:
             stop_worker(worker)
@@ -226,8 +258,31 @@ def test_the_time_limit_returns_what_finished_cancels_the_rest_and_leaves_nothin
     assert r["samples"] == PROMPTS * 2 and counts["ok"] == PROMPTS and counts["cancelled"] == PROMPTS
     assert counts["masked"] == PROMPTS and counts["ok"] + counts["masked"] == r["samples"]
     assert [s for s in r["statuses"]] == ["ok", "ok", "cancelled", "cancelled"] * (PROMPTS // 2)
-    fast = [m for m, s in zip(r["masked_tokens_per_sample"], r["statuses"]) if s == "cancelled"]
-    assert fast == [0] * PROMPTS                                                # masked: no loss token
-    assert 8.0 <= counts["seconds"] < 8.0 + 35
-    assert outcome["left_running"]["time_limit"] == []
-    assert r["advantages_finite"] and r["policy_loss_finite"]
+    tokens = dict.fromkeys(("ok", "cancelled"), 0)
+    for count, status in zip(r["masked_tokens_per_sample"], r["statuses"]):
+        tokens[status] += count
+    assert tokens["cancelled"] == 0 and tokens["ok"] > 0                        # masked: no loss token
+    assert TIME_LIMIT_S <= counts["seconds"] < TIME_LIMIT_S + 35                 # + the cancelled rows' grace
+    assert outcome["left_running"]["time_limit"] == []                          # nothing queued or claimed
+    assert r["advantages_finite"] and r["policy_loss_finite"] and r["mask_outside_attention"] == 0
+
+
+def test_verls_own_servers_are_registered_and_carry_the_policy_version_of_each_step(outcome: dict[str, Any]) -> None:
+    """verl's LLMServerClient over its real load balancer (a Ray actor) names the servers; the spool had none."""
+    r = ok(outcome["verl_servers"])
+    registry = r["registry"]
+    assert [b["url"] for b in registry["backends"]] == [outcome["verl_server_url"]]
+    entry = registry["backends"][0]
+    assert entry["logprob_mode"] == "processed" and entry["protocol"] == "vllm"
+    assert entry["tokenizer"] == str(tiny_model_dir())
+    # a training batch at global step 3 is sampled by the weights of step 2; lag 1 keeps versions >= 1
+    assert entry["policy_version"] == 2 and registry["policy_version"] == 2 and registry["min_policy_version"] == 1
+    assert r["versions"] == [2] * 4 and r["counts"]["ok"] == 4
+
+
+def test_the_gsm8k_rule_is_verls_and_number_differs_only_where_documented(outcome: dict[str, Any]) -> None:
+    verl = ok(outcome["gsm8k_table"])
+    assert verl["default"] == verl["gsm8k"]            # default_compute_score routes openai/gsm8k there
+    for (reply, truth, differs), expected in zip(TABLE, verl["gsm8k"]):
+        assert score(reply, truth, "gsm8k") == expected, reply
+        assert (score(reply, truth, "number") != expected) is differs, reply

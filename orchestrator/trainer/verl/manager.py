@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from verl import DataProto                      # this module is imported only when verl is used
+from verl.utils.ray_utils import auto_await
 
 from orchestrator.api import Spool
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
@@ -91,16 +93,12 @@ class SpoolLoopManager:
         self._tokenizer: Any = None
 
     @classmethod
-    def create(cls, *args: Any, **kwargs: Any) -> "SpoolLoopManager":
-        """What verl calls (`Manager.create(config=..., llm_client=..., ...)`), awaited or not."""
-        from verl.utils.ray_utils import auto_await
-
-        async def build() -> "SpoolLoopManager":
-            manager = cls(*args, **kwargs)
-            await manager._register_servers()
-            return manager
-
-        return auto_await(build)()
+    @auto_await
+    async def create(cls, *args: Any, **kwargs: Any) -> "SpoolLoopManager":
+        """What verl calls (`Manager.create(config=..., llm_client=..., ...)`), awaited or not (verl's auto_await)."""
+        manager = cls(*args, **kwargs)
+        await manager._register_servers()
+        return manager
 
     async def _register_servers(self) -> None:
         if self.llm_client is None or not self.settings.register_servers:
@@ -108,23 +106,18 @@ class SpoolLoopManager:
         addresses = await verl_server_addresses(self.llm_client)
         self.registered = register_verl_servers(self.registry, addresses, self.settings)
 
-    def generate_sequences(self, prompts: Any) -> Any:
-        """verl's batch in, verl's rollout batch out (DataProto); awaited or not, like verl's manager."""
-        from verl.utils.ray_utils import auto_await
+    @auto_await
+    async def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """verl's batch in, verl's rollout batch out; awaited or not, like verl's manager (auto_await)."""
+        return await asyncio.to_thread(self.generate, prompts)
 
-        async def run() -> Any:
-            return await asyncio.to_thread(self.generate, prompts)
-
-        return auto_await(run)()
-
-    def close(self, cancel: bool = True) -> None:
+    def close(self) -> None:
         """Stop following the shards (nothing is running between two calls of generate_sequences)."""
         self.reader.close()
 
     # -- one batch ------------------------------------------------------------------------------
-    def generate(self, prompts: Any) -> Any:
-        from verl import DataProto
-
+    def generate(self, prompts: DataProto) -> DataProto:
+        """The synchronous core of generate_sequences (what a benchmark or a plain script calls)."""
         if not isinstance(prompts, DataProto):
             raise VerlConfigError(
                 f"generate_sequences got a {type(prompts).__name__}: SpoolLoopManager speaks RayPPOTrainer's "
@@ -285,10 +278,9 @@ class SpoolLoopManager:
 
     # -- the result ----------------------------------------------------------------------------
     def _data_proto(self, assembled: Assembled, slots: Sequence[Mapping[str, Any] | None], waited: float,
-                    seconds: float, hand_logprobs: bool) -> Any:
+                    seconds: float, hand_logprobs: bool) -> DataProto:
         import torch
         from tensordict import TensorDict
-        from verl import DataProto
 
         tensors = {k: torch.from_numpy(v) for k, v in assembled.tensors.items()
                    if hand_logprobs or k != keys.ROLLOUT_LOG_PROBS}

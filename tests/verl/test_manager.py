@@ -15,6 +15,7 @@ Scenarios, one spool each:
   tool       a multi-turn tool task (`math`: a python tool call, then an answer), verl's math_dapo
   verl_servers verl's LLMServerClient over its own load balancer (a Ray actor) names the server; the
              manager registers it and moves it to each step's policy version
+  v1         verl 0.9.1's V1 trainer contract (a TensorDict in, TransferQueue out): refused, naming the fix
   gsm8k_table verl's gsm8k scorer on a table of replies, against `answer`'s rules
   time_limit half the prompts are 10-minute `sleep` jobs: returned at the limit with what finished,
              the rest cancelled and masked
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
@@ -167,6 +169,7 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
         {**common, "name": "verl_servers", "run": str(runs["verl_servers"].root), "parquet": gsm8k,
          "handler": "answer", "prompts": 2, "n": 2, "global_steps": 3, "max_policy_lag": 1,
          "verl_servers": [servers["sampling"].url.removeprefix("http://").removesuffix("/v1")]},
+        {**common, "name": "v1", "v1": True, "run": str(runs["mismatch"].root), "parquet": gsm8k},
         {"name": "gsm8k_table", "table": [[reply, truth] for reply, truth, _ in TABLE]},
         {**common, "name": "time_limit", "run": str(runs["time_limit"].root), "n": 2, "handler": "answer",
          "parquet": write_parquet(base / "mixed.parquet", mixed_rows), "time_limit_s": TIME_LIMIT_S},
@@ -182,6 +185,8 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
         results["left_running"] = {name: nothing_running(paths) for name, paths in runs.items()}
         results["queued_by_mismatch"] = fsops.list_names(runs["mismatch"].init_queue)
         results["verl_server_url"] = servers["sampling"].url
+        results["row_logprob_modes"] = sorted(set(ds.dataset(runs["gsm8k"].shards, format="parquet").to_table(
+            columns=["logprob_mode"]).column("logprob_mode").to_pylist()))
     finally:
         for worker in workers:
             stop_worker(worker)
@@ -216,6 +221,7 @@ def test_a_gsm8k_batch_comes_back_in_verls_layout_and_verls_code_accepts_it(outc
     # log-prob honesty: what the server returned (processed, T=0.7) is what verl's actor computes
     assert r["rollout_log_probs"] and r["logprob_gap"] < 1e-3
     assert r["counts"]["logprobs_mode"] == "processed"
+    assert outcome["row_logprob_modes"] == ["processed"]                          # the rows say it
     assert {"agent_loop/generate_sequences/mean", "agent_loop/compute_score/max", "agent_loop/num_preempted/min",
             "agent_loop/slowest/response_length"} <= set(r["timing_keys"])
     assert r["versions"] == [0] * samples
@@ -283,3 +289,8 @@ def test_the_gsm8k_rule_is_verls_and_number_differs_only_where_documented(outcom
     for (reply, truth, differs), expected in zip(TABLE, verl["gsm8k"]):
         assert score(reply, truth, "gsm8k") == expected, reply
         assert (score(reply, truth, "number") != expected) is differs, reply
+
+
+def test_verls_v1_trainer_contract_is_refused_with_the_setting_that_works(outcome: dict[str, Any]) -> None:
+    r = outcome["v1"]
+    assert r.get("error") == "VerlConfigError" and "trainer.use_v1=false" in r["message"], r

@@ -65,7 +65,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-verl-") as tmp:
         base = Path(tmp)
         verl = verl_env(base / "verl-env")
-        server = start_server(threads=None, extra_args=("--logprobs-mode", "processed", "--max-batch", "16"))
+        # One model thread: on 2 cores the other is for the workers (and the direct client), as in
+        # benchmarks.backends; else the spool side measures CPU contention with the model, not orchestration.
+        server = start_server(threads=1, extra_args=("--logprobs-mode", "processed", "--max-batch", "16"))
         try:
             paths, _ = init_run(base / "run", {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
             BackendRegistry.of(paths).add(server.url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))
@@ -102,9 +104,15 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
            load_after: tuple[float, ...], inner_s: float) -> None:
     pairs = figures["pairs"]
     print_table(f"generate_sequences, {args.prompts} prompts x {args.samples} samples, {args.max_tokens} tokens each",
-                ["pair", "first", "spool s", "direct s", "spool / direct"],
-                [[i + 1, p["first"], p["spool"], p["direct"], p["ratio"]] for i, p in enumerate(pairs)])
+                ["pair", "first", "spool s", "direct s", "spool / direct", "job RUN s (mean)", "job queue s (mean)"],
+                [[i + 1, p["first"], p["spool"], p["direct"], p["ratio"], p["run_s_mean"], p["queue_s_mean"]]
+                 for i, p in enumerate(pairs)])
     ratio = median([p["ratio"] for p in pairs])
+    inside = figures["inside_jobs"]
+    print_table(f"inside the {inside['jobs']} spool jobs (means, seconds)", ["LLM answer", "RUN", "RUN outside the LLM",
+                                                                            "EVAL", "queued"],
+                [[inside["llm_s_mean"], inside["run_s_mean"], inside["run_outside_llm_s_mean"], inside["eval_s_mean"],
+                  inside["queue_s_mean"]]])
     assembly = figures["assembly"]
     assemble_ms = assembly["total"]
     print_table(f"shards -> DataProto, {assembly['rows']} rows (120-token prompts, 50-400-token responses), ms per 1,000",
@@ -125,6 +133,7 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
         "assemble_ms_per_1k_samples": round(assemble_ms, 2), "assemble_target_ms": TARGET_ASSEMBLE_MS,
         "assemble_ok": assemble_ms <= TARGET_ASSEMBLE_MS, "assembled_rows": assembly["rows"],
         "assemble_split_ms": {k: round(v, 2) for k, v in assembly.items() if k not in ("rows", "total")},
+        "inside_jobs_s": {k: round(v, 4) for k, v in inside.items()},
         "load_before": round(load_before[0], 2), "load_after": round(load_after[0], 2),
     })
 

@@ -122,6 +122,21 @@ def assembly_ms_per_1k(base: Path, rows: int, prompt_length: int, response_lengt
     return best
 
 
+def inside_jobs(run: str) -> dict[str, float]:
+    """Where the measured jobs' time went, from their rows: the LLM answer (turn latency) vs the rest
+    of RUN (prompt rendering, routing, the session), EVAL, and the queues (not charged to jobs)."""
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(Path(run) / "shards", format="parquet").to_table(
+        columns=["run_s", "eval_s", "queue_s", "turns", "handler"]).to_pylist()
+    rows = [r for r in rows if r["turns"] and r["turns"][0]["output_ids"] and len(r["turns"][0]["output_ids"]) > 2]
+    llm = [sum(t["latency_s"] or 0.0 for t in r["turns"]) for r in rows]
+    return {"jobs": len(rows), "llm_s_mean": float(np.mean(llm)), "run_s_mean": float(np.mean([r["run_s"] for r in rows])),
+            "run_outside_llm_s_mean": float(np.mean([r["run_s"] - l for r, l in zip(rows, llm)])),
+            "eval_s_mean": float(np.mean([r["eval_s"] for r in rows])),
+            "queue_s_mean": float(np.mean([r["queue_s"] for r in rows]))}
+
+
 def main(args: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.llm.tiny_model import load_tokenizer
     from orchestrator.trainer.verl.manager import SpoolLoopManager
@@ -142,12 +157,16 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                 counts = out.meta_info["hpc_rollout"]
                 if counts["ok"] != len(batch):
                     raise RuntimeError(f"spool run {run}: {counts}")
+                timing = out.meta_info["timing"]
+                seconds["run_s_mean"] = timing["agent_loop/generate_sequences/mean"]
+                seconds["queue_s_mean"] = timing["hpc_rollout/queue_s/mean"]
             else:
                 seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
         pairs.append({**seconds, "first": order[0], "ratio": seconds["spool"] / seconds["direct"]})
     manager.close()
+    inside = inside_jobs(args["run"])
     assembly = assembly_ms_per_1k(Path(args["base"]), args["assemble_rows"], 256, 512)
-    return {"pairs": pairs, "assembly": assembly}
+    return {"pairs": pairs, "assembly": assembly, "inside_jobs": inside}
 
 
 if __name__ == "__main__":

@@ -11,6 +11,17 @@ Instance: a verl row as it is, e.g. from the gsm8k parquet of verl's examples:
     exact     the stripped reply equals the stripped ground truth
 Reward 1.0 or 0.0. Sampling parameters come from the job; an instance "sampling" object
 overrides them for that task (e.g. max_tokens).
+
+With an instance key `verl_reward` (orchestrator/grading/verl_reward.py) the reply is scored by
+verl's own default_compute_score or a custom reward function instead, at EVAL.
+
+The `number` rule vs verl's gsm8k scorer (`verl.utils.reward_score.gsm8k`, strict by default):
+verl scores only a `#### N` in the reply's last 300 characters, compared as a string with the
+ground truth (commas and `$` dropped); `number` also takes a reply without `####` by its last
+number ("The answer is 72." scores 1.0 here, 0 in verl) and compares numbers ("72.0" = "72").
+That leniency is on purpose for small models that never learnt the format; use `match: gsm8k`
+for verl's strict rule, or `verl_reward: {"source": "default"}` for verl's function itself.
+tests/verl/test_manager.py checks both against verl on one table of replies.
 """
 
 from __future__ import annotations
@@ -19,13 +30,16 @@ import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
 
-MATCHES = ("number", "prefix", "exact")
+MATCHES = ("number", "gsm8k", "prefix", "exact")
+GSM8K_CLIP_CHARS = 300          # verl's gsm8k scorer reads only the reply's tail
+GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -49,6 +63,8 @@ def check_instance(instance: dict[str, Any]) -> None:
         raise ValueError(f"answer instance match {match_rule(instance)!r}; valid: {', '.join(MATCHES)}")
     if not isinstance(instance.get("sampling", {}), dict):
         raise ValueError("answer instance 'sampling' must be an object of sampling parameters")
+    if VERL_REWARD in instance:
+        check_spec(instance[VERL_REWARD])
 
 
 def final_number(text: str) -> float | None:
@@ -62,7 +78,15 @@ def final_number(text: str) -> float | None:
         return None
 
 
+def gsm8k_strict(reply: str, truth: str) -> float:
+    """verl's gsm8k rule (strict): the last `#### N` of the reply's last 300 characters, as a string."""
+    found = GSM8K_STRICT.findall(reply[-GSM8K_CLIP_CHARS:])
+    return float(bool(found) and found[-1].replace(",", "").replace("$", "") == truth)
+
+
 def score(reply: str, truth: str, rule: str) -> float:
+    if rule == "gsm8k":
+        return gsm8k_strict(reply, truth)
     if rule == "prefix":
         return float(reply.startswith(truth))
     if rule == "exact":
@@ -104,5 +128,7 @@ class AnswerHandler(AgentHandler):
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
+        if VERL_REWARD in instance:
+            return score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")))
         truth = str(instance["reward_model"]["ground_truth"])
         return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}

@@ -2,7 +2,9 @@
 
 Instance: {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
 The model answers `messages`; after each reply the next user turn is appended, until the
-user turns run out. Sampling parameters come from the job (`submit --sampling`); an optional
+user turns run out. A verl row (`{"data_source": "chat", "prompt": [...], "reward_model": ...,
+"extra_info": ...}`, the README's example) is taken as it is: its `prompt` (chat messages, or a
+string for one user message) is the conversation when there are no `messages`. Sampling parameters come from the job (`submit --sampling`); an optional
 instance key "sampling" overrides them for that task (e.g. a per-task max_tokens).
 
 Reward (deterministic, from the trajectory alone): the share of letters and spaces in the
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpc_rollout.handlers.task_rows import prompt_messages
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
+from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
@@ -24,10 +28,14 @@ if TYPE_CHECKING:
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def check_instance(instance: dict[str, Any]) -> None:
+def chat_messages(instance: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conversation to start from: `messages`, else a verl row's `prompt`; checked."""
+    if "messages" not in instance and instance.get("prompt") is not None:
+        return prompt_messages(instance) or []
     messages = instance.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ValueError("chat instance needs 'messages': a non-empty list of {role, content}")
+        raise ValueError("chat instance needs 'messages': a non-empty list of {role, content} "
+                         "(or a verl row's 'prompt')")
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ROLES \
                 or not isinstance(message.get("content"), str):
@@ -35,11 +43,18 @@ def check_instance(instance: dict[str, Any]) -> None:
                 f"chat instance messages[{index}] must be {{'role': one of {', '.join(ROLES)}, "
                 f"'content': str}}, got {message!r}"
             )
+    return messages
+
+
+def check_instance(instance: dict[str, Any]) -> None:
+    chat_messages(instance)
     if not isinstance(instance.get("sampling", {}), dict):
         raise ValueError("chat instance 'sampling' must be an object of sampling parameters")
     turns = instance.get("user_turns", [])
     if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
         raise ValueError("chat instance 'user_turns' must be a list of strings")
+    if VERL_REWARD in instance:
+        check_spec(instance[VERL_REWARD])
 
 
 def prose_share(texts: list[str]) -> float:
@@ -66,7 +81,8 @@ class ChatHandler(AgentHandler):
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:
-            conversation = Conversation(await llm.tokenizer(), instance["messages"])
+            tokenizer = await llm.tokenizer()
+            conversation = Conversation(tokenizer, chat_messages(instance))
             for index in range(len(user_turns) + 1):
                 turn = await llm.generate(conversation.input_ids, sampling)
                 replies.append(conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason))
@@ -76,8 +92,11 @@ class ChatHandler(AgentHandler):
                 if index < len(user_turns):
                     conversation.add_messages([{"role": "user", "content": user_turns[index]}])
         versions = [t["policy_version"] for t in turns]
+        trajectory = conversation.to_json()
+        if VERL_REWARD in instance:   # what verl's reward managers score: the decoded response
+            trajectory["response_text"] = tokenizer.decode(list(trajectory["response_ids"]), skip_special_tokens=True)
         return {
-            **conversation.to_json(),
+            **trajectory,
             "turns": turns,
             "replies": replies,
             "policy_version_min": min(versions),
@@ -86,4 +105,6 @@ class ChatHandler(AgentHandler):
         }
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
+        if VERL_REWARD in ctx.job.instance:
+            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, str(result.get("response_text", "")))
         return {"reward": prose_share(list(result.get("replies", [])))}

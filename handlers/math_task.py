@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages
 from orchestrator.agent.tool_handler import ToolAgentHandler
 from orchestrator.agent.loop import AgentLimits, TextReply
+from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, decoded_response, score_with_verl
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
@@ -74,9 +75,17 @@ class MathHandler(ToolAgentHandler):
     def reference_result(self, task: MathTask, which: str) -> dict[str, Any]:
         return {"answer": task.answer if which == "golden" else "", "final_text": ""}
 
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        super().validate_instance(instance)
+        if VERL_REWARD in instance:
+            check_spec(instance[VERL_REWARD])
+
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         from orchestrator.grading.math_answers import shared_verifier
 
+        if VERL_REWARD in ctx.job.instance:   # verl's scorer on the decoded response (grading/verl_reward.py)
+            text = await decoded_response(ctx.paths, result)
+            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, text)
         task = self.task(ctx.job.instance)
         graded = candidate(result)
         check = await asyncio.to_thread(shared_verifier().check, task.answer, graded)

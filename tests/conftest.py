@@ -6,7 +6,7 @@ Every test gets an `xdist_group`, the unit a worker runs whole:
 - every other test: its module, so that a module-scoped fixture (a server, a finished run) is
   set up once, on one worker.
 The order of the units is the order the workers take them: the long, wait-bound Slurm group
-first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh) and of vLLM
+first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh), of vLLM and of verl
 (installed in the background) last, so that their builds overlap the rest.
 Without xdist the marks do nothing but the order applies as well.
 """
@@ -36,7 +36,8 @@ def rank_of(item: pytest.Item, group: str) -> int:
     if group == SLURM_GROUP:
         return 0
     fixtures = getattr(item, "fixturenames", ())
-    if "/tests/vllm/" in item.path.as_posix() or any(name in fixtures for name in BACKGROUND_FIXTURES):
+    if any(f"/tests/{heavy}/" in item.path.as_posix() for heavy in ("vllm", "verl")) \
+            or any(name in fixtures for name in BACKGROUND_FIXTURES):
         return 3
     return 1 if group in LONG_MODULES else 2
 

@@ -60,23 +60,34 @@ def backend() -> None:
               help="Policy version served (default: the registry's current one).")
 @click.option("--node", default=None, help="Node the server runs on (default: the URL's host).")
 @click.option("--check", is_flag=True, help="Refuse to add a URL whose GET /health does not answer 200.")
+@click.option("--logprob-mode", default=None, metavar="raw|processed",
+              help="The logprobs the server returns: raw (vLLM's default) or processed (after temperature: "
+                   "SGLang, vLLM --logprobs-mode processed_logprobs, verl's rollout default). Default: what "
+                   "the server announces in /v1/models, else the protocol's default.")
 def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: str | None,
-        version: int | None, node: str | None, check: bool) -> None:
+        version: int | None, node: str | None, check: bool, logprob_mode: str | None) -> None:
     """Register the server at URL (replaces an entry with the same URL).
 
     A URL that does not answer GET /health is added with a warning (workers mark it down until
-    it answers); with --check it is refused.
+    it answers); with --check it is refused. The kind of logprobs it returns is recorded with
+    it (every row's turns carry it): --logprob-mode, else what the server says, else the
+    protocol's default.
     """
+    from orchestrator.llm.logprob_mode import resolve_logprob_mode
+
     registry = registry_of(run_dir)
     try:
         problem = health_problem_now(normalize_url(url))
         if problem and check:
             raise click.ClickException(f"{url} does not answer ({problem}); not added (--check): start the "
                                        "server first, or add it without --check to route to it once it answers")
-        entry = registry.add(url, protocol=protocol, model=model, tokenizer=tokenizer, version=version, node=node)
+        mode, source = resolve_logprob_mode(normalize_url(url), protocol, logprob_mode, ask=problem is None)
+        entry = registry.add(url, protocol=protocol, model=model, tokenizer=tokenizer, version=version, node=node,
+                             logprob_mode=mode)
     except LLMError as exc:
         raise fail(exc) from None
-    click.echo(f"added {entry.url} ({entry.protocol.value}, node {entry.node}, version {entry.policy_version})")
+    click.echo(f"added {entry.url} ({entry.protocol.value}, node {entry.node}, version {entry.policy_version}, "
+               f"{mode.value} logprobs: {source})")
     if problem:
         click.echo(f"warning: {entry.url} does not answer yet ({problem}); workers mark it down and probe it "
                    "until it does (use --check to refuse such URLs)", err=True)

@@ -30,17 +30,22 @@ import click
 @click.option("--scripted", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Answer with predetermined completions from this JSON/JSONL file (rendered to ids by "
                    "the model's tokenizer; no weights are loaded). See orchestrator/devserver/scripted.py.")
+@click.option("--logprobs-mode", type=click.Choice(["raw", "processed"]), default=None,
+              help="Logprobs of every endpoint: raw (log_softmax of the logits) or processed (after "
+                   "temperature), announced in /v1/models so `backend add` records it. Default: each "
+                   "endpoint as its stock server (/v1/completions raw like vLLM, /generate processed like SGLang).")
 @click.option("--legacy-vllm", is_flag=True, hidden=True,
               help="Answer like vLLM < 0.10.2 (no token_ids), to exercise the client's fallback.")
 def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: Path | None,
               max_model_len: int, max_batch: int, threads: int | None, weight_version: str,
-              scripted: Path | None, legacy_vllm: bool) -> None:
+              scripted: Path | None, logprobs_mode: str | None, legacy_vllm: bool) -> None:
     """A reference LLM server speaking vLLM's token-in/token-out protocol (and SGLang's /generate).
 
     \b
       hpc-rollout serve-llm --tiny --port 8000 &
       hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
       hpc-rollout serve-llm --tiny --scripted replies.jsonl --port 0   # a scripted policy
+      hpc-rollout serve-llm --tiny --logprobs-mode processed --port 0   # verl's rollout default
     """
     if tiny == (model_dir is not None):
         raise click.UsageError("give exactly one of --model DIR or --tiny")
@@ -56,7 +61,7 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
     options = ServerOptions(
         model_dir=directory.absolute(), host=host, port=port, record=record,
         max_model_len=max_model_len, max_batch=max_batch, threads=threads,
-        weight_version=weight_version, legacy_vllm=legacy_vllm,
+        weight_version=weight_version, legacy_vllm=legacy_vllm, logprobs_mode=logprobs_mode,
         scripted=scripted.absolute() if scripted else None,
     )
     asyncio.run(serve(options))

@@ -3,7 +3,13 @@
 Endpoints: GET /health, /v1/models, /model_info; POST /v1/completions (token ids in,
 `token_ids` + per-token logprobs out), /generate (SGLang's native shape), /tokenize,
 /detokenize; weight reload while serving as vLLM (/collective_rpc reload_weights) and SGLang
-(/update_weights_from_disk) do it (orchestrator/devserver/reload.py). With a record file, every generation appends one JSON line:
+(/update_weights_from_disk) do it (orchestrator/devserver/reload.py).
+
+Logprobs: by default each endpoint answers as the stock server it imitates (/v1/completions raw,
+like vLLM; /generate processed, like SGLang) and /v1/models says nothing about them. Started with
+`logprobs_mode` (serve-llm --logprobs-mode raw|processed) both endpoints return that kind, and
+/v1/models and /model_info announce it (`logprobs_mode`), which `backend add` records.
+With a record file, every generation appends one JSON line:
 {"endpoint", "prompt_ids", "output_ids", "logprobs", "finish_reason", "time"}.
 """
 
@@ -42,6 +48,7 @@ class ServerOptions:
     weight_version: str = "0"
     legacy_vllm: bool = False    # behave like vLLM < 0.10.2: no token_ids in answers
     scripted: Path | None = None # answer with the scripted completions in this file (llm/scripted.py)
+    logprobs_mode: str | None = None   # raw | processed for every endpoint; None: each endpoint's stock kind
 
 
 class ReferenceServer:
@@ -90,13 +97,21 @@ class ReferenceServer:
         except ValueError as exc:  # e.g. no scripted completion matches the prompt
             raise web.HTTPBadRequest(text=str(exc)) from None
         if self._record is not None:
-            logprobs = result.processed_logprobs if endpoint == "/generate" else result.raw_logprobs
+            logprobs = self.served_logprobs(endpoint, result)
             line = {"time": time.time(), "endpoint": endpoint, "prompt_ids": prompt,
                     "output_ids": result.output_ids, "logprobs": logprobs,
                     "finish_reason": result.finish_reason}
             self._record.write(orjson.dumps(line) + b"\n")
             self._record.flush()
         return result
+
+    def served_logprobs(self, endpoint: str, result: GenResult) -> list[float]:
+        """The kind of logprobs this endpoint answers with (see the module doc)."""
+        mode = self.options.logprobs_mode or ("processed" if endpoint == "/generate" else "raw")
+        return result.processed_logprobs if mode == "processed" else result.raw_logprobs
+
+    def announced(self) -> dict[str, str]:
+        return {"logprobs_mode": self.options.logprobs_mode} if self.options.logprobs_mode else {}
 
     # -- routes ---------------------------------------------------------------------------
     async def health(self, _: web.Request) -> web.Response:
@@ -105,11 +120,11 @@ class ReferenceServer:
     async def models(self, _: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{
             "id": self.model_id, "object": "model", "owned_by": "hpc-rollout",
-            "max_model_len": self.options.max_model_len}]})
+            "max_model_len": self.options.max_model_len, **self.announced()}]})
 
     async def model_info(self, _: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_id, "is_generation": True,
-                                  "weight_version": self.weight_version})
+                                  "weight_version": self.weight_version, **self.announced()})
 
     async def completions(self, http: web.Request) -> web.Response:
         body = await read_body(http)
@@ -133,9 +148,10 @@ class ReferenceServer:
         }
         if body.get("logprobs") is not None:
             tokens = [f"token_id:{i}" if as_ids else self.tokenizer.decode([i]) for i in result.output_ids]
+            logprobs = self.served_logprobs("/v1/completions", result)
             choice["logprobs"] = {
-                "text_offset": [], "token_logprobs": [max(lp, -9999.0) for lp in result.raw_logprobs],
-                "tokens": tokens, "top_logprobs": [{t: lp} for t, lp in zip(tokens, result.raw_logprobs)],
+                "text_offset": [], "token_logprobs": [max(lp, -9999.0) for lp in logprobs],
+                "tokens": tokens, "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs)],
             }
         if body.get("return_token_ids") and not self.options.legacy_vllm:
             choice["token_ids"] = result.output_ids
@@ -170,7 +186,7 @@ class ReferenceServer:
         }
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [
-                [lp, i, None] for lp, i in zip(result.processed_logprobs, result.output_ids)
+                [lp, i, None] for lp, i in zip(self.served_logprobs("/generate", result), result.output_ids)
             ]
         return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids,
                 "meta_info": meta}

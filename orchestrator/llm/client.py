@@ -44,7 +44,7 @@ class Completion:
     output_ids: list[int]
     logprobs: list[float]
     finish_reason: str                  # stop | length | abort
-    logprob_mode: str                   # raw (vLLM default) | processed (after temperature)
+    logprob_mode: str                   # raw | processed (after temperature): the backend's served_logprobs
     weight_version: str | None = None   # what the server reports, when it does
 
 
@@ -119,7 +119,7 @@ class BackendClient(abc.ABC):
         wanted = next((int(sampling[k]) for k in MAX_TOKENS_KEYS if k in sampling), DEFAULT_MAX_TOKENS)
         room = wanted if info.max_model_len is None else min(wanted, info.max_model_len - len(prompt_ids))
         if room <= 0:  # the context is full: nothing can be sampled, the conversation ends
-            return Completion([], [], "length", "raw")
+            return Completion([], [], "length", self.backend.served_logprobs.value)
         path, body = self.build_request(info.model_id, list(prompt_ids), room, params)
         return self.parse_response(await self.request("POST", path, body))
 

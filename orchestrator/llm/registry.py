@@ -6,10 +6,13 @@ where flock is not) and replace the file atomically; readers never lock. Format:
     {"format": 1, "policy_version": 4, "min_policy_version": 3, "updated_at": 1732230000.0,
      "backends": [{"url": "http://node17:8000/v1", "protocol": "vllm", "model": "...",
                    "tokenizer": null, "policy_version": 4, "node": "node17", "state": "up",
-                   "added_at": 1732230000.0, "state_changed_at": 1732230000.0, "reason": ""}]}
+                   "added_at": 1732230000.0, "state_changed_at": 1732230000.0, "reason": "",
+                   "logprob_mode": "raw"}]}
 
 `min_policy_version` (optional): the oldest policy whose samples are still trained on (current
 minus the trainer's max_policy_lag); jobs that sampled with an older one are cancelled.
+`logprob_mode` (optional): `raw` or `processed`, what the server returns (llm/logprob_mode.py);
+absent or null: the protocol's default (vLLM raw, SGLang processed).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from orchestrator.spool import fsops
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
+from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode, protocol_default
 from orchestrator.spool.lease import LockTimeout, acquire
 from orchestrator.spool.paths import SpoolPaths, current_node
 
@@ -97,11 +101,18 @@ class Backend:
     added_at: float = 0.0
     state_changed_at: float = 0.0
     reason: str = ""
+    logprob_mode: LogprobMode | None = None   # None: the protocol's default (see served_logprobs)
+
+    @property
+    def served_logprobs(self) -> LogprobMode:
+        """The logprobs this server returns: as recorded at `backend add`, else its protocol's default."""
+        return self.logprob_mode or protocol_default(self.protocol.value)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["protocol"] = self.protocol.value
         data["state"] = self.state.value
+        data["logprob_mode"] = self.logprob_mode.value if self.logprob_mode else None
         return data
 
     @classmethod
@@ -117,6 +128,7 @@ class Backend:
             added_at=float(data.get("added_at", 0.0)),
             state_changed_at=float(data.get("state_changed_at", 0.0)),
             reason=str(data.get("reason", "")),
+            logprob_mode=parse_logprob_mode(data["logprob_mode"]) if data.get("logprob_mode") else None,
         )
 
 
@@ -157,7 +169,7 @@ def parse_snapshot(raw: bytes, path: Path) -> Snapshot:
         backends = tuple(Backend.from_json(b) for b in data["backends"])
         return Snapshot(int(data.get("policy_version", 0)), backends, float(data.get("updated_at", 0)),
                         int(data.get("min_policy_version", 0)))
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RegistryError) as exc:
         raise RegistryCorrupt(
             f"backend registry {path} is corrupt ({exc}); no task is routed until it is fixed: "
             f"repair it by hand or run `hpc-rollout backend clear {path.parent} --force` "
@@ -236,17 +248,23 @@ class BackendRegistry:
         tokenizer: str | None = None,
         version: int | None = None,
         node: str | None = None,
+        logprob_mode: LogprobMode | str | None = None,
     ) -> Backend:
-        """Add (or replace) the backend at `url`; its version defaults to the registry's."""
+        """Add (or replace) the backend at `url`; its version defaults to the registry's.
+
+        `logprob_mode`: what the server returns (raw | processed); None records nothing, and its
+        protocol's default applies. `hpc-rollout backend add` asks the server when not told.
+        """
         url = normalize_url(url)
         protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
         with self._locked() as snap:
             backend = Backend(
                 url=url, protocol=protocol, model=model, tokenizer=tokenizer,
                 policy_version=snap.policy_version if version is None else check_version(version),
                 node=node or node_of(url), state=BackendState.UP,
-                added_at=now, state_changed_at=now,
+                added_at=now, state_changed_at=now, logprob_mode=mode,
             )
             others = tuple(b for b in snap.backends if b.url != url)
             top = max(snap.policy_version, backend.policy_version)
@@ -289,6 +307,7 @@ class BackendRegistry:
         protocol: Protocol | str = Protocol.VLLM,
         model: str | None = None,
         tokenizer: str | None = None,
+        logprob_mode: LogprobMode | str | None = None,
     ) -> Snapshot:
         """Replace the whole backend set and bump the policy version in one atomic write.
 
@@ -299,6 +318,7 @@ class BackendRegistry:
             raise RegistryError("swap needs at least one backend URL")
         clean = [normalize_url(u) for u in urls]
         protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
         with self._locked() as snap:
             new_version = snap.policy_version + 1 if version is None else check_version(version)
@@ -310,6 +330,8 @@ class BackendRegistry:
                     tokenizer=tokenizer if tokenizer is not None else getattr(previous.get(u), "tokenizer", None),
                     policy_version=new_version, node=node_of(u),
                     state=BackendState.UP, added_at=now, state_changed_at=now,
+                    # a URL kept across the swap keeps what its server said it returns
+                    logprob_mode=mode if mode is not None else getattr(previous.get(u), "logprob_mode", None),
                 )
                 for u in dict.fromkeys(clean)
             )

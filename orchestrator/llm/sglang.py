@@ -1,6 +1,7 @@
 """SGLang's native /generate with input_ids in, output ids and logprobs out.
 
-Logprobs are SGLang's default: log_softmax(logits / T), after temperature ("processed").
+Logprobs are SGLang's: log_softmax(logits / T), after temperature ("processed"), unless the
+registry entry says otherwise (`served_logprobs`, recorded at `backend add`).
 Weight reload: POST /update_weights_from_disk {model_path, weight_version}.
 """
 
@@ -49,7 +50,7 @@ class SGLangClient(BackendClient):
             output_ids=[int(i) for i in ids],
             logprobs=[float(t[0]) for t in triples],
             finish_reason=str(reason),
-            logprob_mode="processed",
+            logprob_mode=self.backend.served_logprobs.value,
             weight_version=str(version) if version is not None else None,
         )
 

@@ -2,7 +2,8 @@
 
 Token ids come from `token_ids` (vLLM >= 0.10.2 with return_token_ids) or, on older servers,
 from the `tokens` strings "token_id:N" (return_tokens_as_token_ids, vLLM >= 0.8.0).
-Logprobs are vLLM's default: before temperature/top-p ("raw"). Weight reload uses the
+Which logprobs they are (raw by vLLM's default, processed with `--logprobs-mode processed_logprobs`)
+is the registry entry's `served_logprobs`, recorded at `backend add`. Weight reload uses the
 dev-mode routes (VLLM_SERVER_DEV_MODE=1): /collective_rpc reload_weights, /update_weight_version.
 """
 
@@ -53,7 +54,7 @@ class VLLMClient(BackendClient):
             output_ids=[int(i) for i in ids],
             logprobs=[float(x) if x is not None else float("nan") for x in token_logprobs],
             finish_reason=str(choice.get("finish_reason") or "stop"),
-            logprob_mode="raw",
+            logprob_mode=self.backend.served_logprobs.value,
         )
 
     async def reload(self, checkpoint: str, version: int) -> None:

@@ -65,6 +65,7 @@ SCHEMA = pa.schema([
     ("policy_version_max", pa.int64()),
     ("model", pa.string()),                  # model id(s) that sampled the turns, in order of use
     ("tokenizer_hash", pa.string()),         # tokenizer identity(ies) of those turns
+    ("logprob_mode", pa.string()),           # raw | processed: the kind(s) of logprobs of those turns
     ("init_s", pa.float64()),
     ("run_s", pa.float64()),
     ("eval_s", pa.float64()),
@@ -179,6 +180,7 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
         # A handler without an LLM session may name its model and tokenizer itself.
         "model": extra.pop("model", None) or _distinct([t["model"] for t in turns or []]),
         "tokenizer_hash": extra.pop("tokenizer_hash", None) or _distinct([t["tokenizer_hash"] for t in turns or []]),
+        "logprob_mode": _distinct([t["logprob_mode"] for t in turns or []]),
         "init_s": timings.get("init_s"),
         "run_s": timings.get("run_s"),
         "eval_s": timings.get("eval_s"),

@@ -11,7 +11,10 @@ longest response R; `input_ids` = prompts ++ responses.
     prompts [N, P]          responses [N, R]          response_mask [N, R] (1 = sampled token, the
     old_logprobs [N, R]     rewards [N]               loss mask: tool/observation tokens and pad are 0)
     advantages [N, R]       token_level_scores [N, R] (the reward on the last response token)
-    old_log_probs           = old_logprobs (verl's name)
+    rollout_log_probs       = old_logprobs (verl's name for the sampler's logprobs)
+
+verl's names come from orchestrator/trainer/verl/keys.py. There is no `old_log_probs`: verl
+recomputes that key itself and merges it with DataProto.union, which would assert on ours.
 
 Advantages (`advantage=`): "grpo" = (r - group mean) / (group std + eps) with the unbiased std,
 as verl computes it (a group of one gets mean 0, std 1); "drgrpo" = r - group mean (Dr. GRPO:
@@ -35,8 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.trainer.verl import keys as verl_keys
+
 Row = dict[str, Any]
-VERL_ALIASES = {"old_log_probs": "old_logprobs"}
+# verl's name -> ours, for arrays both name (the same array under two keys).
+VERL_ALIASES = {verl_keys.ROLLOUT_LOG_PROBS: "old_logprobs"}
 
 
 class FailedPolicy(str, enum.Enum):

@@ -38,10 +38,12 @@ def test_verl_rows_for_math_are_accepted_by_submit(tmp_path: Path) -> None:
         assert report.rejected == [] and report.jobs == jobs
     ticket = queued_tickets(paths.init_queue)[0]
     assert (ticket.job.handler, ticket.job.instance_id, ticket.job.data_source) == ("math", "7", "math")
-    # the same row sent to the chat handler is refused: chat needs "messages"
+    # the same row sent to the chat handler: its verl `prompt` is the conversation (tests/trainer/test_verl_submit.py)
     jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat"}) + "\n")
+    assert submit_file(paths, jsonl).jobs == 1
+    jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat", "prompt": []}) + "\n")
     refused = submit_file(paths, jsonl)
-    assert refused.jobs == 0 and "chat instance needs 'messages'" in refused.rejected[0].reason
+    assert refused.jobs == 0 and "'prompt' must be a non-empty list" in refused.rejected[0].reason
     task = math_task(VERL_MATH)
     assert (task.answer, task.prompt) == ("391", ({"role": "user", "content": "What is 17 * 23?"},))
 

@@ -45,10 +45,13 @@ def test_padded_arrays_masks_and_grpo_advantages_by_hand() -> None:
 
 def test_verl_key_names_and_torch_tensors() -> None:
     tensors = GroupBatcher().build(groups()).tensors()
-    for key in ("prompts", "responses", "response_mask", "attention_mask", "position_ids", "old_log_probs",
+    for key in ("prompts", "responses", "response_mask", "attention_mask", "position_ids", "rollout_log_probs",
                 "token_level_scores", "input_ids", "old_logprobs", "advantages", "rewards"):
         assert key in tensors, key
-    assert tensors["old_log_probs"] is tensors["old_logprobs"]
+    # The sampler's logprobs are verl's `rollout_log_probs`. `old_log_probs` is the one verl recomputes
+    # and merges with DataProto.union, which asserts equal values on a shared key: never ours.
+    assert "old_log_probs" not in tensors and "old_log_probs" not in GroupBatcher().build(groups()).numpy()
+    assert tensors["rollout_log_probs"] is tensors["old_logprobs"]
     assert str(tensors["input_ids"].dtype) == "torch.int64" and str(tensors["advantages"].dtype) == "torch.float32"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hpc_rollout.handlers.answer import final_number, score
+from hpc_rollout.handlers.chat import chat_messages
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import queued_tickets
 from orchestrator.config import ConfigError, RunConfig
@@ -77,3 +79,25 @@ def test_answer_rules() -> None:
     assert score("#### 71 (not 72)", "72", "number") == 0.0
     assert score("7 apples", "7", "prefix") == 1.0 and score(" 7", "7", "prefix") == 0.0
     assert score("  yes ", "yes", "exact") == 1.0 and score("no answer", "72", "number") == 0.0
+
+
+README_VERL_ROW = {"data_source": "chat", "prompt": [{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": "Say hi."}],
+                   "reward_model": {"style": "rule", "ground_truth": "hi"}, "extra_info": {"index": 4}}
+
+
+def test_the_readme_verl_example_runs_on_chat_its_prompt_the_conversation(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(README_VERL_ROW) + "\n")
+    report = submit_file(paths, rows, samples=2)
+    assert report.rejected == [] and report.jobs == 2
+    job = queued_tickets(paths.init_queue)[0].job
+    assert (job.handler, job.data_source, job.instance_id) == ("chat", "chat", "4")
+    assert chat_messages(job.instance) == README_VERL_ROW["prompt"]
+    assert chat_messages({"messages": [{"role": "user", "content": "a"}], "prompt": "ignored"}) == [
+        {"role": "user", "content": "a"}]                      # the chat handler's own shape wins
+    assert chat_messages({"prompt": "Say hi."}) == [{"role": "user", "content": "Say hi."}]
+    for bad, why in (({}, "needs 'messages'"), ({"prompt": [{"role": "robot", "content": "x"}]}, r"prompt\[0\]")):
+        with pytest.raises(ValueError, match=why):
+            chat_messages(bad)

@@ -1,0 +1,142 @@
+"""verl's rollout through the spool vs the same prompts sent straight to the same backend.
+
+    python -m benchmarks.verl [--prompts 64] [--samples 4] [--max-tokens 32] [--pairs 3]
+                              [--workers 1] [--run-pool 16]
+    python -m benchmarks.verl --quick          # 8 prompts x 2 samples, one pair (the smoke size)
+
+serve-llm --tiny (processed logprobs, verl's default) and a run with warm local workers (`answer`
+handler) are started here; the measurement runs in verl's venv (scripts/verl-setup.sh), where
+SpoolLoopManager lives (benchmarks/verl_pairs.py):
+- spool: generate_sequences on a verl batch of prompts x samples (submit, workers, shards, reader,
+  assembly into verl's DataProto), wall time;
+- direct: the same prompt ids to the same server's /v1/completions, the same sampling (every
+  sample exactly --max-tokens long: ignore_eos), at the workers' concurrency (workers x run pool);
+- pairs alternate which side goes first; overhead_ratio = median of spool / direct over the
+  pairs (neighbours, so drift of a shared machine cancels). Target <= 1.10 at 64 x 4.
+- assemble_ms_per_1k_samples: shards to DataProto on synthetic trajectory rows (benchmarks.tail's:
+  120-token prompts, 50-400-token responses; 4,000 rows, 1,000 with --quick): a fresh reader
+  decodes the shards, rows -> verl's layout (256 + 512 wide) -> DataProto, best of three, per
+  1,000 samples. Target <= 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit_json, median, print_table
+from orchestrator.app.local_launch import start_local_workers
+from orchestrator.devserver.local_server import start_server
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.spool.rundir import init_run
+from orchestrator.submission.submit import submit_rows
+from orchestrator.worker.options import WorkerOptions
+from benchmarks.backends import wait_drained, wait_for_workers
+from tests.verl.env import verl_env
+
+TARGET_RATIO = 1.10
+TARGET_ASSEMBLE_MS = 200.0
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--run-pool", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="8 prompts x 2 samples, one pair: a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.prompts, args.samples, args.pairs, args.max_tokens = 8, 2, 1, 8
+    return args
+
+
+def main() -> None:
+    args = parse()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-verl-") as tmp:
+        base = Path(tmp)
+        verl = verl_env(base / "verl-env")
+        # One model thread: on 2 cores the other is for the workers (and the direct client), as in
+        # benchmarks.backends; else the spool side measures CPU contention with the model, not orchestration.
+        server = start_server(threads=1, extra_args=("--logprobs-mode", "processed", "--max-batch", "16"))
+        try:
+            paths, _ = init_run(base / "run", {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
+            BackendRegistry.of(paths).add(server.url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))
+            options = WorkerOptions(run_pool=args.run_pool, init_pool=args.run_pool, eval_pool=args.run_pool,
+                                    runtime="local")
+            launch = start_local_workers(paths, args.workers, options, verbose=0)
+            try:
+                wait_for_workers(paths, args.workers)
+                warmup = [{"prompt": [{"role": "user", "content": f"warm-up {i}"}],
+                           "reward_model": {"ground_truth": "0"}, "sampling": {"max_tokens": 2}}
+                          for i in range(args.workers * args.run_pool)]
+                submit_rows(paths, enumerate(warmup, 1), handler="answer")
+                wait_drained(paths, len(warmup))
+                inner = {"run": str(paths.root), "url": server.url, "model": str(tiny_model_dir()),
+                         "prompts": args.prompts, "samples": args.samples, "max_tokens": args.max_tokens,
+                         "pairs": args.pairs, "concurrency": args.workers * args.run_pool,
+                         "base": str(base), "assemble_rows": 1000 if args.quick else 4000}
+                arguments = base / "args.json"
+                arguments.write_text(json.dumps(inner))
+                began = time.monotonic()
+                done = verl.run("-m", "benchmarks.verl_pairs", str(arguments), timeout=3600)
+                if done.returncode != 0:
+                    raise SystemExit(f"benchmarks.verl_pairs failed:\n{done.stderr[-4000:]}")
+                figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+                inner_s = time.monotonic() - began
+            finally:
+                launch.terminate(timeout_s=60)
+        finally:
+            server.stop()
+    report(args, figures, load_before, os.getloadavg(), inner_s)
+
+
+def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple[float, ...],
+           load_after: tuple[float, ...], inner_s: float) -> None:
+    pairs = figures["pairs"]
+    print_table(f"generate_sequences, {args.prompts} prompts x {args.samples} samples, {args.max_tokens} tokens each",
+                ["pair", "first", "spool s", "direct s", "spool / direct", "job RUN s (mean)", "job queue s (mean)"],
+                [[i + 1, p["first"], p["spool"], p["direct"], p["ratio"], p["run_s_mean"], p["queue_s_mean"]]
+                 for i, p in enumerate(pairs)])
+    ratio = median([p["ratio"] for p in pairs])
+    inside = figures["inside_jobs"]
+    print_table(f"inside the {inside['jobs']} spool jobs (means, seconds)", ["LLM answer", "RUN", "RUN outside the LLM",
+                                                                            "EVAL", "queued"],
+                [[inside["llm_s_mean"], inside["run_s_mean"], inside["run_outside_llm_s_mean"], inside["eval_s_mean"],
+                  inside["queue_s_mean"]]])
+    assembly = figures["assembly"]
+    assemble_ms = assembly["total"]
+    print_table(f"shards -> DataProto, {assembly['rows']} rows (120-token prompts, 50-400-token responses), ms per 1,000",
+                ["step", "ms"], [["decode + rows (fresh reader)", assembly["read"]],
+                                 ["verl's layout (assemble)", assembly["layout"]], ["DataProto", assembly["data_proto"]]])
+    print_table("figures vs targets", ["figure", "measured", "target"], [
+        ["overhead_ratio (median)", ratio, f"<= {TARGET_RATIO}"],
+        ["assemble_ms_per_1k_samples", assemble_ms, f"<= {TARGET_ASSEMBLE_MS:.0f}"],
+    ])
+    print(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f} (2 cores); "
+          f"verl-venv process {inner_s:.0f} s (its imports included)")
+    emit_json({
+        "benchmark": "verl", "quick": args.quick, "prompts": args.prompts, "samples": args.samples,
+        "max_tokens": args.max_tokens, "pairs": len(pairs), "concurrency": args.workers * args.run_pool,
+        "overhead_ratio": round(ratio, 4), "overhead_ratio_target": TARGET_RATIO,
+        "overhead_ratio_ok": ratio <= TARGET_RATIO,
+        "spool_s": [round(p["spool"], 3) for p in pairs], "direct_s": [round(p["direct"], 3) for p in pairs],
+        "assemble_ms_per_1k_samples": round(assemble_ms, 2), "assemble_target_ms": TARGET_ASSEMBLE_MS,
+        "assemble_ok": assemble_ms <= TARGET_ASSEMBLE_MS, "assembled_rows": assembly["rows"],
+        "assemble_split_ms": {k: round(v, 2) for k, v in assembly.items() if k not in ("rows", "total")},
+        "inside_jobs_s": {k: round(v, 4) for k, v in inside.items()},
+        "load_before": round(load_before[0], 2), "load_after": round(load_after[0], 2),
+    })
+
+
+if __name__ == "__main__":
+    main()

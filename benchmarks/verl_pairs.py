@@ -1,0 +1,173 @@
+"""The inside of `python -m benchmarks.verl`, run in verl's venv (it needs verl's DataProto).
+
+    python -m benchmarks.verl_pairs ARGS.json     # prints one JSON object last
+
+Paired runs on one warm spool: SpoolLoopManager.generate_sequences on a verl batch of P prompts x
+N samples, and the same prompt ids sent straight to the same backend (/v1/completions, the same
+sampling, the workers' concurrency), alternating which goes first. Then the assembly on its own:
+synthetic trajectory shards (1,000-row shards of benchmarks.tail's rows) read by a fresh reader,
+rows -> verl's layout (prompt_length 256, response_length 512) -> DataProto.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+def verl_batch(prompts: int, samples: int, run: int) -> Any:
+    from verl import DataProto
+
+    rows = []
+    for index in range(prompts):
+        rows.append({"data_source": "openai/gsm8k", "ability": "math",
+                     "raw_prompt": [{"role": "user", "content": f"Run {run}, question {index}: what is {index} + 1?"}],
+                     "reward_model": {"style": "rule", "ground_truth": str(index + 1)},
+                     "extra_info": {"index": index}})
+    batch = DataProto.from_single_dict({
+        "dummy_tensor": __import__("torch").zeros((prompts, 1), dtype=__import__("torch").uint8),
+        **{key: np.array([r[key] for r in rows], dtype=object) for key in rows[0]},
+        "uid": np.array([str(uuid.uuid4()) for _ in rows], dtype=object),
+    })
+    batch.meta_info["global_steps"] = 1
+    return batch.repeat(repeat_times=samples, interleave=True)
+
+
+def config_of(args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "actor_rollout_ref": {"model": {"path": args["model"]}, "rollout": {
+            "n": args["samples"], "prompt_length": 256, "response_length": args["max_tokens"],
+            "temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs_mode": "processed_logprobs",
+            "calculate_log_probs": True, "name": "vllm"}},
+        # ignore_eos: every sample is max_tokens long on both sides, the same work
+        "hpc_rollout": {"spool": args["run"], "handler": "answer", "poll_s": 0.02, "sampling": {"ignore_eos": True}},
+    }
+
+
+async def direct(url: str, prompt_ids: list[list[int]], args: dict[str, Any]) -> float:
+    """The same prompts straight to the backend, `concurrency` at a time; seconds."""
+    limit = asyncio.Semaphore(args["concurrency"])
+    model = args["model"]
+    async with httpx.AsyncClient(timeout=600) as http:
+        async def one(ids: list[int]) -> None:
+            async with limit:
+                answer = await http.post(f"{url}/completions", json={
+                    "model": model, "prompt": ids, "max_tokens": args["max_tokens"], "temperature": 1.0,
+                    "top_p": 1.0, "n": 1, "logprobs": 0, "return_token_ids": True,
+                    "return_tokens_as_token_ids": True, "skip_special_tokens": False, "ignore_eos": True})
+                answer.raise_for_status()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(ids) for ids in prompt_ids))
+        return time.perf_counter() - started
+
+
+def rendered(tokenizer: Any, batch: Any) -> list[list[int]]:
+    from orchestrator.llm.conversation import Conversation
+
+    return [list(Conversation(tokenizer, list(messages)).prompt_ids) for messages in batch.non_tensor_batch["raw_prompt"]]
+
+
+def assembly_ms_per_1k(base: Path, rows: int, prompt_length: int, response_length: int) -> dict[str, float]:
+    """Shards -> DataProto on `rows` synthetic trajectory rows (benchmarks.tail's: 120-token prompts,
+    50-400-token responses) in 1,000-row shards: a fresh reader decodes them, rows -> verl's
+    layout -> DataProto. Best of three (a shared machine); ms per 1,000 rows, and the split."""
+    import random
+
+    import torch
+    from tensordict import TensorDict
+
+    from benchmarks.tail import trajectory_row
+    from orchestrator.config import Shards
+    from orchestrator.spool.shards import ShardWriter
+    from orchestrator.spool.rundir import init_run
+    from orchestrator.trainer.tail import RowReader
+    from orchestrator.trainer.verl.assemble import assemble
+    from orchestrator.trainer.verl.manager import ROW_COLUMNS
+    from verl import DataProto
+
+    paths, _ = init_run(base / "assembly")
+    rng = random.Random(0)
+    writer = ShardWriter(paths, "w", Shards(max_rows=1000))
+    template = [trajectory_row(rng, f"j{i}", f"g{i // 8}", i % 8) for i in range(1000)]
+    for shard in range(max(1, rows // 1000)):
+        for index, row in enumerate(template):
+            writer.add({**row, "job_id": f"s{shard}-{index}", "group_id": f"s{shard}-g{index // 8}"}, "t")
+        writer.commit()
+    writer.close()
+    best: dict[str, float] = {}
+    for _ in range(3):
+        began = time.perf_counter()
+        with RowReader(paths, columns=ROW_COLUMNS) as reader:
+            fetched = list(reader.rows())
+        read = time.perf_counter()
+        out = assemble(fetched, [r["group_id"] for r in fetched], [[0]] * len(fetched), prompt_length, response_length)
+        laid = time.perf_counter()
+        DataProto(batch=TensorDict({k: torch.from_numpy(v) for k, v in out.tensors.items()}, batch_size=len(fetched)),
+                  non_tensor_batch=out.non_tensors, meta_info={})
+        done = time.perf_counter()
+        per_1k = 1000.0 / len(fetched) * 1000.0
+        figures = {"total": (done - began) * per_1k, "read": (read - began) * per_1k,
+                   "layout": (laid - read) * per_1k, "data_proto": (done - laid) * per_1k, "rows": len(fetched)}
+        if not best or figures["total"] < best["total"]:
+            best = figures
+    return best
+
+
+def inside_jobs(run: str) -> dict[str, float]:
+    """Where the measured jobs' time went, from their rows: the LLM answer (turn latency) vs the rest
+    of RUN (prompt rendering, routing, the session), EVAL, and the queues (not charged to jobs)."""
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(Path(run) / "shards", format="parquet").to_table(
+        columns=["run_s", "eval_s", "queue_s", "turns", "handler"]).to_pylist()
+    rows = [r for r in rows if r["turns"] and r["turns"][0]["output_ids"] and len(r["turns"][0]["output_ids"]) > 2]
+    llm = [sum(t["latency_s"] or 0.0 for t in r["turns"]) for r in rows]
+    return {"jobs": len(rows), "llm_s_mean": float(np.mean(llm)), "run_s_mean": float(np.mean([r["run_s"] for r in rows])),
+            "run_outside_llm_s_mean": float(np.mean([r["run_s"] - l for r, l in zip(rows, llm)])),
+            "eval_s_mean": float(np.mean([r["eval_s"] for r in rows])),
+            "queue_s_mean": float(np.mean([r["queue_s"] for r in rows]))}
+
+
+def main(args: dict[str, Any]) -> dict[str, Any]:
+    from orchestrator.devserver.tiny_model import load_tokenizer
+    from orchestrator.trainer.verl.manager import SpoolLoopManager
+
+    manager = SpoolLoopManager(config_of(args))
+    tokenizer = load_tokenizer(args["model"])
+    pairs = []
+    for run in range(args["pairs"]):
+        batch = verl_batch(args["prompts"], args["samples"], run)
+        ids = rendered(tokenizer, batch)
+        order = ("spool", "direct") if run % 2 == 0 else ("direct", "spool")
+        seconds: dict[str, float] = {}
+        for side in order:
+            if side == "spool":
+                began = time.perf_counter()
+                out = manager.generate(batch)
+                seconds["spool"] = time.perf_counter() - began
+                counts = out.meta_info["hpc_rollout"]
+                if counts["ok"] != len(batch):
+                    raise RuntimeError(f"spool run {run}: {counts}")
+                timing = out.meta_info["timing"]
+                seconds["run_s_mean"] = timing["agent_loop/generate_sequences/mean"]
+                seconds["queue_s_mean"] = timing["hpc_rollout/queue_s/mean"]
+            else:
+                seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
+        pairs.append({**seconds, "first": order[0], "ratio": seconds["spool"] / seconds["direct"]})
+    manager.close()
+    inside = inside_jobs(args["run"])
+    assembly = assembly_ms_per_1k(Path(args["base"]), args["assemble_rows"], 256, 512)
+    return {"pairs": pairs, "assembly": assembly, "inside_jobs": inside}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(Path(sys.argv[1]).read_text()))))

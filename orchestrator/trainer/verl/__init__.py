@@ -1,0 +1,25 @@
+"""verl on hpc-rollout: the spool as verl's rollout engine (an optional extra: `pip install 'hpc-rollout[verl]'`).
+
+    actor_rollout_ref.rollout.agent.agent_loop_manager_class=orchestrator.trainer.verl.SpoolLoopManager
+    +hpc_rollout.spool=/scratch/spool/run1
+
+verl is imported only by the modules that need it (manager, assemble, rewards at EVAL), and only
+when used: importing this package, its key names (`keys`) or its config block (`settings`) needs
+no verl. docs/trainer.md "Train with verl" has the whole story.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["SpoolLoopManager"]
+
+
+def __getattr__(name: str) -> Any:
+    # `orchestrator.trainer.verl.SpoolLoopManager` is the name verl's config takes; resolving it
+    # lazily keeps `import orchestrator.trainer.verl.keys` free of verl, torch and ray.
+    if name == "SpoolLoopManager":
+        from orchestrator.trainer.verl.manager import SpoolLoopManager
+
+        return SpoolLoopManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,255 @@
+"""The `hpc_rollout` block of a verl config, and the verl rollout settings the manager follows.
+
+    python -m verl.trainer.main_ppo ... \\
+      actor_rollout_ref.rollout.agent.agent_loop_manager_class=orchestrator.trainer.verl.SpoolLoopManager \\
+      +hpc_rollout.spool=/scratch/spool/run1 +hpc_rollout.handler=answer +hpc_rollout.time_limit_s=600
+
+Keys of `hpc_rollout` (every one bounded; an unknown key is an error that lists the valid ones):
+    spool            run directory (created when missing)                               required
+    handler          handler for rows whose data_source names none                      None
+    source_handlers  {data_source: handler}, over run.toml's [data_sources]             {}
+    time_limit_s     generate_sequences returns at this limit with what finished; the  None (wait for all)
+                     rest is cancelled and masked
+    max_policy_lag   samples older than the current policy - lag are stale (-1: none)   run.toml's
+    poll_s           how often the shards are polled                                    0.05
+    reward           handler | verl (verl's default_compute_score) | custom            handler
+                     (`reward.custom_reward_function` of verl's config: path, name, reward_kwargs)
+    register_servers register verl's own rollout servers in the spool's registry       true
+    sampling         extra sampling parameters for every job (e.g. {"max_tokens": 256}) {}
+
+From verl's config: rollout.n (samples per prompt), rollout.prompt_length / response_length (the
+padding), rollout.temperature / top_p / top_k (and val_kwargs for validation), rollout.logprobs_mode
+(the kind of logprobs the trainer expects), rollout.name (the protocol of its own servers),
+actor_rollout_ref.model.path (their tokenizer).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.llm.errors import RegistryError
+from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
+
+BLOCK = "hpc_rollout"
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+MAX_LENGTH = 1 << 20
+
+
+class VerlConfigError(ValueError):
+    """The verl config cannot drive the spool as written; the message names the key and the fix."""
+
+
+class RewardSource(str, enum.Enum):
+    HANDLER = "handler"   # the handler's own EVAL (the default)
+    VERL = "verl"         # verl.utils.reward_score.default_compute_score, at EVAL on our workers
+    CUSTOM = "custom"     # verl's custom_reward_function convention (path, name, reward_kwargs)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p}
+        if self.top_k > 0:
+            params["top_k"] = self.top_k
+        return params
+
+
+@dataclass(frozen=True)
+class CustomReward:
+    path: str
+    name: str = "compute_score"
+    reward_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "name": self.name, "reward_kwargs": dict(self.reward_kwargs)}
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    spool: Path
+    handler: str | None = None
+    source_handlers: Mapping[str, str] = field(default_factory=dict)
+    time_limit_s: float | None = None
+    max_policy_lag: int | None = None
+    poll_s: float = 0.05
+    reward: RewardSource = RewardSource.HANDLER
+    custom_reward: CustomReward | None = None
+    register_servers: bool = True
+    extra_sampling: Mapping[str, Any] = field(default_factory=dict)
+    # from verl's rollout config
+    samples: int = 1
+    prompt_length: int = 512
+    response_length: int = 512
+    sampling: Sampling = field(default_factory=Sampling)
+    validation_sampling: Sampling = field(default_factory=Sampling)
+    logprobs_mode: LogprobMode = LogprobMode.PROCESSED
+    server_protocol: str = "vllm"
+    tokenizer: str | None = None
+
+    def reward_spec(self) -> dict[str, Any] | None:
+        """What a job's instance carries under `verl_reward` (None: the handler scores)."""
+        if self.reward is RewardSource.VERL:
+            return {"source": "default"}
+        if self.reward is RewardSource.CUSTOM and self.custom_reward is not None:
+            return {"source": "custom", **self.custom_reward.to_json()}
+        return None
+
+
+KNOWN_KEYS = ("spool", "handler", "source_handlers", "time_limit_s", "max_policy_lag", "poll_s", "reward",
+              "register_servers", "sampling")
+
+
+def to_plain(config: Any) -> Any:
+    """A DictConfig (or anything mapping-like) as plain dicts and lists, interpolations resolved."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(config, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(config, resolve=True)
+    except ImportError:   # no omegaconf: already plain
+        pass
+    return config
+
+
+def parse_settings(config: Any) -> ManagerSettings:
+    """ManagerSettings from the whole verl config (DictConfig or plain dict)."""
+    plain = to_plain(config)
+    if not isinstance(plain, Mapping):
+        raise VerlConfigError(f"the verl config must be a mapping, got {type(plain).__name__}")
+    block = plain.get(BLOCK)
+    if not isinstance(block, Mapping):
+        raise VerlConfigError(f"the verl config has no `{BLOCK}` block: add at least `+{BLOCK}.spool=RUN_DIR`")
+    unknown = sorted(set(block) - set(KNOWN_KEYS))
+    if unknown:
+        raise VerlConfigError(f"unknown key(s) {', '.join(f'{BLOCK}.{k}' for k in unknown)}; "
+                              f"valid: {', '.join(KNOWN_KEYS)}")
+    rollout = _mapping(_dig(plain, "actor_rollout_ref", "rollout"), "actor_rollout_ref.rollout")
+    spool = block.get("spool")
+    if not isinstance(spool, str) or not spool.strip():
+        raise VerlConfigError(f"{BLOCK}.spool must be the run directory's path (e.g. /scratch/spool/run1)")
+    reward = _choice(RewardSource, block.get("reward", "handler"), f"{BLOCK}.reward")
+    custom = _custom_reward(plain) if reward is RewardSource.CUSTOM else None
+    try:
+        mode = parse_logprob_mode(rollout.get("logprobs_mode") or "processed_logprobs",
+                                  "actor_rollout_ref.rollout.logprobs_mode")
+    except RegistryError as exc:
+        raise VerlConfigError(str(exc)) from None
+    handler = block.get("handler")
+    if handler is not None and (not isinstance(handler, str) or not handler):
+        raise VerlConfigError(f"{BLOCK}.handler must name a handler, e.g. answer")
+    sources = block.get("source_handlers") or {}
+    if not isinstance(sources, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                   for k, v in sources.items()):
+        raise VerlConfigError(f"{BLOCK}.source_handlers must map data_source names to handler names")
+    extra = block.get("sampling") or {}
+    if not isinstance(extra, Mapping):
+        raise VerlConfigError(f"{BLOCK}.sampling must be a mapping of sampling parameters, e.g. {{max_tokens: 256}}")
+    model_path = _dig(plain, "actor_rollout_ref", "model", "path")
+    return ManagerSettings(
+        spool=Path(spool).expanduser(),
+        handler=handler,
+        source_handlers=dict(sources),
+        time_limit_s=_optional_seconds(block.get("time_limit_s"), f"{BLOCK}.time_limit_s"),
+        max_policy_lag=_optional_int(block.get("max_policy_lag"), f"{BLOCK}.max_policy_lag", -1, 1_000_000),
+        poll_s=_seconds(block.get("poll_s", 0.05), f"{BLOCK}.poll_s", 0.001, 60.0),
+        reward=reward,
+        custom_reward=custom,
+        register_servers=_flag(block.get("register_servers", True), f"{BLOCK}.register_servers"),
+        extra_sampling=dict(extra),
+        samples=_int(rollout.get("n", 1), "actor_rollout_ref.rollout.n", 1, 100_000),
+        prompt_length=_int(rollout.get("prompt_length", 512), "actor_rollout_ref.rollout.prompt_length", 1, MAX_LENGTH),
+        response_length=_int(rollout.get("response_length", 512), "actor_rollout_ref.rollout.response_length",
+                             1, MAX_LENGTH),
+        sampling=_sampling(rollout, "actor_rollout_ref.rollout"),
+        validation_sampling=_sampling(_mapping(rollout.get("val_kwargs") or {}, "rollout.val_kwargs"),
+                                      "actor_rollout_ref.rollout.val_kwargs"),
+        logprobs_mode=mode,
+        server_protocol="sglang" if str(rollout.get("name") or "vllm") == "sglang" else "vllm",
+        tokenizer=model_path if isinstance(model_path, str) else None,
+    )
+
+
+def _custom_reward(plain: Mapping[str, Any]) -> CustomReward:
+    # verl 0.9 reads reward.custom_reward_function; the older top-level key is copied there by verl too.
+    found = _dig(plain, "reward", "custom_reward_function") or plain.get("custom_reward_function") or {}
+    path = found.get("path") if isinstance(found, Mapping) else None
+    if not isinstance(path, str) or not path:
+        raise VerlConfigError(f"{BLOCK}.reward=custom needs reward.custom_reward_function.path=FILE.py "
+                              "(and .name, default compute_score)")
+    if not Path(path).expanduser().is_file():
+        raise VerlConfigError(f"reward.custom_reward_function.path {path!r} is not a file the workers can read")
+    kwargs = found.get("reward_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise VerlConfigError("reward.custom_reward_function.reward_kwargs must be a mapping")
+    return CustomReward(str(Path(path).expanduser().resolve()), str(found.get("name") or "compute_score"), dict(kwargs))
+
+
+def _sampling(section: Mapping[str, Any], where: str) -> Sampling:
+    return Sampling(
+        temperature=_number(section.get("temperature", 1.0), f"{where}.temperature", 0.0, 100.0),
+        top_p=_number(section.get("top_p", 1.0), f"{where}.top_p", 0.0, 1.0),
+        top_k=_int(section.get("top_k", -1) if section.get("top_k") is not None else -1, f"{where}.top_k", -1, 1 << 31),
+    )
+
+
+def _dig(data: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)  # type: ignore[assignment]
+    return data
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise VerlConfigError(f"{where} must be a mapping")
+    return value
+
+
+def _choice(kind: type[enum.Enum], value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        raise VerlConfigError(f"{where} {value!r} is not valid; use one of {', '.join(m.value for m in kind)}") from None
+
+
+def _number(value: Any, where: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise VerlConfigError(f"{where} must be a number in [{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def _int(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise VerlConfigError(f"{where} must be an integer in [{low}, {high}], got {value!r}")
+    return value
+
+
+def _optional_int(value: Any, where: str, low: int, high: int) -> int | None:
+    return None if value is None else _int(value, where, low, high)
+
+
+def _seconds(value: Any, where: str, low: float, high: float) -> float:
+    return _number(value, where, low, high)
+
+
+def _optional_seconds(value: Any, where: str) -> float | None:
+    return None if value is None else _seconds(value, where, 0.001, MAX_TIME_LIMIT_S)
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise VerlConfigError(f"{where} must be true or false, got {value!r}")
+    return value

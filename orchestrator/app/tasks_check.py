@@ -62,6 +62,8 @@ async def _check_one(handler: AgentHandler, services: WorkerServices, line: int,
         ctx = _context(handler, services, instance, f"check-{line:07d}-{which}")
         try:
             scored = await handler.eval(ctx, references[which])
+        except ImportError:
+            raise   # a package the grader needs is missing: true of every task, said once by the caller
         except Exception as exc:  # a task that crashes its grader is broken
             check.scores[which] = None
             check.problems.append(f"{which}: grading failed: {type(exc).__name__}: {exc}")

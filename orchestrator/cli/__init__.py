@@ -51,4 +51,4 @@ _register_all()
 def main() -> None:
     from orchestrator.cli.errors import run_guarded
 
-    run_guarded(lambda: cli(prog_name="hpc-rollout"))
+    run_guarded(lambda: cli.main(prog_name="hpc-rollout", standalone_mode=False))

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 import orjson
-from rich.console import Console
 
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.console import Tone, say, styled, tell
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.report.inspect_job import JobNotFound, inspect_job
@@ -21,11 +22,6 @@ from orchestrator.spool.rows import SCHEMA
 from orchestrator.spool.rundir import init_run, open_run
 from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
 from orchestrator.trainer.tail import RowReader
-
-# Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
 
 def _open(run_dir: str) -> Any:
     try:
@@ -67,13 +63,13 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
         paths, _ = init_run(run_dir, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    out.print(f"run directory ready: {paths.root}")
-    out.print(f"  settings: {paths.run_config}")
-    out.print(f"  next: hpc-rollout submit {run_dir} tasks.jsonl --samples 8")
+    say(f"run directory ready: {paths.root}")
+    say(f"  settings: {paths.run_config}")
+    say(f"  next: hpc-rollout submit {run_dir} tasks.jsonl --samples 8")
 
 
 @click.command("submit")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("tasks_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--handler", help="Handler for bare instances (rows without a handler or data_source).")
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(1, 9999),
@@ -133,26 +129,25 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:
-        err.print(f"[red]{tasks_file}:{problem.line}[/red]: {problem.reason}")
+        tell(styled(f"{tasks_file}:{problem.line}", Tone.ERROR), f": {problem.reason}")
     elapsed = time.monotonic() - started
     if strict and report.rejected:
-        err.print(f"[red]rejected the whole file[/red] (--strict): {len(report.rejected)} malformed row(s)")
+        tell(styled("rejected the whole file", Tone.ERROR), f" (--strict): {len(report.rejected)} malformed row(s)")
         sys.exit(1)
-    out.print(
-        f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
-        f"queued in {elapsed:.1f}s" + (f", [red]{len(report.rejected)} row(s) rejected[/red]" if report.rejected else "")
-    )
+    rejected = styled(f", {len(report.rejected)} row(s) rejected", Tone.ERROR) if report.rejected else ""
+    say(f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
+        f"queued in {elapsed:.1f}s", rejected)
     if report.batches and report.batches < report.jobs:
-        out.print(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
+        say(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
     if report.jobs:
-        out.print(f"  jobs {report.first_job} .. {report.last_job}")
-        out.print(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
+        say(f"  jobs {report.first_job} .. {report.last_job}")
+        say(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
     if report.rejected:
         sys.exit(1)
 
 
 @click.command("inspect")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
@@ -165,46 +160,46 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(_dumps(report, indent=True))
         return
-    out.print(f"[bold]job {job_id}[/bold]  ({report.get('where')})")
-    out.print(f"handler: {report.get('handler')}   attempt: {report.get('attempt', report.get('row', {}).get('attempt'))}")
-    out.print(f"input: {_dumps(report.get('instance'))}")
+    say(styled(f"job {job_id}", Tone.STRONG), f"  ({report.get('where')})")
+    say(f"handler: {report.get('handler')}   attempt: {report.get('attempt', report.get('row', {}).get('attempt'))}")
+    say(f"input: {_dumps(report.get('instance'))}")
     if report.get("sampling"):
-        out.print(f"sampling: {_dumps(report.get('sampling'))}")
-    out.print("timeline:")
+        say(f"sampling: {_dumps(report.get('sampling'))}")
+    say("timeline:")
     origin = report["timeline"][0]["t"] if report["timeline"] else 0.0
     for event in report["timeline"]:
         extra = {k: v for k, v in event.items() if k not in ("t", "job", "event", "worker")}
-        out.print(f"  +{event['t'] - origin:9.3f}s  {event['event']:<16} {event.get('worker', '')}  {_dumps(extra) if extra else ''}")
+        say(f"  +{event['t'] - origin:9.3f}s  {event['event']:<16} {event.get('worker', '')}  {_dumps(extra) if extra else ''}")
     if report.get("outputs"):
-        out.print(f"outputs: {_dumps(report['outputs'])[:4000]}")
+        say(f"outputs: {_dumps(report['outputs'])[:4000]}")
     if report.get("row"):
         row = report["row"]
         seconds = "  ".join(f"{k}={row[k + '_s']:.3f}s" for k in ("init", "run", "eval", "queue") if row.get(k + "_s") is not None)
-        out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
+        say(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
         if row.get("model") or row.get("tokenizer_hash"):
-            out.print(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
+            say(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
         if row.get("stop_reason"):
-            out.print(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
-                      f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
+            say(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
+                f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
         for call in row.get("tool_calls") or []:
-            out.print(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
+            say(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
             status = f"exit={call['exit_code']} {call['output_chars']} chars {call['latency_ms']:.1f} ms"
-            out.print(f"           -> {status}" + (f" [red]error: {call['error']}[/red]" if call.get("error") else ""))
-            for line in (call.get("output") or "").splitlines()[:8]:
-                out.print(f"           | {line[:200]}", markup=False)
+            say(f"           -> {status}", styled(f" error: {call['error']}", Tone.ERROR) if call.get("error") else "")
+            for output_line in (call.get("output") or "").splitlines()[:8]:
+                say(f"           | {output_line[:200]}")
     if report.get("error"):
-        out.print(f"[red]error:[/red] {report['error']}")
+        say(styled("error:", Tone.ERROR), f" {report['error']}")
     if report.get("traceback"):
-        out.print("traceback (most recent call last is at the bottom):")
-        out.print(report["traceback"].rstrip(), markup=False)
+        say("traceback (most recent call last is at the bottom):")
+        say(report["traceback"].rstrip())
     if report.get("artifacts"):
-        out.print(f"artifacts: {report['artifacts']}")
+        say(f"artifacts: {report['artifacts']}")
     for log_path in report.get("logs", []):
-        out.print(f"log: {log_path}")
+        say(f"log: {log_path}")
 
 
 @click.command("cancel")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("job_ids", nargs=-1)
 @click.option("--group", "groups", multiple=True, help="Cancel every sample of this group (repeatable).")
 @click.option("--all", "everything", is_flag=True, help="Cancel every job submitted so far.")
@@ -217,11 +212,11 @@ def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], 
         written = request_cancel(paths, job_ids, groups, everything)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    out.print(f"cancellation requested: {', '.join(written)} (workers act within a second)")
+    say(f"cancellation requested: {', '.join(written)} (workers act within a second)")
 
 
 @click.command("tail")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing rows as new shards are committed.")
 @click.option("--since", "cursor", metavar="CURSOR", help="Resume after CURSOR (the JSON printed on stderr at the end).")
 @click.option("--cursor-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -235,6 +230,12 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
     Shards are followed writer by writer in their sequence order (never by clock). The cursor
     printed on stderr resumes where this call stopped: `tail DIR --since 'CURSOR'`, or keep
     it in a file with `--cursor-file`.
+
+    \b
+    Examples:
+      hpc-rollout tail spool/run1 --fields job_id,status,reward
+      hpc-rollout tail spool/run1 --follow --cursor-file run1.cursor | my_trainer_feed
+      hpc-rollout tail spool/run1 --since "$(cat run1.cursor)"
     """
     paths, _ = _open(run_dir)
     wanted = [f.strip() for f in fields.split(",")] if fields else None
@@ -256,14 +257,12 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
             click.echo(_dumps(row))
             if cursor_file is not None and not reader.held:
                 _save_cursor(cursor_file, str(reader.cursor))
-    except KeyboardInterrupt:
-        pass
-    finally:
+    finally:   # also on Ctrl-C (then exit status 130, cli/errors.py): say where to resume
         reader.close()
         final = str(reader.cursor)
         if cursor_file is not None:
             _save_cursor(cursor_file, final)
-        err.print(f"cursor: {final}", markup=False)
+        tell(f"cursor: {final}")
 
 
 def _save_cursor(cursor_file: Path, value: str) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from orchestrator.cli.run_dir import RUN_DIR_PATH_TYPE
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
@@ -18,7 +19,7 @@ from orchestrator.spool.paths import SpoolPaths
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport
 
-RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+RUN_DIR = click.argument("run_dir", type=RUN_DIR_PATH_TYPE)
 PROTOCOL = click.option("--protocol", type=click.Choice([p.value for p in Protocol]), default="vllm",
                         show_default=True, help="vllm: /v1/completions; sglang: native /generate.")
 MODEL = click.option("--model", default=None, help="Served model id (default: first of GET /v1/models).")
@@ -246,8 +247,9 @@ def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
 
 
 def print_table(snapshot: Snapshot, inflight: dict[str, int], assigned: dict[str, int], workers: int) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.cli.console import out
 
     table = Table(title=f"policy version {snapshot.policy_version} · {workers} live worker(s)")
     for column in ("url", "protocol", "node", "version", "state", "in flight", "assigned", "model"):
@@ -260,7 +262,7 @@ def print_table(snapshot: Snapshot, inflight: dict[str, int], assigned: dict[str
     if not snapshot.backends:
         click.echo("no backends registered: hpc-rollout backend add RUN_DIR URL")
         return
-    Console().print(table)
+    out.print(table)
 
 
 def register(cli: click.Group) -> None:

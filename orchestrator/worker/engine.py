@@ -44,7 +44,7 @@ from orchestrator.spool.shards import FencedOut, ShardWriter, UnflushedShard
 from orchestrator.spool.staleness import STALE_KIND, stale_reason
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.held_batches import BatchClaims
-from orchestrator.worker.idle import IdleClock, poll_period
+from orchestrator.worker.idle import IdleClock, launcher_gone, poll_period
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.stages import execute_stage, final_fields
 
@@ -114,7 +114,8 @@ class Worker:
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
             llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
         )
-        self.idle = IdleClock(float(self.options.idle_exit_s or 0))
+        self.idle = IdleClock(float(self.options.idle_exit_s or 0),
+                              orphaned=launcher_gone(self.options.launcher_pid) if self.options.launcher_pid else None)
         self.metrics = prometheus_exporter(paths, config, self.worker_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
         self.claimers = {s: Claimer(self._queue_of(s), self.box.dir) for s in Stage}
@@ -180,7 +181,7 @@ class Worker:
             self._background("claim_audit", self.config.leases.lease_s, self._audit_claims),
         ]
         if self.idle.enabled:
-            period = poll_period(self.idle.idle_exit_s, self.config.leases.heartbeat_s)
+            period = poll_period(self.idle.shortest_window_s, self.config.leases.heartbeat_s)
             background.append(self._background("idle_exit", period, self._exit_if_idle))
         dispatchers = [
             asyncio.create_task(self._dispatch(stage), name=f"dispatch-{stage.value}")

@@ -76,9 +76,30 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
     if snap.failure_reasons:
         parts.append(Text("failure reasons:"))
         parts += [Text(f"  {count:6d}  {reason}") for reason, count in snap.failure_reasons.items()]
+    parts += _backend_parts(snap)
     parts += [Text(fact) for fact in slurm_section_lines(slurm_part or {})]
     parts += [line(styled("warning:", Tone.WARNING), " ", warning) for warning in snap.warnings]
     return Group(*parts)
+
+
+def _backend_parts(snap: Snapshot) -> list[Any]:
+    """The LLM backends (none registered: nothing) and, while none is usable, the outage line."""
+    health = snap.backends
+    parts: list[Any] = []
+    if health.backends:
+        table = Table(title=f"backends: {health.counts()}", title_justify="left")
+        for column in ("url", "state", "since", "reason"):
+            table.add_column(column)
+        tones = {"up": Tone.GOOD, "down": Tone.ERROR, "probing": Tone.WARNING, "draining": Tone.WARNING}
+        for backend in health.backends:
+            since = time.strftime("%H:%M:%S", time.localtime(backend.since)) if backend.since else "-"
+            table.add_row(backend.url, styled(backend.state, tones.get(backend.state, Tone.STRONG)), since,
+                          backend.reason or "")
+        parts.append(table)
+    outage = health.outage()
+    if outage:
+        parts.append(line(styled("warning:", Tone.ERROR), " ", outage))
+    return parts
 
 
 @click.command("status")

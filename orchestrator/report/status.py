@@ -25,6 +25,7 @@ from orchestrator.config import RunConfig
 from orchestrator.spool.events import recent_events
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.report.backend_health import BackendHealth, backend_health
 from orchestrator.report.finished import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats, finished_stats, seconds
 from orchestrator.report.shard_read import read_shards, shard_files
 
@@ -47,6 +48,7 @@ class Snapshot:
     warnings: list[str] = field(default_factory=list)
     results: FinishedStats | None = None   # reward, pass rate, tokens, latency, failures by kind
     tokens_last_minute: int = 0            # sampled tokens of rows finished in the last minute
+    backends: BackendHealth = field(default_factory=BackendHealth)   # the LLM backends, and any outage
 
     @property
     def pending(self) -> int:
@@ -70,6 +72,7 @@ class Snapshot:
             "tokens_per_s_last_minute": round(self.tokens_per_s, 3),
             "quarantined": self.quarantined, "warnings": self.warnings,
             "results": self.results.to_json() if self.results is not None else None,
+            "backends": self.backends.to_json(),
         }
 
 
@@ -138,6 +141,7 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
         snap.shards = len(shard_files(paths))
     since = time.time() - THROUGHPUT_WINDOW_S
     snap.finished_last_minute = sum(1 for _ in recent_events(paths, since, {"finished"}))
+    snap.backends = backend_health(paths, config)
     snap.quarantined = len([n for n in fsops.list_names(paths.quarantine) if not n.endswith(".reason")])
     if snap.quarantined:
         snap.warnings.append(f"{snap.quarantined} corrupt file(s) quarantined in {paths.quarantine}")

@@ -19,6 +19,7 @@ import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
 
 MATCHES = ("number", "prefix", "exact")
+SCHEMA = InstanceSchema((
+    instance_key("prompt", (Kind.LIST, Kind.STRING), "chat messages [{role, content}] (chat template) or raw text",
+        required=True),
+    instance_key("reward_model", Kind.OBJECT, "{'ground_truth': ...}: what the reply is scored against", required=True),
+    instance_key("match", Kind.STRING, f"the rule: {', '.join(MATCHES)} (also in extra_info)", default="number"),
+    instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
+), accepts_verl_rows=True)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -73,6 +81,7 @@ def score(reply: str, truth: str, rule: str) -> float:
 
 class AnswerHandler(AgentHandler):
     name: ClassVar[str] = "answer"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)

@@ -1,6 +1,6 @@
 """`chat`: a multi-turn conversation with the policy, no tools and no sandbox.
 
-Instance: {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
+Instance (SCHEMA below): {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
 The model answers `messages`; after each reply the next user turn is appended, until the
 user turns run out. Sampling parameters come from the job (`submit --sampling`); an optional
 instance key "sampling" overrides them for that task (e.g. a per-task max_tokens).
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
 
 ROLES = ("system", "user", "assistant", "tool")
+SCHEMA = InstanceSchema((
+    instance_key("messages", Kind.LIST, f"the conversation so far: [{{role: {'|'.join(ROLES)}, content: str}}, ...]",
+        required=True),
+    instance_key("user_turns", Kind.LIST, "user messages appended after each reply, until they run out", default=[]),
+    instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
+))
 
 
 def check_instance(instance: dict[str, Any]) -> None:
@@ -51,6 +58,7 @@ def prose_share(texts: list[str]) -> float:
 
 class ChatHandler(AgentHandler):
     name: ClassVar[str] = "chat"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)
@@ -61,8 +69,8 @@ class ChatHandler(AgentHandler):
 
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
-        user_turns: list[str] = list(instance.get("user_turns", []))
-        sampling = {**ctx.job.sampling, **instance.get("sampling", {})}
+        user_turns: list[str] = list(SCHEMA.value(instance, "user_turns"))
+        sampling = {**ctx.job.sampling, **SCHEMA.value(instance, "sampling")}
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.handler_api.context import JobContext, WorkerServices
-from orchestrator.handler_api.contract import AgentHandler, load_handler
+from orchestrator.handler_api.contract import AgentHandler, check_instance, load_handler
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.submission.submit import RowProblem, parse_task, read_rows
@@ -103,7 +103,7 @@ async def check_tasks(
             else:
                 try:
                     task = parse_task(line, row, handler_name)
-                    handler.validate_instance(task.instance)
+                    check_instance(handler, task.instance)
                 except (ValueError, TypeError) as exc:
                     check = TaskCheck(line, f"line-{line}", problems=[f"invalid task: {exc}"])
                 else:

@@ -13,7 +13,7 @@ import click
 from orchestrator import __version__
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
-COMMAND_MODULES = ("core", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
+COMMAND_MODULES = ("core", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

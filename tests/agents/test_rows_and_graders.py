@@ -41,7 +41,7 @@ def test_verl_rows_for_math_are_accepted_by_submit(tmp_path: Path) -> None:
     # the same row sent to the chat handler is refused: chat needs "messages"
     jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat"}) + "\n")
     refused = submit_file(paths, jsonl)
-    assert refused.jobs == 0 and "chat instance needs 'messages'" in refused.rejected[0].reason
+    assert refused.jobs == 0 and "missing key 'messages'" in refused.rejected[0].reason
     task = math_task(VERL_MATH)
     assert (task.answer, task.prompt) == ("391", ({"role": "user", "content": "What is 17 * 23?"},))
 

@@ -52,7 +52,17 @@ def _dumps(value: Any, indent: bool = False) -> str:
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a run.toml setting, e.g. --set pools.run=16 --set jobs.timeout_s=600.")
 def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
-    """Create the run directory RUN_DIR (or update its run.toml)."""
+    """Create the run directory RUN_DIR (or update its run.toml).
+
+    Writes RUN_DIR/run.toml, every setting with a comment (what it does, default, range), and
+    RUN_DIR/example-tasks.jsonl: a few echo and sleep tasks that need no LLM and no sandbox.
+
+    \b
+    Examples:
+      hpc-rollout init spool/demo
+      hpc-rollout init spool/run1 --set pools.run=16 --set jobs.timeout_s=600
+      hpc-rollout init spool/run1 --set data_sources.openai/gsm8k=answer
+    """
     overrides = {}
     for setting in settings:
         key, sep, value = setting.partition("=")
@@ -63,9 +73,27 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
         paths, _ = init_run(run_dir, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    example = Path(run_dir) / EXAMPLE_TASKS
+    if not example.exists():   # a file the user may have edited is kept
+        example.write_text("".join(orjson.dumps(row).decode() + "\n" for row in example_tasks()))
     say(f"run directory ready: {paths.root}")
-    say(f"  settings: {paths.run_config}")
-    say(f"  next: hpc-rollout submit {run_dir} tasks.jsonl --samples 8")
+    say(f"  settings: {paths.run_config} (each explained in a comment)")
+    say(f"  example tasks: {example} (echo and sleep: no LLM, no sandbox); `hpc-rollout handlers` lists the others")
+    say(f"  next: hpc-rollout submit {run_dir} {example} --samples 4")
+
+
+EXAMPLE_TASKS = "example-tasks.jsonl"
+
+
+def example_tasks() -> list[dict[str, Any]]:
+    """Tasks that run on any machine: handlers that need no LLM and no sandbox."""
+    return [
+        {"handler": "echo", "instance": {"instance_id": "hello", "question": "What is 2 + 2?"}},
+        {"handler": "echo", "instance": {"instance_id": "half", "reward": 0.5}},
+        {"handler": "sleep", "instance": {"instance_id": "coin", "run": {"uniform": [0.2, 1.0]},
+                                          "reward": {"bernoulli": 0.5}, "seed": 1}},
+        {"handler": "sleep", "instance": {"instance_id": "slow-start", "init": 0.3, "run": 0.5, "eval": 0.1}},
+    ]
 
 
 @click.command("submit")
@@ -81,16 +109,19 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
 @click.option("--sampling-unchecked", is_flag=True,
               help="Pass sampling parameters this tool does not know (for a server that takes them).")
 @click.option("--source-handler", "source_pairs", multiple=True, metavar="DATA_SOURCE=HANDLER",
-              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable; "
-                   "adds to run.toml [data_sources]).")
+              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable). For this "
+                   "submission, over run.toml [data_sources]; run.toml is not changed (to keep a mapping: "
+                   "hpc-rollout init RUN_DIR --set data_sources.SRC=HANDLER).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
 @click.option("--set", "instance_pairs", multiple=True, metavar="KEY.PATH=VALUE",
               help="Set a field of every task's instance, e.g. --set harness.command='mini ...' (repeatable; "
                    "JSON values are parsed).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was queued and rejected as one JSON object "
+              "(submission_id, jobs, first_job, last_job, rejected: [{line, reason}]); same exit status.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
-               strict: bool, instance_pairs: tuple[str, ...] = ()) -> None:
+               strict: bool, instance_pairs: tuple[str, ...] = (), as_json: bool = False) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -100,9 +131,14 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         (a data_source that names no handler, e.g. openai/gsm8k: --source-handler openai/gsm8k=answer)
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
-    --strict) and the exit status is 1 when any row was rejected.
+    --strict) and the exit status is 1 when any row was rejected. Instance keys are checked
+    against the handler's schema (`hpc-rollout handlers NAME` lists them).
 
-    
+    \b
+    Examples:
+      hpc-rollout submit spool/demo spool/demo/example-tasks.jsonl --samples 4
+      hpc-rollout submit spool/run1 chats.jsonl --handler chat --samples 8 --sampling temperature=0.7
+      hpc-rollout submit spool/run1 gsm8k.parquet --source-handler openai/gsm8k=answer --json
     Agent task families (tools in a sandbox, verifiable rewards; `hpc-rollout tasks --help`):
       hpc-rollout submit spool/run1 deepscaler.parquet --handler math --samples 8
       hpc-rollout submit spool/run1 code.jsonl --handler code --samples 8
@@ -131,6 +167,12 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     for problem in report.rejected:
         tell(styled(f"{tasks_file}:{problem.line}", Tone.ERROR), f": {problem.reason}")
     elapsed = time.monotonic() - started
+    if as_json:
+        click.echo(_dumps({**report.to_json(), "samples": samples, "seconds": round(elapsed, 3),
+                           **({"strict": True} if strict else {})}))
+        if report.rejected:
+            sys.exit(1)
+        return
     if strict and report.rejected:
         tell(styled("rejected the whole file", Tone.ERROR), f" (--strict): {len(report.rejected)} malformed row(s)")
         sys.exit(1)
@@ -151,7 +193,15 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
-    """One job: input, where it is, event timeline, stage outputs, errors, log paths."""
+    """One job: input, where it is, event timeline, stage outputs, errors, log paths.
+
+    \b
+    Examples:
+      hpc-rollout inspect spool/run1 20260101T120000000-ab12-0000003-0001
+      hpc-rollout inspect spool/run1 JOB --json | jq .row.error
+    Job ids: `hpc-rollout status RUN_DIR` lists the latest submissions' ranges; finished ones
+    come with `hpc-rollout tail RUN_DIR --fields job_id,status`.
+    """
     paths, _ = _open(run_dir)
     try:
         report = inspect_job(paths, job_id)
@@ -204,7 +254,15 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
 @click.option("--group", "groups", multiple=True, help="Cancel every sample of this group (repeatable).")
 @click.option("--all", "everything", is_flag=True, help="Cancel every job submitted so far.")
 def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], everything: bool) -> None:
-    """Cancel jobs wherever they are: running stages are interrupted, sandboxes closed, rows say `cancelled`."""
+    """Cancel jobs wherever they are: running stages are interrupted, sandboxes closed, rows say `cancelled`.
+
+    \b
+    Examples:
+      hpc-rollout cancel spool/run1 20260101T120000000-ab12-0000003-0001
+      hpc-rollout cancel spool/run1 --group 20260101T120000000-ab12-0000003   # every sample of a task
+      hpc-rollout cancel spool/run1 --all                                     # everything submitted so far
+    `launch --wait` exits 3 when jobs ended cancelled (and none failed).
+    """
     if not (job_ids or groups or everything):
         raise click.UsageError("name jobs, --group G or --all")
     paths, _ = _open(run_dir)

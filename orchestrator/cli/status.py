@@ -76,6 +76,10 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
     if snap.failure_reasons:
         parts.append(Text("failure reasons:"))
         parts += [Text(f"  {count:6d}  {reason}") for reason, count in snap.failure_reasons.items()]
+    if snap.latest_submissions:
+        parts.append(Text(f"submissions (latest {len(snap.latest_submissions)} of {snap.submissions}):"))
+        parts += [Text(f"  {s['submission_id']}: {s['jobs']} job(s) {s['first_job']} .. {s['last_job']}"
+                       + (f", {s['rejected']} row(s) rejected" if s["rejected"] else "")) for s in snap.latest_submissions]
     parts += _backend_parts(snap)
     parts += [Text(fact) for fact in slurm_section_lines(slurm_part or {})]
     parts += [line(styled("warning:", Tone.WARNING), " ", warning) for warning in snap.warnings]

@@ -22,6 +22,11 @@ def tasks_group() -> None:
       swe   SWE-bench / SWE-Gym rows; bash + editor in the repository; FAIL_TO_PASS and
             PASS_TO_PASS must all pass
     Each also takes verl rows (data_source, prompt, reward_model.ground_truth, extra_info).
+
+    \b
+    Examples:
+      hpc-rollout tasks bundled tasks/
+      hpc-rollout tasks check tasks/math.jsonl --handler math
     """
 
 
@@ -82,6 +87,10 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def bundled_cmd(directory: Path) -> None:
     """Write the bundled task sets (20 math, 10 code, 3 SWE repositories) into DIRECTORY.
+
+    \b
+    Example:
+      hpc-rollout tasks bundled tasks/ && hpc-rollout submit spool/run1 tasks/math.jsonl --handler math
 
     Also writes the SWE repositories' git mirrors and scripted policies for
     `serve-llm --scripted` that solve every task (scripts/right.jsonl) or do not (wrong.jsonl).

@@ -139,3 +139,29 @@ def test_no_markup_in_the_command_line_s_strings() -> None:
                     and any(tag in node.value for tag in ("[red]", "[/red]", "[yellow]", "[bold]", "[/")):
                 offenders.append(f"{path.name}:{node.lineno}: {node.value[:60]!r}")
     assert not offenders, offenders
+
+
+ERROR_PATHS = [
+    (("cancel", "{run}", "job[/red]"), "job[/red]"),
+    (("cancel", "{run}", "--group", "g[x]"), "g[x]"),
+    (("tail", "{run}", "--fields", "rew[agents]ard"), "rew[agents]ard"),
+    (("submit", "{run}", "{tmp}/missing[agents].jsonl"), "missing[agents].jsonl"),
+    (("backend", "add", "{run}", "http://h[/red]:8000/v1"), "h[/red]"),
+    (("init", "{run}", "--set", "pools.r[x]=1"), "pools.r[x]"),
+    (("handlers", "[/red]"), "'[/red]'"),
+    (("inspect", "{run}", "[agents]"), "'[agents]'"),
+    (("status", "{tmp}/nowhere[x]"), "nowhere[x]"),
+    (("submit", "{run}", "{tmp}/t.jsonl", "--sampling", "temperature=[x]"), "temperature='[x]'"),
+    (("submit", "{run}", "{tmp}/t.jsonl", "--source-handler", "[/red]"), "'[/red]'"),
+]
+
+
+def test_every_error_path_prints_bracketed_data_whole(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run[x]")
+    write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}])
+    for command, needle in ERROR_PATHS:
+        args = [a.replace("{run}", str(paths.root)).replace("{tmp}", str(tmp_path)) for a in command]
+        done = cli(*args, check=False)
+        assert done.returncode in (1, 2), (args, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+        assert_whole(done, needle)

@@ -92,8 +92,12 @@ def commented_toml(config: RunConfig) -> str:
 
 
 def _range(dotted: str, default: Any) -> str:
+    shown = f"Default {tomli_w.dumps({'v': default}).split('=', 1)[1].strip()}"
     bounds = BOUNDS.get(dotted)
-    shown = f"default {tomli_w.dumps({'v': default}).split('=', 1)[1].strip()}"
     if bounds is None:
-        return f" ({shown})"
-    return f" ({shown}; {bounds[0]:g} to {bounds[1]:g})"
+        return f". {shown}."
+    return f". {shown}, from {_number(bounds[0])} to {_number(bounds[1])}."
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

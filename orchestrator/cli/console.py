@@ -20,6 +20,11 @@ from rich.console import Console
 from rich.progress import TextColumn
 from rich.text import Text
 
+from orchestrator.report.durations import format_seconds
+
+__all__ = ["Tone", "make_console", "out", "err", "styled", "line", "say", "tell", "warn", "plain_column",
+           "format_seconds", "detach_from_a_lost_terminal"]
+
 # Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
 PIPED_WIDTH = 200
 
@@ -87,23 +92,6 @@ def _print(console: Console, text: Text) -> None:
 def plain_column(template: str, **options: Any) -> TextColumn:
     """A progress-bar column whose fields are printed as they are (rich reads markup in them otherwise)."""
     return TextColumn(template, markup=False, **options)
-
-
-def format_seconds(seconds: float | None) -> str:
-    """Durations for people: '-', '0.26 ms', '41 ms', '3.20 s', '2 min 05 s', '3 h 04 min'."""
-    if seconds is None or seconds != seconds:
-        return "-"
-    if seconds < 0.001:
-        return f"{seconds * 1000:.2f} ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    if seconds < 3600:
-        minutes, rest = divmod(round(seconds), 60)
-        return f"{minutes} min {rest:02d} s"
-    hours, rest = divmod(round(seconds) // 60, 60)
-    return f"{hours} h {rest:02d} min"
 
 
 def detach_from_a_lost_terminal() -> None:

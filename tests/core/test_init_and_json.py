@@ -23,7 +23,7 @@ def test_every_setting_is_explained_and_the_text_reads_back_the_same() -> None:
     lines = text.splitlines()
     for name in ("run", "timeout_s", "outage_wait_s"):
         line = next(i for i, row in enumerate(lines) if row.startswith(f"{name} = "))
-        assert lines[line - 1].startswith("# ") and "default" in lines[line - 1], lines[line - 1]
+        assert lines[line - 1].startswith("# ") and "Default" in lines[line - 1], lines[line - 1]
 
 
 def test_init_writes_a_commented_run_toml_and_an_example_that_runs(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_init_writes_a_commented_run_toml_and_an_example_that_runs(tmp_path: Pat
     example = run / "example-tasks.jsonl"
     assert example.is_file() and f"hpc-rollout submit {run} {example}" in done.stdout, done.stdout
     toml = (run / "run.toml").read_text()
-    assert "# agent loops (RUN stages) at once (default 8; 0 to 4096)" in toml, toml
+    assert "# agent loops (RUN stages) at once. Default 8, from 0 to 4096." in toml, toml
     assert RunConfig.load(run / "run.toml") == RunConfig()
     cli("init", str(run), "--set", "pools.run=3")
     assert RunConfig.load(run / "run.toml").pools.run == 3 and "# agent loops" in (run / "run.toml").read_text()

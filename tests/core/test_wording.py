@@ -63,6 +63,9 @@ def test_stage_times_are_printed_for_people(tmp_path: Path) -> None:
     cli("launch", str(paths.root), "--local", "--wait", timeout=300)
     shown = cli("status", str(paths.root)).stdout
     assert "time per stage" in shown and " ms " in shown + " " and not re.search(r"\b0\.000\d", shown), shown
+    summary = cli("report", str(paths.root), timeout=300).stdout
+    stages = summary.split("time per stage", 1)[1]
+    assert " ms" in stages and not re.search(r"\b0\.000\d", stages), summary
 
 
 def test_source_handler_help_says_it_does_not_change_run_toml(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
                 click.echo(orjson.dumps({**slurm_launch_json(result), "dry_run": dry_run,
                                          "already_alive": _alive_json(already)}).decode())
             else:
-                describe_slurm_launch(run_dir, result, slurm, dry_run)
+                describe_slurm_launch(run_dir, result, slurm, dry_run, wait)
                 _note_already_alive(already, nodes)
             if wait and not dry_run:
                 wait_and_stop_slurm(paths, result, config, as_json)

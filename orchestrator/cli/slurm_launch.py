@@ -87,7 +87,8 @@ def slurm_launch_json(result: LaunchResult) -> dict[str, Any]:
             "ends": "they run until `hpc-rollout stop RUN_DIR [--cancel]`, the time limit, or --idle-exit"}
 
 
-def describe_slurm_launch(run_dir: str, result: LaunchResult, options: LaunchOptions, dry_run: bool) -> None:
+def describe_slurm_launch(run_dir: str, result: LaunchResult, options: LaunchOptions, dry_run: bool,
+                          wait: bool = False) -> None:
     if dry_run:
         say(f"dry run {result.launch_id}: nothing submitted; batch script(s):")
         for array in result.arrays:
@@ -100,7 +101,10 @@ def describe_slurm_launch(run_dir: str, result: LaunchResult, options: LaunchOpt
     for hint in result.tail_hints():
         say(f"  {hint}")
     say(f"  watch: hpc-rollout status {run_dir}    squeue -r -j {','.join(result.array_ids)}")
-    say(f"  stop:  hpc-rollout stop {run_dir} [--cancel]   (else the workers run until the time limit, or --idle-exit)")
+    if wait:
+        say("  they stop when the queues drain (Ctrl-C drains them now, a second one ends the arrays)")
+    else:
+        say(f"  stop:  hpc-rollout stop {run_dir} [--cancel]   (else the workers run until the time limit, or --idle-exit)")
 
 
 def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConfig, as_json: bool = False,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import os
+import stat
 import sys
 from typing import Any
 
@@ -96,12 +97,13 @@ def plain_column(template: str, **options: Any) -> TextColumn:
 
 def detach_from_a_lost_terminal() -> None:
     """After SIGHUP: point stdout and stderr that were a terminal at /dev/null, so later prints
-    neither fail nor block (a pipe or a file keeps receiving)."""
+    neither fail (EIO) nor block; a pipe or a file keeps receiving. A hung-up terminal may no
+    longer answer isatty(), so any character device counts."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         for fd in (1, 2):
             try:
-                if os.isatty(fd):
+                if stat.S_ISCHR(os.fstat(fd).st_mode):
                     os.dup2(devnull, fd)
             except OSError:
                 pass

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import IO
 
@@ -142,3 +145,32 @@ def test_a_detached_launch_says_how_its_workers_end(tmp_path: Path) -> None:
         assert "already working on this run" in human.stderr and started["launch_id"] in human.stderr, human.stderr
     finally:
         subprocess.run([*CLI, "stop", str(paths.root), "--timeout", "60"], capture_output=True, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is installed by scripts/test.sh")
+def test_a_closed_terminal_drains_the_workers_and_leaves_none(tmp_path: Path) -> None:
+    """The dropped ssh session for real: the launcher prints to a terminal that goes away (tmux
+    kills the session: SIGHUP, then writes fail); its workers still drain and none is left."""
+    paths = make_run(tmp_path / "run", **{"shutdown.grace_s": 30.0, "jobs.batch_size": 1})
+    write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 1.5}}] * 8)
+    subprocess.run([*CLI, "submit", str(paths.root), str(tmp_path / "t.jsonl")], check=True, capture_output=True)
+    socket = f"hpc-rollout-test-{uuid.uuid4().hex[:8]}"   # a private tmux server
+    command = " ".join(shlex.quote(a) for a in [*CLI, "launch", str(paths.root), "--local", "--workers", "2", "--wait",
+                                                "--run-pool", "1", "--init-pool", "1"])
+    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-s", "launch", "-x", "120", "-y", "40", command], check=True)
+    pids: list[int] = []
+    try:
+        wait_until(lambda: len(rows(paths)) >= 1, 120, "a first row")
+        pids = json.loads(next(paths.logs.glob("local-*/pids.json")).read_text())["pids"]
+        subprocess.run(["tmux", "-L", socket, "kill-server"], check=True)
+        wait_until(lambda: all(process_gone(pid) for pid in pids), 60, "the workers to drain and exit")
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
+        for pid in pids:
+            if not process_gone(pid):
+                os.killpg(pid, signal.SIGKILL)
+    finished = rows(paths)
+    assert all(row["status"] == "ok" for row in finished)
+    assert len(finished) + pending_count(paths) == 8 and pending_count(paths) > 0, "drained, not run to the end"
+    logs = "".join(p.read_text() for p in paths.logs.glob("local-*/worker-*.log"))
+    assert "SIGTERM received: draining" in logs, logs[-2000:]

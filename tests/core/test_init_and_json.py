@@ -56,3 +56,13 @@ def test_submit_json_reports_rejected_rows_with_their_lines(tmp_path: Path) -> N
     assert report["jobs"] == 1 and report["first_job"] == report["last_job"] and report["submission_id"]
     assert [r["line"] for r in report["rejected"]] == [2, 3] and "run_s" in report["rejected"][1]["reason"]
     assert f"{tasks}:3" in done.stderr, "the human lines still go to stderr"
+
+
+def test_launch_json_of_a_slurm_dry_run(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cli("init", str(run))
+    done = cli("launch", str(run), "--nodes", "2", "--dry-run", "--json")
+    started = json.loads(done.stdout)
+    assert started["where"] == "slurm" and started["dry_run"] is True and started["already_alive"] == []
+    [array] = started["arrays"]
+    assert array["size"] == 2 and Path(array["script"]).is_file() and started["launch_id"] in started["log_dir"]

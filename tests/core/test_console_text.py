@@ -9,8 +9,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-
 from typing import Any
+
+import pytest
 
 from orchestrator.handler_api import contract as handler_module
 from orchestrator.handler_api.context import JobContext
@@ -156,12 +157,27 @@ ERROR_PATHS = [
 ]
 
 
-def test_every_error_path_prints_bracketed_data_whole(tmp_path: Path) -> None:
+def run_main(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> subprocess.CompletedProcess[str]:
+    """The console script's main() in this process (through cli/errors.py, as a shell runs it)."""
+    from orchestrator.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["hpc-rollout", *args])
+    code: int | str | None = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, captured.out, captured.err)
+
+
+def test_every_error_path_prints_bracketed_data_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     paths = make_run(tmp_path / "run[x]")
     write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}])
     for command, needle in ERROR_PATHS:
         args = [a.replace("{run}", str(paths.root)).replace("{tmp}", str(tmp_path)) for a in command]
-        done = cli(*args, check=False)
+        done = run_main(args, capsys, monkeypatch)
         assert done.returncode in (1, 2), (args, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, (args, done.stderr)
         assert_whole(done, needle)

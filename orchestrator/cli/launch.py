@@ -165,7 +165,7 @@ def _run_and_wait(paths: SpoolPaths, config: RunConfig, run_dir: str, workers: i
     if not result.drained:
         tell(styled("workers ended before the queues drained", Tone.ERROR), f" (exit codes {codes}); see {launch.log_dir}")
         sys.exit(ExitCode.FAILED)
-    report_drained(result, f"workers stopped (exit codes {codes})", run_dir)
+    report_drained(result, f"workers stopped (exit codes {codes})", run_dir, json_on_stdout=as_json)
 
 
 def _describe_local(run_dir: str, launch: LocalLaunch, workers: int, already: list[WorkerRecord], as_json: bool,

@@ -102,8 +102,9 @@ def report_backends_once(paths: SpoolPaths, config: RunConfig) -> BackendHealth:
     return health
 
 
-def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
-    """The last line of `launch --wait` (local or Slurm), and its exit status (DrainResult.exit_code)."""
+def report_drained(result: DrainResult, stopped: str, run_dir: str, json_on_stdout: bool = False) -> None:
+    """The last line of `launch --wait` (local or Slurm), and its exit status (DrainResult.exit_code).
+    With --json, standard output holds JSON only: the line goes to standard error."""
     code = result.exit_code
     if result.tally.failed:
         tell(f"drained: {result.tally.summary()}; {stopped}. ",
@@ -114,6 +115,6 @@ def report_drained(result: DrainResult, stopped: str, run_dir: str) -> None:
              styled(f"{result.tally.by_status[JobStatus.CANCELLED.value]} job(s) were cancelled", Tone.WARNING),
              f" (exit status {int(code)})")
     else:
-        say(line(f"drained: {result.tally.summary()}; {stopped}"))
+        (tell if json_on_stdout else say)(line(f"drained: {result.tally.summary()}; {stopped}"))
     if code != ExitCode.OK:
         sys.exit(code)

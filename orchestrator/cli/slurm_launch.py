@@ -141,7 +141,7 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConf
     if not drain.drained:
         tell(styled("the arrays ended before the queues drained", Tone.ERROR), f"; see {result.log_dir}")
         sys.exit(ExitCode.FAILED)
-    report_drained(drain, ended, str(paths.root))
+    report_drained(drain, ended, str(paths.root), json_on_stdout=as_json)
 
 
 def run_job_ids(paths: SpoolPaths) -> list[str]:

@@ -66,3 +66,14 @@ def test_launch_json_of_a_slurm_dry_run(tmp_path: Path) -> None:
     assert started["where"] == "slurm" and started["dry_run"] is True and started["already_alive"] == []
     [array] = started["arrays"]
     assert array["size"] == 2 and Path(array["script"]).is_file() and started["launch_id"] in started["log_dir"]
+
+
+def test_launch_wait_json_keeps_standard_output_json(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cli("init", str(run))
+    cli("submit", str(run), str(run / "example-tasks.jsonl"))
+    done = cli("launch", str(run), "--local", "--wait", "--json", timeout=300)
+    started, ended = [json.loads(line) for line in done.stdout.splitlines()]
+    assert started["where"] == "local" and len(started["pids"]) == 1 and Path(started["log_dir"]).is_dir()
+    assert ended["drained"] is True and ended["exit_code"] == 0 and ended["by_status"] == {"ok": 4}
+    assert "drained: 4 ok" in done.stderr

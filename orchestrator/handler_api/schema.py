@@ -71,6 +71,26 @@ class Key:
     required: bool = False
     default: Any = None                      # what the handler uses when the key is absent (None: nothing)
     keys: "InstanceSchema | None" = None     # an object whose own keys are known
+    # The kinds as Python types, for a check of a handful of instructions per value.
+    _types: tuple[type, ...] = field(init=False, repr=False, compare=False)
+    _takes: frozenset[Kind] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        types: list[type] = []
+        for kind in self.kinds:
+            found = _PYTHON_TYPES.get(kind, ())
+            types += list(found) if isinstance(found, tuple) else [found]
+        object.__setattr__(self, "_types", tuple(types))
+        object.__setattr__(self, "_takes", frozenset(self.kinds))
+
+    def accepts(self, value: Any) -> bool:
+        if Kind.ANY in self._takes:
+            return True
+        if value is None:
+            return Kind.NULL in self._takes
+        if isinstance(value, bool):
+            return Kind.BOOLEAN in self._takes   # true is not 1 here
+        return isinstance(value, self._types)
 
     def type_text(self) -> str:
         return " or ".join(kind.value for kind in self.kinds)
@@ -88,9 +108,24 @@ class InstanceSchema:
     open: bool = False          # other keys are allowed (kept, unused): a map of free names
     accepts_verl_rows: bool = False
     by_name: dict[str, Key] = field(init=False, repr=False, compare=False)
+    # The keys accepted at the top of an instance, without and with a verl row's own (built once:
+    # submit checks every row of files of 100,000 rows).
+    _top: dict[str, Key] = field(init=False, repr=False, compare=False)
+    _top_verl: dict[str, Key] = field(init=False, repr=False, compare=False)
+    _required: tuple[Key, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "by_name", {k.name: k for k in self.keys})
+        by_name = {k.name: k for k in self.keys}
+        top = dict(by_name)
+        for name in SUBMIT_KEYS:
+            top.setdefault(name, Key(name, (Kind.STRING, Kind.INTEGER), "the task's own id (the row's instance_id)"))
+        top_verl = dict(top)
+        for name in VERL_ROW_KEYS if self.accepts_verl_rows else ():
+            top_verl.setdefault(name, Key(name, (Kind.ANY,), "a verl row's own key"))
+        object.__setattr__(self, "by_name", by_name)
+        object.__setattr__(self, "_top", top)
+        object.__setattr__(self, "_top_verl", top_verl)
+        object.__setattr__(self, "_required", tuple(k for k in self.keys if k.required))
 
     def default(self, name: str) -> Any:
         return self.by_name[name].default
@@ -109,13 +144,10 @@ class InstanceSchema:
 
     def problems(self, instance: Mapping[str, Any], handler: str = "", prefix: str = "") -> list[str]:
         """What is wrong with `instance`'s keys and value types, each as one sentence (empty: fine)."""
-        known = dict(self.by_name)
-        if not prefix:
-            for name in SUBMIT_KEYS:
-                known.setdefault(name, Key(name, (Kind.STRING, Kind.INTEGER), "the task's own id (the row's instance_id)"))
-        if self.accepts_verl_rows and "data_source" in instance:
-            for name in VERL_ROW_KEYS:
-                known.setdefault(name, Key(name, (Kind.ANY,), "a verl row's own key"))
+        if prefix:
+            known = self.by_name
+        else:
+            known = self._top_verl if "data_source" in instance else self._top
         found: list[str] = []
         for name, value in instance.items():
             spec = known.get(name)
@@ -123,12 +155,12 @@ class InstanceSchema:
                 if not self.open:
                     found.append(self._unknown(prefix + name, name, known, handler))
                 continue
-            if not any(kind.matches(value) for kind in spec.kinds):
+            if not spec.accepts(value):
                 found.append(f"key '{prefix}{name}' must be {spec.type_text()}, got {_json_kind(value)} {_short(value)}")
             elif spec.keys is not None and isinstance(value, dict):
                 found += spec.keys.problems(value, handler, prefix=f"{prefix}{name}.")
-        for spec in self.keys:
-            if spec.required and spec.name not in instance:
+        for spec in self._required:
+            if spec.name not in instance:
                 inner = [f"{prefix}{spec.name}.{k.name}" for k in spec.keys.keys if k.required] if spec.keys else []
                 holding = f" with {', '.join(inner)}" if inner else ""
                 found.append(f"missing key '{prefix}{spec.name}' ({spec.type_text()}{holding}): {spec.description}")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 
@@ -40,6 +41,14 @@ if TYPE_CHECKING:
 MATCHES = ("number", "gsm8k", "prefix", "exact")
 GSM8K_CLIP_CHARS = 300          # verl's gsm8k scorer reads only the reply's tail
 GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+SCHEMA = InstanceSchema((
+    instance_key("prompt", (Kind.LIST, Kind.STRING), "chat messages [{role, content}] (chat template) or raw text",
+        required=True),
+    instance_key("reward_model", Kind.OBJECT, "{'ground_truth': ...}: what the reply is scored against", required=True),
+    instance_key("match", Kind.STRING, f"the rule: {', '.join(MATCHES)} (also in extra_info)", default="number"),
+    instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+), accepts_verl_rows=True)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -97,6 +106,7 @@ def score(reply: str, truth: str, rule: str) -> float:
 
 class AnswerHandler(AgentHandler):
     name: ClassVar[str] = "answer"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)

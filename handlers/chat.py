@@ -1,6 +1,6 @@
 """`chat`: a multi-turn conversation with the policy, no tools and no sandbox.
 
-Instance: {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
+Instance (SCHEMA below): {"messages": [{"role": ..., "content": ...}, ...], "user_turns": ["...", ...]}.
 The model answers `messages`; after each reply the next user turn is appended, until the
 user turns run out. A verl row (`{"data_source": "chat", "prompt": [...], "reward_model": ...,
 "extra_info": ...}`, the README's example) is taken as it is: its `prompt` (chat messages, or a
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import prompt_messages
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
 from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
@@ -26,6 +27,13 @@ if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
 
 ROLES = ("system", "user", "assistant", "tool")
+SCHEMA = InstanceSchema((
+    instance_key("messages", Kind.LIST, f"the conversation so far: [{{role: {'|'.join(ROLES)}, content: str}}, ...] "
+                 "(or a verl row's 'prompt')"),
+    instance_key("user_turns", Kind.LIST, "user messages appended after each reply, until they run out", default=[]),
+    instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+), accepts_verl_rows=True)
 
 
 def chat_messages(instance: dict[str, Any]) -> list[dict[str, Any]]:
@@ -66,6 +74,7 @@ def prose_share(texts: list[str]) -> float:
 
 class ChatHandler(AgentHandler):
     name: ClassVar[str] = "chat"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)
@@ -76,8 +85,8 @@ class ChatHandler(AgentHandler):
 
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
-        user_turns: list[str] = list(instance.get("user_turns", []))
-        sampling = {**ctx.job.sampling, **instance.get("sampling", {})}
+        user_turns: list[str] = list(SCHEMA.value(instance, "user_turns"))
+        sampling = {**ctx.job.sampling, **SCHEMA.value(instance, "sampling")}
         turns: list[dict[str, Any]] = []
         replies: list[str] = []
         async with session_for(ctx) as llm:

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, json_value, optional_image, prompt_messages
-from orchestrator.agent.tool_handler import ToolAgentHandler, fresh_sandbox
+from orchestrator.agent.tool_handler import ToolAgentHandler, agent_task_keys, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.code_tests import SCORING, run_hidden_tests
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
@@ -33,6 +34,28 @@ SYSTEM = ("Write a Python 3 program that reads the input from standard input and
           f"to standard output. Save it as {SOLUTION_FILE} in the working directory, run it on the "
           "examples with the bash tool (e.g. printf '1 2\\n' | python3 solution.py), fix it until it "
           "is right, then call finish.")
+
+
+LIMITS = AgentLimits(max_turns=16, max_context_tokens=8192, max_wall_s=600, tool_timeout_s=30,
+                     max_observation_chars=4000, text_reply=TextReply.NUDGE)
+TESTS = (Kind.LIST, Kind.OBJECT, Kind.STRING)
+SCHEMA = InstanceSchema((
+    instance_key("statement", Kind.STRING, "the problem (or 'problem' / 'question'; or a verl 'prompt')"),
+    instance_key("problem", Kind.STRING, "the problem, another name"),
+    instance_key("question", Kind.STRING, "the problem, another name"),
+    instance_key("tests", TESTS, "hidden tests: [{input, output}], {inputs: [...], outputs: [...]}, or their JSON "
+        "(or verl reward_model.ground_truth)"),
+    instance_key("ground_truth", TESTS, "hidden tests, another name"),
+    instance_key("examples", TESTS, "tests shown to the agent", default="the first test"),
+    instance_key("checker", (Kind.STRING, Kind.NULL), "Python source: `python3 checker.py INPUT EXPECTED OUTPUT` exits 0 "
+        "when OUTPUT is right (default: the output must equal EXPECTED)"),
+    instance_key("solution", (Kind.STRING, Kind.NULL), "the golden solution's Python source (for `tasks check`)"),
+    instance_key("time_limit_s", Kind.NUMBER, "seconds per test, in [0.1, 600]", default=2.0),
+    instance_key("memory_mb", Kind.INTEGER, "MiB per test, in [32, 65536]", default=512),
+    instance_key("scoring", Kind.STRING, f"{' | '.join(SCORING)}: 1 only when every test passes, or the share passed",
+        default="all"),
+    *agent_task_keys(LIMITS),
+), accepts_verl_rows=True)
 
 
 @dataclass(frozen=True)
@@ -79,13 +102,13 @@ def code_task(instance: dict[str, Any]) -> CodeTask:
         raise ValueError("a code task needs hidden tests: 'tests' (or verl reward_model.ground_truth)")
     tests = _tests(hidden, "tests")
     examples = _tests(fields["examples"], "examples") if fields.get("examples") else tests[:1]
-    scoring = fields.get("scoring", "all")
+    scoring = fields.get("scoring", SCHEMA.default("scoring"))
     if scoring not in SCORING:
         raise ValueError(f"'scoring' must be one of {', '.join(SCORING)}, got {scoring!r}")
     for key in ("checker", "solution"):
         if fields.get(key) is not None and not isinstance(fields[key], str):
             raise ValueError(f"'{key}' must be Python source text")
-    time_limit, memory = fields.get("time_limit_s", 2.0), fields.get("memory_mb", 512)
+    time_limit, memory = fields.get("time_limit_s", SCHEMA.default("time_limit_s")), fields.get("memory_mb", SCHEMA.default("memory_mb"))
     if not isinstance(time_limit, (int, float)) or not 0.1 <= time_limit <= 600:
         raise ValueError("'time_limit_s' must be a number of seconds in [0.1, 600]")
     if not isinstance(memory, int) or not 32 <= memory <= 65536:
@@ -106,9 +129,9 @@ def solution_from_replies(run: AgentRun) -> str:
 
 class CodeHandler(ToolAgentHandler):
     name: ClassVar[str] = "code"
+    instance_schema = SCHEMA
     tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
-    limits: ClassVar[AgentLimits] = AgentLimits(max_turns=16, max_context_tokens=8192, max_wall_s=600,
-                                                tool_timeout_s=30, max_observation_chars=4000, text_reply=TextReply.NUDGE)
+    limits: ClassVar[AgentLimits] = LIMITS
 
     def task(self, instance: dict[str, Any]) -> CodeTask:
         return code_task(instance)

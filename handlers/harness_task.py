@@ -36,6 +36,7 @@ from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
 from orchestrator.agent.tool_handler import DEFAULT_PARSER, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.spool.jobs import StageError
 from orchestrator.proxy.trajectory import Builder, trajectory_fields
 
@@ -107,6 +108,28 @@ class HarnessSettings:
         return cls(**values)
 
 
+SETTING_MEANINGS = {
+    "command": "the harness's shell command, run in the sandbox",
+    "family": f"task family whose INIT and EVAL are used: {', '.join(FAMILIES)} (default: from the row)",
+    "builder": "how rows are built from the calls: prefix_merging | per_request",
+    "parser": "tool-call parser of the policy's replies",
+    "model_name": "the model id /v1/models names",
+    "max_calls": "LLM calls at most", "max_context_tokens": "prompt + reply tokens per call at most",
+    "max_tokens_per_call": "tokens sampled per call at most", "max_wall_s": "seconds the command may run",
+    "env": "extra environment variables for the command", "binds": "SRC:DST[:ro|rw] mounts into the sandbox",
+}
+_SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUMBER}
+# The harness settings as the dataclass has them (a new setting is a new key here, with no second list).
+SETTINGS = InstanceSchema(tuple(
+    instance_key(f.name, _SETTING_KINDS.get(f.name, Kind.INTEGER if f.name.startswith("max_") else Kind.STRING),
+        SETTING_MEANINGS.get(f.name, f.name.replace("_", " ")), required=f.name == "command")
+    for f in fields(HarnessSettings)))
+# The row of its family (swe, code or math) plus the harness settings.
+SCHEMA = InstanceSchema((instance_key("harness", Kind.OBJECT, "how to run the harness (or submit --set harness.KEY=VALUE)",
+                             required=True, keys=SETTINGS),), accepts_verl_rows=True).merged(
+    *(family.instance_schema for family in FAMILIES.values() if family.instance_schema is not None))
+
+
 def infer_family(instance: dict[str, Any]) -> str:
     fields_ = flatten(instance)
     if "base_commit" in fields_:
@@ -135,6 +158,7 @@ def harness_script(settings: HarnessSettings, proxy_dir: str) -> str:
 
 class HarnessHandler(ToolAgentHandler):
     name: ClassVar[str] = "harness"
+    instance_schema = SCHEMA
 
     def __init__(self) -> None:
         super().__init__()

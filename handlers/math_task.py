@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages
-from orchestrator.agent.tool_handler import ToolAgentHandler
+from orchestrator.agent.tool_handler import ToolAgentHandler, agent_task_keys
 from orchestrator.agent.loop import AgentLimits, TextReply
 from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, decoded_response, score_with_verl
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
@@ -25,6 +26,18 @@ if TYPE_CHECKING:
 SYSTEM = ("Solve the math problem. You can run Python with the python tool (sympy and numpy are "
           "installed). When you know the answer, call submit with it, or end your reply with the "
           "answer in \\boxed{}.")
+
+
+LIMITS = AgentLimits(max_turns=8, max_context_tokens=4096, max_wall_s=300, tool_timeout_s=30,
+                     max_observation_chars=2000, text_reply=TextReply.FINISH)
+SCHEMA = InstanceSchema((
+    instance_key("problem", Kind.STRING, "the problem statement (or 'question'; or a verl 'prompt')"),
+    instance_key("question", Kind.STRING, "the problem statement, another name"),
+    instance_key("answer", (Kind.STRING, Kind.NUMBER), "the final answer graded against (or verl reward_model.ground_truth)"),
+    instance_key("ground_truth", (Kind.STRING, Kind.NUMBER), "the final answer, another name"),
+    *agent_task_keys(LIMITS),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+), accepts_verl_rows=True)
 
 
 @dataclass(frozen=True)
@@ -60,9 +73,9 @@ def candidate(result: dict[str, Any]) -> str:
 
 class MathHandler(ToolAgentHandler):
     name: ClassVar[str] = "math"
+    instance_schema = SCHEMA
     tools: ClassVar[tuple[str, ...]] = ("python", "think", "submit")
-    limits: ClassVar[AgentLimits] = AgentLimits(max_turns=8, max_context_tokens=4096, max_wall_s=300,
-                                                tool_timeout_s=30, max_observation_chars=2000, text_reply=TextReply.FINISH)
+    limits: ClassVar[AgentLimits] = LIMITS
 
     def task(self, instance: dict[str, Any]) -> MathTask:
         return math_task(instance)

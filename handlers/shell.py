@@ -1,7 +1,7 @@
 """`shell`: run a list of shell commands in the job's sandbox; reward 1 if `expect` shows up.
 
-Instance: {"commands": ["echo hi > out.txt", "cat out.txt"], "expect": "hi",
-           "image": null, "network": false, "timeout": 60}
+Instance (SCHEMA below): {"commands": ["echo hi > out.txt", "cat out.txt"], "expect": "hi",
+                          "image": null, "network": false, "timeout": 60}
 INIT opens the sandbox, RUN executes the commands with the bash tool, EVAL scores from the
 RUN output alone (the sandbox is closed before EVAL, which may run on another node).
 """
@@ -12,10 +12,20 @@ from typing import Any
 
 from orchestrator.handler_api.context import JobContext
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
+
+SCHEMA = InstanceSchema((
+    instance_key("commands", Kind.LIST, "shell lines run one after another in the sandbox's bash", required=True),
+    instance_key("expect", Kind.STRING, "reward 1 when the output contains it (absent: when every command exits 0)"),
+    instance_key("image", (Kind.STRING, Kind.NULL), "sandbox image (default: run.toml [sandbox] image)"),
+    instance_key("network", Kind.BOOLEAN, "network access in the sandbox", default=False),
+    instance_key("timeout", Kind.NUMBER, "seconds per command, in (0, 86400]", default=60),
+))
 
 
 class ShellHandler(AgentHandler):
     name = "shell"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         commands = instance.get("commands")
@@ -23,13 +33,13 @@ class ShellHandler(AgentHandler):
             raise ValueError('shell instances need "commands": a non-empty list of strings')
         if "expect" in instance and not isinstance(instance["expect"], str):
             raise ValueError('"expect" must be a string')
-        timeout = instance.get("timeout", 60)
+        timeout = SCHEMA.value(instance, "timeout")
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise ValueError('"timeout" must be a number of seconds in (0, 86400]')
 
     async def init(self, ctx: JobContext) -> dict[str, Any]:
         instance = ctx.job.instance
-        options: dict[str, Any] = {"network": bool(instance.get("network", False))}
+        options: dict[str, Any] = {"network": bool(SCHEMA.value(instance, "network"))}
         if instance.get("image"):
             options["image"] = instance["image"]
         sandbox = await ctx.open_sandbox(**options)
@@ -38,7 +48,7 @@ class ShellHandler(AgentHandler):
     async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
         sandbox = await ctx.sandbox()
-        timeout = float(instance.get("timeout", 60))
+        timeout = float(SCHEMA.value(instance, "timeout"))
         steps = []
         for command in instance["commands"]:
             result = await sandbox.bash(command, timeout=timeout)

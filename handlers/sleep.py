@@ -1,21 +1,15 @@
 """`sleep`: stages that take a given time and fail with a given probability.
 
-Instance keys (all optional):
-    init, run, eval   seconds: a number, or a distribution:
-                        {"uniform": [low, high]}
-                        {"lognormal": {"mean": m, "sigma": s}}   (mean of the distribution itself)
-                        {"exponential": mean}
-                      any of them may add "tail_p" and "tail_factor": with probability tail_p
-                      the duration is multiplied by tail_factor (heavy tails)
-    scale             multiplies every duration (run a profile faster)
-    seed              makes the draws reproducible (per job and stage)
-    fail              {"init": p, "run": p, "eval": p}: probability that the stage raises
-    reward            the reward EVAL returns: a number (default 1.0), or {"bernoulli": p}: 1.0
-                      with probability p, else 0.0, drawn per job (seeded: groups of a prompt
-                      with p = 0 or 1 have no reward variance, the others usually do)
-    policy_version    reported by RUN as the policy the job sampled with (a stand-in for an
-                      LLM handler in tests of the staleness bound): a number, or "current": the
-                      registry's policy version when RUN ends, as an LLM turn would record it
+Its instance keys are declared in SCHEMA below (`hpc-rollout handlers sleep` lists them). A
+duration is seconds, or a distribution:
+    {"uniform": [low, high]}
+    {"lognormal": {"mean": m, "sigma": s}}   (mean of the distribution itself)
+    {"exponential": mean}
+any of them may add "tail_p" and "tail_factor": with probability tail_p the duration is
+multiplied by tail_factor (heavy tails). `reward` {"bernoulli": p} is drawn per job (seeded:
+groups of a prompt with p = 0 or 1 have no reward variance, the others usually do);
+`policy_version` "current" is the registry's policy version when RUN ends, as an LLM turn would
+record it (a stand-in for an LLM handler in tests of the staleness bound).
 """
 
 from __future__ import annotations
@@ -27,9 +21,24 @@ from typing import Any
 
 from orchestrator.handler_api.context import JobContext
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.registry import BackendRegistry
 
 DISTRIBUTIONS = ("uniform", "lognormal", "exponential")
+STAGES = ("init", "run", "eval")
+DURATION = (Kind.NUMBER, Kind.OBJECT)
+SCHEMA = InstanceSchema((
+    *(instance_key(stage, DURATION, f"seconds of {stage.upper()}: a number or a distribution "
+      f"({', '.join(DISTRIBUTIONS)}; + tail_p, tail_factor)", default=0.0) for stage in STAGES),
+    instance_key("scale", Kind.NUMBER, "multiplies every duration (run a profile faster)", default=1.0),
+    instance_key("seed", (Kind.STRING, Kind.INTEGER), "makes the draws reproducible (per job and stage)"),
+    instance_key("fail", Kind.OBJECT, "probability that a stage raises, per stage", default={},
+        keys=InstanceSchema(tuple(instance_key(stage, Kind.NUMBER, f"probability that {stage.upper()} raises, in [0, 1]")
+                                  for stage in STAGES))),
+    instance_key("reward", (Kind.NUMBER, Kind.BOOLEAN, Kind.OBJECT), 'the reward EVAL returns: a number, or {"bernoulli": p}',
+        default=1.0),
+    instance_key("policy_version", (Kind.INTEGER, Kind.STRING), 'reported by RUN as the policy sampled with: a number, or "current"'),
+))
 
 
 class SleepFailure(RuntimeError):
@@ -65,22 +74,23 @@ def draw_seconds(spec: Any, rng: random.Random) -> float:
 
 class SleepHandler(AgentHandler):
     name = "sleep"
+    instance_schema = SCHEMA
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         rng = random.Random(0)
-        for stage in ("init", "run", "eval"):
+        for stage in STAGES:
             draw_seconds(instance.get(stage), rng)
-        fail = instance.get("fail", {})
+        fail = SCHEMA.value(instance, "fail")
         if not isinstance(fail, dict) or not all(0 <= float(p) <= 1 for p in fail.values()):
             raise ValueError(f"fail {fail!r}: expected {{stage: probability in [0, 1]}}")
-        draw_reward(instance.get("reward", 1.0), rng)
+        draw_reward(SCHEMA.value(instance, "reward"), rng)
 
     async def _stage(self, ctx: JobContext, stage: str) -> dict[str, Any]:
         instance = ctx.job.instance
         rng = random.Random(f"{instance.get('seed', '')}/{ctx.job.job_id}/{stage}/{ctx.attempt}")
-        seconds = draw_seconds(instance.get(stage), rng) * float(instance.get("scale", 1.0))
+        seconds = draw_seconds(instance.get(stage), rng) * float(SCHEMA.value(instance, "scale"))
         await asyncio.sleep(seconds)
-        if rng.random() < float(instance.get("fail", {}).get(stage, 0.0)):
+        if rng.random() < float(SCHEMA.value(instance, "fail").get(stage, 0.0)):
             raise SleepFailure(f"{stage} failed on purpose (fail probability {instance['fail'][stage]})")
         return {f"{stage}_slept_s": round(seconds, 6), "node": ctx.node}
 
@@ -100,7 +110,7 @@ class SleepHandler(AgentHandler):
         out = await self._stage(ctx, "eval")
         instance = ctx.job.instance
         rng = random.Random(f"{instance.get('seed', '')}/{ctx.job.job_id}/reward")
-        out["reward"] = draw_reward(instance.get("reward", 1.0), rng)
+        out["reward"] = draw_reward(SCHEMA.value(instance, "reward"), rng)
         return out
 
 

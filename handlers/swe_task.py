@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, prompt_messages, string_list
-from orchestrator.agent.tool_handler import ToolAgentHandler, fresh_sandbox
+from orchestrator.agent.tool_handler import ToolAgentHandler, agent_task_keys, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.junit import resolution, statuses
+from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 
 if TYPE_CHECKING:
     from orchestrator.handler_api.context import JobContext
@@ -38,6 +39,28 @@ SYSTEM = ("You are a software engineer working in a git repository at /workspace
           "find the cause, and fix it by editing the repository's source files with the tools. You may "
           "write and run tests. Do not change existing tests. When the fix is complete, call finish.")
 EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n"
+
+
+LIMITS = AgentLimits(max_turns=30, max_context_tokens=16384, max_wall_s=1800, tool_timeout_s=120,
+                     text_reply=TextReply.NUDGE)
+NODE_IDS = (Kind.LIST, Kind.STRING)
+UNUSED = "a SWE-bench column, kept, not used"
+SCHEMA = InstanceSchema((
+    instance_key("instance_id", Kind.STRING, "the task's id (SWE-bench's)"),
+    instance_key("repo", Kind.STRING, "owner/name, shown in the prompt"),
+    instance_key("base_commit", Kind.STRING, "the commit the repository is checked out at"),
+    instance_key("problem_statement", Kind.STRING, "the issue (or a verl 'prompt')"),
+    instance_key("test_patch", Kind.STRING, "the patch adding the tests that show the fix"),
+    instance_key("patch", Kind.STRING, "the golden fix (for `tasks check`)"),
+    instance_key("FAIL_TO_PASS", NODE_IDS, "pytest node ids that must pass after the fix (or their JSON)"),
+    instance_key("PASS_TO_PASS", NODE_IDS, "pytest node ids that must keep passing (or their JSON)", default=[]),
+    instance_key("repo_mirror", Kind.STRING, "absolute path of a local git mirror, bound read-only (or 'image')"),
+    instance_key("repo_dir", Kind.STRING, "where the image holds the repository", default="/testbed"),
+    instance_key("test_timeout_s", Kind.NUMBER, "seconds for the test run in EVAL", default=600.0),
+    *(instance_key(name, (Kind.STRING, Kind.NULL), UNUSED) for name in ("hints_text", "created_at", "version",
+                                                                 "environment_setup_commit")),
+    *agent_task_keys(LIMITS),
+), accepts_verl_rows=True)
 
 
 @dataclass(frozen=True)
@@ -87,7 +110,8 @@ def swe_task(instance: dict[str, Any]) -> SweTask:
         problem_statement=statement or "", test_patch=fields["test_patch"], fail_to_pass=fail_to_pass,
         pass_to_pass=string_list(fields.get("PASS_TO_PASS"), "PASS_TO_PASS"),
         patch=golden if isinstance(golden, str) else "", repo_mirror=mirror, image=image,
-        repo_dir=str(fields.get("repo_dir", "/testbed")), test_timeout_s=float(fields.get("test_timeout_s", 600)),
+        repo_dir=str(fields.get("repo_dir", SCHEMA.default("repo_dir"))),
+        test_timeout_s=float(fields.get("test_timeout_s", SCHEMA.default("test_timeout_s"))),
         prompt=tuple(prompt) if prompt else None,
     )
 
@@ -115,9 +139,9 @@ async def run_script(sandbox: "Sandbox", script: str, what: str, timeout: float 
 
 class SweHandler(ToolAgentHandler):
     name: ClassVar[str] = "swe"
+    instance_schema = SCHEMA
     tools: ClassVar[tuple[str, ...]] = ("bash", "str_replace_editor", "think", "finish")
-    limits: ClassVar[AgentLimits] = AgentLimits(max_turns=30, max_context_tokens=16384, max_wall_s=1800,
-                                                tool_timeout_s=120, text_reply=TextReply.NUDGE)
+    limits: ClassVar[AgentLimits] = LIMITS
 
     def task(self, instance: dict[str, Any]) -> SweTask:
         return swe_task(instance)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -192,10 +193,12 @@ class RunConfig:
             current = getattr(config, section, None)
             names = {f.name: f for f in fields(current)} if current is not None else {}
             if key not in names:
-                valid = ", ".join(f"{s.name}.{k.name}" for s in fields(self) if s.name != DATA_SOURCES
-                                  for k in fields(getattr(self, s.name)))
-                valid += f", {DATA_SOURCES}.<data source>"
-                raise ConfigError(f"{source}: unknown setting {dotted!r}; valid: {valid}")
+                known = [f"{s.name}.{k.name}" for s in fields(self) if s.name != DATA_SOURCES
+                         for k in fields(getattr(self, s.name))]
+                close = difflib.get_close_matches(dotted, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                valid = ", ".join(known) + f", {DATA_SOURCES}.<data source>"
+                raise ConfigError(f"{source}: unknown setting {dotted!r}{hint}; valid: {valid}")
             assert current is not None
             updated: Any = replace(current, **{key: _check(dotted, value, getattr(current, key), source)})
             config = replace(config, **{section: updated})

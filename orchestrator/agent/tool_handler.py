@@ -26,11 +26,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, ToolCallRecord, run_agent
-from orchestrator.agent.parsers import get_parser
+from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, TextReply, ToolCallRecord, run_agent
+from orchestrator.agent.parsers import PARSERS, get_parser
 from orchestrator.agent.toolbox import SandboxToolbox
 from orchestrator.agent.tools import ToolSpec, openai_tools, tool_specs
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.schema import InstanceSchema, Key, Kind, instance_key
 from orchestrator.spool.jobs import StageError
 
 if TYPE_CHECKING:
@@ -39,6 +40,29 @@ if TYPE_CHECKING:
 
 DEFAULT_PARSER = "hermes"
 RENDER_WINDOW = 2   # observations are rendered after the last 2 messages (checked: Conversation.window)
+
+LIMIT_MEANINGS = {
+    "max_turns": "LLM calls at most", "max_context_tokens": "prompt + reply tokens at most",
+    "max_wall_s": "seconds of RUN at most", "tool_timeout_s": "seconds per tool call",
+    "max_tokens_per_turn": "tokens sampled per call at most",
+    "max_observation_chars": "a tool's output beyond this is cut in the middle",
+    "text_reply": f"what a reply without a tool call means: {', '.join(t.value for t in TextReply)}",
+}
+AGENT_LIMITS = InstanceSchema(tuple(
+    instance_key(name, Kind.STRING if name == "text_reply" else (Kind.NUMBER if name.endswith("_s") else Kind.INTEGER),
+        LIMIT_MEANINGS.get(name, name.replace("_", " ")))
+    for name in AgentLimits.__dataclass_fields__))
+
+
+def agent_task_keys(limits: AgentLimits) -> tuple[Key, ...]:
+    """The keys every tool-using family's instances take besides their task's own."""
+    return (
+        instance_key("agent", Kind.OBJECT, f"overrides of the agent loop's limits (defaults: {limits.max_turns} turns, "
+            f"{limits.max_context_tokens} context tokens, {limits.max_wall_s:g} s)", keys=AGENT_LIMITS),
+        instance_key("parser", Kind.STRING, f"tool-call parser: {', '.join(sorted(PARSERS))}", default=DEFAULT_PARSER),
+        instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)"),
+        instance_key("image", (Kind.STRING, Kind.NULL), "sandbox image (default: run.toml [sandbox] image)"),
+    )
 
 
 class ToolAgentHandler(AgentHandler):

@@ -60,7 +60,7 @@ def run_task_demo(
         report = submit_file(paths, bundled.tasks(family), handler=family, samples=samples, sampling=sampling)
         if report.rejected:
             raise RuntimeError(f"bundled {family} tasks rejected: {report.rejected[:3]}")
-        launch = start_local_workers(paths, workers, WorkerOptions(), verbose=1)
+        launch = start_local_workers(paths, workers, WorkerOptions(), verbose=1, owned=True)
         if on_ready is not None:
             on_ready(paths, server.url, report, launch)
         if wait is not None and wait(paths, launch) is False:

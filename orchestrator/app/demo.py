@@ -68,7 +68,7 @@ def run_demo(
         rows = list(enumerate(demo_tasks(tasks), 1))
         report = submit_rows(paths, rows, source="demo", handler="chat", samples=samples,
                              sampling={"temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens})
-        launch = start_local_workers(paths, workers, WorkerOptions(), verbose=1)
+        launch = start_local_workers(paths, workers, WorkerOptions(), verbose=1, owned=True)
         if on_ready is not None:
             on_ready(paths, server.url, report, launch)
         drained = wait(paths, launch) if wait is not None else None

@@ -2,7 +2,9 @@
 
 The processes run exactly what a Slurm array task runs (`python -m orchestrator.worker`).
 Each gets its own session (process group), its pid recorded under logs/LAUNCH/, so it can be
-stopped by pid and never by name.
+stopped by pid and never by name. Workers a launcher `owns` (it waits on them: `launch --wait`,
+`demo`) are told its pid: should it die without passing a signal on (orchestrator/app/
+signal_relay.py), they leave once nothing is left to claim instead of running on unwatched.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -20,7 +22,7 @@ import orjson
 from orchestrator.spool.launches import launch_log_dir, new_launch_id, request_stop
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.options import WorkerOptions
-from orchestrator.worker.signals import stop_signals_held
+from orchestrator.worker.signals import STOP_NOW_SIGNAL, stop_signals_held
 
 __all__ = ["LocalLaunch", "launch_log_dir", "new_launch_id", "request_stop", "start_local_workers"]
 
@@ -38,10 +40,18 @@ class LocalLaunch:
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.processes if p.poll() is None]
 
-    def terminate(self, timeout_s: float) -> list[int | None]:
-        """SIGTERM every worker (they drain), SIGKILL their process group past `timeout_s`."""
+    def drain(self) -> None:
+        """Every worker stops claiming and finishes or returns running work within its grace period."""
         for process in self.alive():
             _signal_group(process, signal.SIGTERM)
+
+    def stop_now(self) -> None:
+        """Every worker returns running work to the queues at once and exits."""
+        for process in self.alive():
+            _signal_group(process, STOP_NOW_SIGNAL)
+
+    def wait(self, timeout_s: float) -> list[int | None]:
+        """Wait for every worker to exit; SIGKILL the process group of any still there past `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         for process in self.processes:
             try:
@@ -51,6 +61,11 @@ class LocalLaunch:
                 process.wait()
         return [p.returncode for p in self.processes]
 
+    def terminate(self, timeout_s: float) -> list[int | None]:
+        """SIGTERM every worker (they drain), SIGKILL their process group past `timeout_s`."""
+        self.drain()
+        return self.wait(timeout_s)
+
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     try:
@@ -59,11 +74,16 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
         pass
 
 
-def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, verbose: int = 1) -> LocalLaunch:
+def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, verbose: int = 1,
+                        owned: bool = False) -> LocalLaunch:
+    """`count` worker processes; `owned`: this process waits on them (they leave should it die)."""
     launch_id = options.launch_id or new_launch_id("local")
     log_dir = launch_log_dir(paths, launch_id)
     launch = LocalLaunch(launch_id, log_dir)
-    args = [sys.executable, "-m", "orchestrator.worker", str(paths.root), *_with_launch(options, launch_id).to_args()]
+    options = _with_launch(options, launch_id)
+    if owned:
+        options = replace(options, launcher_pid=os.getpid())
+    args = [sys.executable, "-m", "orchestrator.worker", str(paths.root), *options.to_args()]
     args += ["-v"] * verbose
     for index in range(count):
         log_path = log_dir / f"worker-{index}.log"
@@ -78,6 +98,4 @@ def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, v
 
 
 def _with_launch(options: WorkerOptions, launch_id: str) -> WorkerOptions:
-    from dataclasses import replace
-
     return replace(options, launch_id=launch_id)

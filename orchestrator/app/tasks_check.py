@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from orchestrator.handler_api.context import JobContext, WorkerServices
-from orchestrator.handler_api.contract import AgentHandler, load_handler
+from orchestrator.handler_api.contract import AgentHandler, check_instance, load_handler
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.submission.submit import RowProblem, parse_task, read_rows
@@ -62,6 +62,8 @@ async def _check_one(handler: AgentHandler, services: WorkerServices, line: int,
         ctx = _context(handler, services, instance, f"check-{line:07d}-{which}")
         try:
             scored = await handler.eval(ctx, references[which])
+        except ImportError:
+            raise   # a package the grader needs is missing: true of every task, said once by the caller
         except Exception as exc:  # a task that crashes its grader is broken
             check.scores[which] = None
             check.problems.append(f"{which}: grading failed: {type(exc).__name__}: {exc}")
@@ -101,7 +103,7 @@ async def check_tasks(
             else:
                 try:
                     task = parse_task(line, row, handler_name)
-                    handler.validate_instance(task.instance)
+                    check_instance(handler, task.instance)
                 except (ValueError, TypeError) as exc:
                     check = TaskCheck(line, f"line-{line}", problems=[f"invalid task: {exc}"])
                 else:

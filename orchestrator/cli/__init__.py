@@ -13,7 +13,7 @@ import click
 from orchestrator import __version__
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
-COMMAND_MODULES = ("core", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
+COMMAND_MODULES = ("core", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,4 +51,4 @@ _register_all()
 def main() -> None:
     from orchestrator.cli.errors import run_guarded
 
-    run_guarded(lambda: cli(prog_name="hpc-rollout"))
+    run_guarded(lambda: cli.main(prog_name="hpc-rollout", standalone_mode=False))

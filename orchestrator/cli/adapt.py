@@ -9,8 +9,9 @@ from types import FrameType
 from typing import Any
 
 import click
-from rich.console import Console
 
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.console import say
 from orchestrator.cli.launch import worker_flags, worker_options
 from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
 from orchestrator.config import ConfigError
@@ -22,11 +23,10 @@ from orchestrator.spool.rundir import open_run
 
 DEFAULT_IDLE_EXIT_S = 300.0
 
-out = Console(highlight=False, soft_wrap=True)
 
 
 @click.command("adapt")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("--min", "minimum", default=0, show_default=True, type=click.IntRange(0), help="Workers kept even when idle (launched without idle exit).")
 @click.option("--max", "maximum", required=True, type=click.IntRange(1), help="Never more workers than this (running + pending).")
 @click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(0.2, 3600), help="Seconds between two looks at the queues.")
@@ -83,12 +83,12 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    out.print(f"adapt {controller.kind} workers of {paths.root}: --min {minimum} --max {maximum}, "
+    say(f"adapt {controller.kind} workers of {paths.root}: --min {minimum} --max {maximum}, "
               f"idle exit {idle:g}s, every {interval:g}s (cool-down {cooldown:g}s)")
-    out.print(f"  lease: {lease_path(paths, controller.kind)}   state: {state_path(paths, controller.kind)}")
-    out.print(f"  watch: hpc-rollout status {run_dir}    end: Ctrl-C (workers keep working)")
+    say(f"  lease: {lease_path(paths, controller.kind)}   state: {state_path(paths, controller.kind)}")
+    say(f"  watch: hpc-rollout status {run_dir}    end: Ctrl-C (workers keep working)")
     controller.serve(stop.is_set)
-    out.print("adapt: stopped" + (" (the run was stopped)" if controller.run_stopped() else ""))
+    say("adapt: stopped" + (" (the run was stopped)" if controller.run_stopped() else ""))
 
 
 def register(cli: Any) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 import orjson
-from rich.console import Console
 
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.console import Tone, say, styled, tell
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import ConfigError
 from orchestrator.report.inspect_job import JobNotFound, inspect_job
@@ -21,11 +22,6 @@ from orchestrator.spool.rows import SCHEMA
 from orchestrator.spool.rundir import init_run, open_run
 from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
 from orchestrator.trainer.tail import RowReader
-
-# Wide when piped (a log file, `| less`): tables must not be cut to 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
 
 def _open(run_dir: str) -> Any:
     try:
@@ -56,7 +52,17 @@ def _dumps(value: Any, indent: bool = False) -> str:
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override a run.toml setting, e.g. --set pools.run=16 --set jobs.timeout_s=600.")
 def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
-    """Create the run directory RUN_DIR (or update its run.toml)."""
+    """Create the run directory RUN_DIR (or update its run.toml).
+
+    Writes RUN_DIR/run.toml, every setting with a comment (what it does, default, range), and
+    RUN_DIR/example-tasks.jsonl: a few echo and sleep tasks that need no LLM and no sandbox.
+
+    \b
+    Examples:
+      hpc-rollout init spool/demo
+      hpc-rollout init spool/run1 --set pools.run=16 --set jobs.timeout_s=600
+      hpc-rollout init spool/run1 --set data_sources.openai/gsm8k=answer
+    """
     overrides = {}
     for setting in settings:
         key, sep, value = setting.partition("=")
@@ -67,13 +73,31 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
         paths, _ = init_run(run_dir, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    out.print(f"run directory ready: {paths.root}")
-    out.print(f"  settings: {paths.run_config}")
-    out.print(f"  next: hpc-rollout submit {run_dir} tasks.jsonl --samples 8")
+    example = Path(run_dir) / EXAMPLE_TASKS
+    if not example.exists():   # a file the user may have edited is kept
+        example.write_text("".join(orjson.dumps(row).decode() + "\n" for row in example_tasks()))
+    say(f"run directory ready: {paths.root}")
+    say(f"  settings: {paths.run_config} (each explained in a comment)")
+    say(f"  example tasks: {example} (echo and sleep: no LLM, no sandbox); `hpc-rollout handlers` lists the others")
+    say(f"  next: hpc-rollout submit {run_dir} {example} --samples 4")
+
+
+EXAMPLE_TASKS = "example-tasks.jsonl"
+
+
+def example_tasks() -> list[dict[str, Any]]:
+    """Tasks that run on any machine: handlers that need no LLM and no sandbox."""
+    return [
+        {"handler": "echo", "instance": {"instance_id": "hello", "question": "What is 2 + 2?"}},
+        {"handler": "echo", "instance": {"instance_id": "half", "reward": 0.5}},
+        {"handler": "sleep", "instance": {"instance_id": "coin", "run": {"uniform": [0.2, 1.0]},
+                                          "reward": {"bernoulli": 0.5}, "seed": 1}},
+        {"handler": "sleep", "instance": {"instance_id": "slow-start", "init": 0.3, "run": 0.5, "eval": 0.1}},
+    ]
 
 
 @click.command("submit")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("tasks_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--handler", help="Handler for bare instances (rows without a handler or data_source).")
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(1, 9999),
@@ -85,16 +109,19 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
 @click.option("--sampling-unchecked", is_flag=True,
               help="Pass sampling parameters this tool does not know (for a server that takes them).")
 @click.option("--source-handler", "source_pairs", multiple=True, metavar="DATA_SOURCE=HANDLER",
-              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable; "
-                   "adds to run.toml [data_sources]).")
+              help="Run verl rows of DATA_SOURCE with HANDLER, e.g. openai/gsm8k=answer (repeatable). For this "
+                   "submission, over run.toml [data_sources]; run.toml is not changed (to keep a mapping: "
+                   "hpc-rollout init RUN_DIR --set data_sources.SRC=HANDLER).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
 @click.option("--set", "instance_pairs", multiple=True, metavar="KEY.PATH=VALUE",
               help="Set a field of every task's instance, e.g. --set harness.command='mini ...' (repeatable; "
                    "JSON values are parsed).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was queued and rejected as one JSON object "
+              "(submission_id, jobs, first_job, last_job, rejected: [{line, reason}]); same exit status.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
-               strict: bool, instance_pairs: tuple[str, ...] = ()) -> None:
+               strict: bool, instance_pairs: tuple[str, ...] = (), as_json: bool = False) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -104,9 +131,14 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         (a data_source that names no handler, e.g. openai/gsm8k: --source-handler openai/gsm8k=answer)
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
-    --strict) and the exit status is 1 when any row was rejected.
+    --strict) and the exit status is 1 when any row was rejected. Instance keys are checked
+    against the handler's schema (`hpc-rollout handlers NAME` lists them).
 
-    
+    \b
+    Examples:
+      hpc-rollout submit spool/demo spool/demo/example-tasks.jsonl --samples 4
+      hpc-rollout submit spool/run1 chats.jsonl --handler chat --samples 8 --sampling temperature=0.7
+      hpc-rollout submit spool/run1 gsm8k.parquet --source-handler openai/gsm8k=answer --json
     Agent task families (tools in a sandbox, verifiable rewards; `hpc-rollout tasks --help`):
       hpc-rollout submit spool/run1 deepscaler.parquet --handler math --samples 8
       hpc-rollout submit spool/run1 code.jsonl --handler code --samples 8
@@ -133,30 +165,43 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:
-        err.print(f"[red]{tasks_file}:{problem.line}[/red]: {problem.reason}")
+        tell(styled(f"{tasks_file}:{problem.line}", Tone.ERROR), f": {problem.reason}")
     elapsed = time.monotonic() - started
+    if as_json:
+        click.echo(_dumps({**report.to_json(), "samples": samples, "seconds": round(elapsed, 3),
+                           **({"strict": True} if strict else {})}))
+        if report.rejected:
+            sys.exit(1)
+        return
     if strict and report.rejected:
-        err.print(f"[red]rejected the whole file[/red] (--strict): {len(report.rejected)} malformed row(s)")
+        tell(styled("rejected the whole file", Tone.ERROR), f" (--strict): {len(report.rejected)} malformed row(s)")
         sys.exit(1)
-    out.print(
-        f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
-        f"queued in {elapsed:.1f}s" + (f", [red]{len(report.rejected)} row(s) rejected[/red]" if report.rejected else "")
-    )
+    rejected = styled(f", {len(report.rejected)} row(s) rejected", Tone.ERROR) if report.rejected else ""
+    say(f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
+        f"queued in {elapsed:.1f}s", rejected)
     if report.batches and report.batches < report.jobs:
-        out.print(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
+        say(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
     if report.jobs:
-        out.print(f"  jobs {report.first_job} .. {report.last_job}")
-        out.print(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
+        say(f"  jobs {report.first_job} .. {report.last_job}")
+        say(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
     if report.rejected:
         sys.exit(1)
 
 
 @click.command("inspect")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
-    """One job: input, where it is, event timeline, stage outputs, errors, log paths."""
+    """One job: input, where it is, event timeline, stage outputs, errors, log paths.
+
+    \b
+    Examples:
+      hpc-rollout inspect spool/run1 20260101T120000000-ab12-0000003-0001
+      hpc-rollout inspect spool/run1 JOB --json | jq .row.error
+    Job ids: `hpc-rollout status RUN_DIR` lists the latest submissions' ranges; finished ones
+    come with `hpc-rollout tail RUN_DIR --fields job_id,status`.
+    """
     paths, _ = _open(run_dir)
     try:
         report = inspect_job(paths, job_id)
@@ -165,51 +210,59 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(_dumps(report, indent=True))
         return
-    out.print(f"[bold]job {job_id}[/bold]  ({report.get('where')})")
-    out.print(f"handler: {report.get('handler')}   attempt: {report.get('attempt', report.get('row', {}).get('attempt'))}")
-    out.print(f"input: {_dumps(report.get('instance'))}")
+    say(styled(f"job {job_id}", Tone.STRONG), f"  ({report.get('where')})")
+    say(f"handler: {report.get('handler')}   attempt: {report.get('attempt', report.get('row', {}).get('attempt'))}")
+    say(f"input: {_dumps(report.get('instance'))}")
     if report.get("sampling"):
-        out.print(f"sampling: {_dumps(report.get('sampling'))}")
-    out.print("timeline:")
+        say(f"sampling: {_dumps(report.get('sampling'))}")
+    say("timeline:")
     origin = report["timeline"][0]["t"] if report["timeline"] else 0.0
     for event in report["timeline"]:
         extra = {k: v for k, v in event.items() if k not in ("t", "job", "event", "worker")}
-        out.print(f"  +{event['t'] - origin:9.3f}s  {event['event']:<16} {event.get('worker', '')}  {_dumps(extra) if extra else ''}")
+        say(f"  +{event['t'] - origin:9.3f}s  {event['event']:<16} {event.get('worker', '')}  {_dumps(extra) if extra else ''}")
     if report.get("outputs"):
-        out.print(f"outputs: {_dumps(report['outputs'])[:4000]}")
+        say(f"outputs: {_dumps(report['outputs'])[:4000]}")
     if report.get("row"):
         row = report["row"]
         seconds = "  ".join(f"{k}={row[k + '_s']:.3f}s" for k in ("init", "run", "eval", "queue") if row.get(k + "_s") is not None)
-        out.print(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
+        say(f"finished: status={row['status']} reward={row['reward']} attempt={row['attempt']}  {seconds}")
         if row.get("model") or row.get("tokenizer_hash"):
-            out.print(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
+            say(f"model: {row.get('model')}   tokenizer: {row.get('tokenizer_hash')}   sampled tokens: {row.get('sampled_tokens')}")
         if row.get("stop_reason"):
-            out.print(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
-                      f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
+            say(f"agent: stop_reason={row['stop_reason']} turns={len(row.get('turns') or [])} "
+                f"tool_calls={len(row.get('tool_calls') or [])} malformed={row.get('malformed_calls')}")
         for call in row.get("tool_calls") or []:
-            out.print(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
+            say(f"  turn {call['turn']:>3} {call['name']} {call['arguments'][:300]}")
             status = f"exit={call['exit_code']} {call['output_chars']} chars {call['latency_ms']:.1f} ms"
-            out.print(f"           -> {status}" + (f" [red]error: {call['error']}[/red]" if call.get("error") else ""))
-            for line in (call.get("output") or "").splitlines()[:8]:
-                out.print(f"           | {line[:200]}", markup=False)
+            say(f"           -> {status}", styled(f" error: {call['error']}", Tone.ERROR) if call.get("error") else "")
+            for output_line in (call.get("output") or "").splitlines()[:8]:
+                say(f"           | {output_line[:200]}")
     if report.get("error"):
-        out.print(f"[red]error:[/red] {report['error']}")
+        say(styled("error:", Tone.ERROR), f" {report['error']}")
     if report.get("traceback"):
-        out.print("traceback (most recent call last is at the bottom):")
-        out.print(report["traceback"].rstrip(), markup=False)
+        say("traceback (most recent call last is at the bottom):")
+        say(report["traceback"].rstrip())
     if report.get("artifacts"):
-        out.print(f"artifacts: {report['artifacts']}")
+        say(f"artifacts: {report['artifacts']}")
     for log_path in report.get("logs", []):
-        out.print(f"log: {log_path}")
+        say(f"log: {log_path}")
 
 
 @click.command("cancel")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.argument("job_ids", nargs=-1)
 @click.option("--group", "groups", multiple=True, help="Cancel every sample of this group (repeatable).")
 @click.option("--all", "everything", is_flag=True, help="Cancel every job submitted so far.")
 def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], everything: bool) -> None:
-    """Cancel jobs wherever they are: running stages are interrupted, sandboxes closed, rows say `cancelled`."""
+    """Cancel jobs wherever they are: running stages are interrupted, sandboxes closed, rows say `cancelled`.
+
+    \b
+    Examples:
+      hpc-rollout cancel spool/run1 20260101T120000000-ab12-0000003-0001
+      hpc-rollout cancel spool/run1 --group 20260101T120000000-ab12-0000003   # every sample of a task
+      hpc-rollout cancel spool/run1 --all                                     # everything submitted so far
+    `launch --wait` exits 3 when jobs ended cancelled (and none failed).
+    """
     if not (job_ids or groups or everything):
         raise click.UsageError("name jobs, --group G or --all")
     paths, _ = _open(run_dir)
@@ -217,11 +270,11 @@ def cancel_cmd(run_dir: str, job_ids: tuple[str, ...], groups: tuple[str, ...], 
         written = request_cancel(paths, job_ids, groups, everything)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    out.print(f"cancellation requested: {', '.join(written)} (workers act within a second)")
+    say(f"cancellation requested: {', '.join(written)} (workers act within a second)")
 
 
 @click.command("tail")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing rows as new shards are committed.")
 @click.option("--since", "cursor", metavar="CURSOR", help="Resume after CURSOR (the JSON printed on stderr at the end).")
 @click.option("--cursor-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -235,6 +288,12 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
     Shards are followed writer by writer in their sequence order (never by clock). The cursor
     printed on stderr resumes where this call stopped: `tail DIR --since 'CURSOR'`, or keep
     it in a file with `--cursor-file`.
+
+    \b
+    Examples:
+      hpc-rollout tail spool/run1 --fields job_id,status,reward
+      hpc-rollout tail spool/run1 --follow --cursor-file run1.cursor | my_trainer_feed
+      hpc-rollout tail spool/run1 --since "$(cat run1.cursor)"
     """
     paths, _ = _open(run_dir)
     wanted = [f.strip() for f in fields.split(",")] if fields else None
@@ -256,14 +315,12 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
             click.echo(_dumps(row))
             if cursor_file is not None and not reader.held:
                 _save_cursor(cursor_file, str(reader.cursor))
-    except KeyboardInterrupt:
-        pass
-    finally:
+    finally:   # also on Ctrl-C (then exit status 130, cli/errors.py): say where to resume
         reader.close()
         final = str(reader.cursor)
         if cursor_file is not None:
             _save_cursor(cursor_file, final)
-        err.print(f"cursor: {final}", markup=False)
+        tell(f"cursor: {final}")
 
 
 def _save_cursor(cursor_file: Path, value: str) -> None:

@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from orchestrator.cli.console import say, tell
 from orchestrator.cli.progress import drain_with_progress
 from orchestrator.app.demo import default_run_dir, paths_hint, run_demo, summary_lines
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @click.command("demo")
@@ -49,36 +47,36 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     if family is not None:
         _task_demo(run_dir, family, policy, samples, workers, image)
         return
-    err.print(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
+    tell(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
 
     def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
-        err.print(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")
+        tell(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
-                      wait=lambda paths, launch: drain_with_progress(paths, launch, err).drained)
+                      wait=lambda paths, launch: drain_with_progress(paths, launch).drained)
     _report(summary_lines(result), result.rows, result.jobs, result.run_dir)
 
 
 def _report(lines: list[str], rows: list[dict], jobs: int, run_dir: Path, extra_hints: tuple[str, ...] = ()) -> None:
     for line in lines:
-        out.print(line)
+        say(line)
     if len(rows) != jobs:
         raise click.ClickException(f"expected {jobs} rows, found {len(rows)}")
-    out.print("look around:")
+    say("look around:")
     for hint in [*paths_hint_for(run_dir), *extra_hints]:
-        out.print(f"  {hint}")
+        say(f"  {hint}")
 
 
 def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: int, image: Path | None) -> None:
     from orchestrator.app.agent_demo import run_task_demo, task_summary_lines
 
-    err.print(f"run directory: {run_dir}   (the first run builds the task image: a minute or more)")
+    tell(f"run directory: {run_dir}   (the first run builds the task image: a minute or more)")
 
     def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
-        err.print(f"serve-llm ({policy}) at {url}; {report.jobs} {family} jobs queued; {len(launch.pids)} workers")
+        tell(f"serve-llm ({policy}) at {url}; {report.jobs} {family} jobs queued; {len(launch.pids)} workers")
 
     result = run_task_demo(run_dir, family, policy, samples, workers, image=image, on_ready=ready,
-                           wait=lambda paths, launch: drain_with_progress(paths, launch, err).drained)
+                           wait=lambda paths, launch: drain_with_progress(paths, launch).drained)
     job = result.rows[0]["job_id"] if result.rows else "JOB"
     _report(task_summary_lines(result), result.rows, result.jobs, result.run_dir,
             (f"hpc-rollout inspect {result.run_dir} {job}",))

@@ -3,7 +3,9 @@
 Commands turn the errors they expect into click errors themselves; whatever escapes them ends
 here. The project's own error classes carry messages that name the fix; operating-system errors
 are described (a full disk says so); anything else is reported as an internal error, with the
-traceback available through HPC_ROLLOUT_TRACEBACK=1.
+traceback available through HPC_ROLLOUT_TRACEBACK=1. The exit status follows
+orchestrator/cli/exit_codes.py: 2 for a wrong command line, 130 for Ctrl-C, 1 for the rest.
+Messages are printed as they are (click.echo: no markup is read in them).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 from typing import Callable, NoReturn
 
 import click
+
+from orchestrator.cli.exit_codes import ExitCode
 
 TRACEBACK_ENV = "HPC_ROLLOUT_TRACEBACK"
 
@@ -42,21 +46,34 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def run_guarded(command: Callable[[], object]) -> None:
-    """Run the click command; print escaped errors as one line and exit 1."""
-    if os.environ.get(TRACEBACK_ENV):
-        command()
-        return
+    """Run the click command (in click's non-standalone mode); print escaped errors as one line
+    and exit with the code of exit_codes.py."""
     try:
-        command()
-    except _known_errors() as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(describe_os_error(exc))
-    except Exception as exc:  # a bug: say what, and how to see more
-        _fail(f"internal error {type(exc).__name__}: {exc} (run with {TRACEBACK_ENV}=1 for the traceback, "
-              "and please report it)")
+        returned = command()
+    except click.ClickException as exc:   # bad usage (2) or an error a command raised itself (1)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("interrupted", err=True)
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        _fail(_describe(exc))
+    if isinstance(returned, int) and not isinstance(returned, bool) and returned:
+        sys.exit(returned)   # click's non-standalone mode returns the code of ctx.exit(N)
 
 
-def _fail(message: str) -> NoReturn:
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, _known_errors()):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return describe_os_error(exc)
+    # a bug: say what, and how to see more
+    return (f"internal error {type(exc).__name__}: {exc} (run with {TRACEBACK_ENV}=1 for the traceback, "
+            "and please report it)")
+
+
+def _fail(message: str, code: ExitCode = ExitCode.FAILED) -> NoReturn:
     click.echo(f"Error: {message}", err=True)
-    sys.exit(1)
+    sys.exit(code)

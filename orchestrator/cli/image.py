@@ -12,7 +12,13 @@ from orchestrator.sandbox.images.cache import Mode
 def register_image_commands(cli: click.Group) -> None:
     @cli.group("image")
     def image_group() -> None:
-        """Build sandbox images from the Jinja2 Apptainer templates in images/."""
+        """Build sandbox images from the Jinja2 Apptainer templates in images/.
+
+        \b
+        Examples:
+          hpc-rollout image build python --format dir    # a rootfs for bubblewrap
+          hpc-rollout image build tasks --format dir     # the bundled tasks' image
+        """
 
     @image_group.command("build")
     @click.argument("template")

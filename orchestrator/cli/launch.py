@@ -7,21 +7,22 @@ import time
 from typing import Any, Callable
 
 import click
-from rich.console import Console
+import orjson
 
-from orchestrator.config import ConfigError
-from orchestrator.spool.liveness import read_workers
-from orchestrator.cli.progress import drain_with_progress, report_drained
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
+from orchestrator.app.signal_relay import SignalRelay
+from orchestrator.cli.console import Tone, detach_from_a_lost_terminal, say, styled, tell, warn
+from orchestrator.cli.exit_codes import ExitCode
+from orchestrator.cli.progress import DrainResult, drain_with_progress, report_backends_once, report_drained
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.slurm_launch import (cancel_run_arrays, describe_slurm_launch, launch_on_slurm, sbatch_flags,
+                                           slurm_launch_json, slurm_launch_options, wait_and_stop_slurm)
+from orchestrator.config import RUNTIME_NAMES, ConfigError, RunConfig
 from orchestrator.spool.launches import request_stop
+from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.config import RUNTIME_NAMES
 from orchestrator.spool.rundir import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
-from orchestrator.cli.slurm_launch import cancel_run_arrays, launch_on_slurm, sbatch_flags, slurm_launch_options, wait_and_stop_slurm
-
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
@@ -51,16 +52,19 @@ def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.command("launch")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("--local", "local", is_flag=True, help="Run the workers as processes on this machine.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 512), help="Worker processes (--local).")
 @click.option("--wait", is_flag=True, help="Show progress until every queued job is finished, then stop the workers "
-              "(and end the arrays). Exit status: 0 all ok, 3 some jobs failed or timed out, 1 workers ended first.")
+              "(and end the arrays). Exit status: 0 all ok, 1 some failed (or the workers ended first), "
+              "3 some cancelled, 130 interrupted.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was started as one JSON object (and, with --wait, "
+              "how it ended as a second one) instead of text.")
 @worker_flags
 @click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
 @sbatch_flags
 @click.option("--dry-run", is_flag=True, help="Write the batch script(s) under RUN_DIR/logs/ without submitting.")
-def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str, init_pool: int | None,
+def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: bool, stages: str, init_pool: int | None,
                run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None,
                idle_exit_s: float | None, nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
                cpus_per_node: int | None, mem: str | None, gpus_per_node: int | None, array_parallelism: int | None,
@@ -69,12 +73,21 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
     """Start stage workers on RUN_DIR: a Slurm job array (--nodes N) or local processes (--local).
 
     \b
-    hpc-rollout launch spool/run1 --nodes 8 --partition batch --time 04:00:00 --account myproj
-    hpc-rollout launch spool/run1 --nodes 4 --stages eval --partition cpu     # eval-only workers
-    hpc-rollout launch spool/demo --local --workers 2 --wait
-    hpc-rollout launch spool/run1 --nodes 8 --idle-exit 300   # each worker leaves after 5 idle minutes
+    Examples:
+      hpc-rollout launch spool/demo --local --workers 2 --wait
+      hpc-rollout launch spool/run1 --nodes 8 --partition batch --time 04:00:00 --account myproj
+      hpc-rollout launch spool/run1 --nodes 4 --stages eval --partition cpu     # eval-only workers
+      hpc-rollout launch spool/run1 --nodes 8 --idle-exit 300   # each worker leaves after 5 idle minutes
+      hpc-rollout launch spool/demo --local --json | jq .pids
     Without Slurm on this machine, --nodes N runs N local workers instead (and says so).
     `hpc-rollout status RUN_DIR` shows the workers, `hpc-rollout stop RUN_DIR [--cancel]` drains them.
+
+    \b
+    How the workers end:
+      --wait   when the queues drain (this command stops them); Ctrl-C, SIGTERM or SIGHUP
+               drains them (a second one returns running jobs at once); should this command
+               die outright, they leave once nothing is left to claim
+      without  they run until `hpc-rollout stop RUN_DIR`, or --idle-exit SECONDS of nothing to do
     """
     paths, config = _open(run_dir)
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
@@ -83,57 +96,135 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, stages: str,
 
         require_apptainer()  # a one-line error here, not one failed job per task later
     if runtime == "local":
-        err.print("[yellow]warning:[/yellow] --runtime local runs agents WITHOUT isolation (development only)")
+        warn("--runtime local runs agents WITHOUT isolation (development only)")
     if nodes is not None and local:
         raise click.UsageError("--nodes is for Slurm and --local for this machine: choose one (--local --workers N)")
+    already = [w for w in read_workers(paths, config.leases.lease_s) if w.alive and w.info.get("state") != "stopped"]
     if nodes is not None:
         slurm = slurm_launch_options(nodes, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                      array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                      signal_delay)
-        result = launch_on_slurm(run_dir, slurm, options, dry_run, out, err)
+        result = launch_on_slurm(run_dir, slurm, options, dry_run)
         if result is not None:
+            if as_json:
+                click.echo(orjson.dumps({**slurm_launch_json(result), "dry_run": dry_run,
+                                         "already_alive": _alive_json(already)}).decode())
+            else:
+                describe_slurm_launch(run_dir, result, slurm, dry_run, wait)
+                _note_already_alive(already, nodes)
             if wait and not dry_run:
-                wait_and_stop_slurm(paths, result, out, err)
+                wait_and_stop_slurm(paths, result, config, as_json)
             return
         workers = nodes  # no Slurm here: the same workers, locally
     elif dry_run:
         raise click.UsageError("--dry-run writes a Slurm batch script: give --nodes N")
-    launch = start_local_workers(paths, workers, options)
-    out.print(f"launch {launch.launch_id}: {workers} local worker(s), pids {' '.join(map(str, launch.pids))}")
-    out.print(f"  logs: {launch.log_dir}")
-    out.print(f"  tail -F {launch.log_dir}/worker-*.log")
     if not wait:
-        out.print(f"  stop them with: hpc-rollout stop {run_dir}")
+        launch = start_local_workers(paths, workers, options)
+        _describe_local(run_dir, launch, workers, already, as_json, ends=f"they run until `hpc-rollout stop {run_dir}`"
+                        + (" or until idle for --idle-exit seconds" if idle_exit_s else
+                           " (or pass --idle-exit SECONDS to let them leave when idle)"))
         return
-    _wait_and_stop(paths, launch, config.shutdown.grace_s, run_dir)
+    _run_and_wait(paths, config, run_dir, workers, options, already, as_json)
 
 
-def _wait_and_stop(paths: SpoolPaths, launch: LocalLaunch, grace_s: float, run_dir: str) -> None:
-    result = None
-    try:
-        result = drain_with_progress(paths, launch, err)
-    except KeyboardInterrupt:
-        err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
-    codes = launch.terminate(timeout_s=grace_s + 10)
-    if result is None or not result.drained:
-        err.print(f"[red]workers ended before the queues drained[/red] (exit codes {codes}); see {launch.log_dir}")
-        sys.exit(1)
-    report_drained(result, f"workers stopped (exit codes {codes})", run_dir)
+def _run_and_wait(paths: SpoolPaths, config: RunConfig, run_dir: str, workers: int, options: WorkerOptions,
+                  already: list[WorkerRecord], as_json: bool) -> None:
+    """Start local workers this command owns, show progress until drained, stop them; signals are
+    passed on to them (orchestrator/app/signal_relay.py)."""
+    owned: list[LocalLaunch] = []   # filled once started: a signal may come while they start
+
+    def drain() -> None:
+        for started in owned:
+            started.drain()
+
+    def stop_now() -> None:
+        for started in owned:
+            started.stop_now()
+
+    relay = SignalRelay(drain=drain, stop_now=stop_now, on_hangup=detach_from_a_lost_terminal)
+    with relay:
+        launch = start_local_workers(paths, workers, options, owned=True)
+        owned.append(launch)
+        relay.replay()   # a signal that came while the workers were starting
+        _describe_local(run_dir, launch, workers, already, as_json,
+                        ends="they stop when the queues drain (Ctrl-C drains them now)")
+        report_backends_once(paths, config)
+        result = drain_with_progress(paths, launch, relay=relay)
+        grace_s = config.shutdown.grace_s
+        if relay.interrupted:
+            codes = launch.wait(timeout_s=grace_s + 10)
+        else:
+            codes = launch.terminate(timeout_s=grace_s + 10)
+    if as_json:
+        _print_outcome(result, relay, codes)
+    if relay.interrupted:
+        tell(styled(f"interrupted ({', '.join(relay.received)})", Tone.WARNING),
+             f": {result.tally.summary()}; workers stopped (exit codes {codes}), unfinished jobs are back in "
+             f"the queues: `hpc-rollout launch {run_dir} --local --wait` goes on")
+        sys.exit(ExitCode.INTERRUPTED)
+    if not result.drained:
+        tell(styled("workers ended before the queues drained", Tone.ERROR), f" (exit codes {codes}); see {launch.log_dir}")
+        sys.exit(ExitCode.FAILED)
+    report_drained(result, f"workers stopped (exit codes {codes})", run_dir, json_on_stdout=as_json)
+
+
+def _describe_local(run_dir: str, launch: LocalLaunch, workers: int, already: list[WorkerRecord], as_json: bool,
+                    ends: str) -> None:
+    if as_json:
+        click.echo(orjson.dumps({"launch_id": launch.launch_id, "where": "local", "workers": workers,
+                                 "pids": launch.pids, "log_dir": str(launch.log_dir), "ends": ends,
+                                 "already_alive": _alive_json(already)}).decode())
+        return
+    say(f"launch {launch.launch_id}: {workers} local worker(s), pids {' '.join(map(str, launch.pids))}")
+    say(f"  logs: {launch.log_dir}")
+    say(f"  tail -F {launch.log_dir}/worker-*.log")
+    say(f"  {ends}")
+    _note_already_alive(already, workers)
+
+
+def _note_already_alive(already: list[WorkerRecord], added: int) -> None:
+    if not already:
+        return
+    launches = sorted({str(w.info.get("launch_id") or "?") for w in already})
+    tell(f"note: {len(already)} worker(s) were already working on this run (launch {', '.join(launches)}: "
+         f"{', '.join(w.worker_id for w in already)}); these {added} join them, "
+         "`hpc-rollout status` shows them all")
+
+
+def _alive_json(already: list[WorkerRecord]) -> list[dict[str, Any]]:
+    return [{"worker_id": w.worker_id, "pid": w.info.get("pid"), "host": w.info.get("host"),
+             "launch_id": w.info.get("launch_id")} for w in already]
+
+
+def _print_outcome(result: DrainResult, relay: SignalRelay, codes: list[int | None]) -> None:
+    code = ExitCode.INTERRUPTED if relay.interrupted else result.exit_code
+    click.echo(orjson.dumps({"drained": result.drained, "by_status": dict(result.tally.by_status),
+                             "retried": result.tally.retried, "interrupted_by": relay.received,
+                             "worker_exit_codes": codes, "exit_code": int(code)}).decode())
 
 
 @click.command("stop")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("--no-wait", is_flag=True, help="Return at once instead of waiting for the workers to exit.")
 @click.option("--timeout", default=None, type=click.FloatRange(0), help="Seconds to wait (default: grace period + lease).")
 @click.option("--cancel", is_flag=True, help="Also scancel the run's Slurm arrays (pending tasks at once, the rest after the drain).")
 def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None, cancel: bool) -> None:
-    """Drain every worker of RUN_DIR: stop claiming, finish or return running jobs, exit."""
+    """Drain every worker of RUN_DIR: stop claiming, finish or return running jobs, exit.
+
+    \b
+    Examples:
+      hpc-rollout stop spool/run1              # wait until every worker has exited
+      hpc-rollout stop spool/run1 --no-wait    # ask, and return at once
+      hpc-rollout stop spool/run1 --cancel     # also end the run's Slurm arrays
+    Workers keep nothing they have not committed: unfinished jobs go back to the queues, and
+    the next `launch` takes them up. Exit status 1 when workers are still alive at the timeout.
+    """
     paths, config = _open(run_dir)
     request_stop(paths)
     if cancel:
-        cancel_run_arrays(paths, pending_only=True, out=out)  # tasks not started yet would start later
+        cancel_run_arrays(paths, pending_only=True)  # tasks not started yet would start later
     alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
-    out.print(f"stop requested ({paths.stop_request}); {len(alive)} worker(s) alive")
+    say(f"stop requested ({paths.stop_request}); {len(alive)} worker(s) alive")
     if no_wait and not cancel:
         return
     deadline = time.monotonic() + (timeout if timeout is not None else config.shutdown.grace_s + config.leases.lease_s)
@@ -141,14 +232,14 @@ def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None, cancel: bool) -
         time.sleep(0.5)
         alive = [w for w in read_workers(paths, config.leases.lease_s) if w.alive]
     if cancel:
-        remaining = cancel_run_arrays(paths, pending_only=False, out=out)
+        remaining = cancel_run_arrays(paths, pending_only=False)
         if remaining:
-            err.print(f"[yellow]still in squeue:[/yellow] {' '.join(remaining)}")
-            sys.exit(1)
+            warn(f"still in squeue: {' '.join(remaining)}")
+            sys.exit(ExitCode.FAILED)
     if alive and not no_wait:
-        err.print(f"[yellow]{len(alive)} worker(s) still alive:[/yellow] {', '.join(w.worker_id for w in alive)}")
-        sys.exit(1)
-    out.print("all workers stopped")
+        warn(f"{len(alive)} worker(s) still alive: {', '.join(w.worker_id for w in alive)}")
+        sys.exit(ExitCode.FAILED)
+    say("all workers stopped")
 
 
 def _open(run_dir: str):  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from orchestrator.cli.run_dir import RUN_DIR_PATH_TYPE
 from orchestrator.llm.errors import LLMError
 from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
@@ -18,7 +19,7 @@ from orchestrator.spool.paths import SpoolPaths
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport
 
-RUN_DIR = click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+RUN_DIR = click.argument("run_dir", type=RUN_DIR_PATH_TYPE)
 PROTOCOL = click.option("--protocol", type=click.Choice([p.value for p in Protocol]), default="vllm",
                         show_default=True, help="vllm: /v1/completions; sglang: native /generate.")
 MODEL = click.option("--model", default=None, help="Served model id (default: first of GET /v1/models).")
@@ -68,6 +69,11 @@ def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: st
         version: int | None, node: str | None, check: bool, logprob_mode: str | None) -> None:
     """Register the server at URL (replaces an entry with the same URL).
 
+    \b
+    Examples:
+      hpc-rollout backend add spool/run1 http://node17:8000/v1 --version 3
+      hpc-rollout backend add spool/run1 http://node18:30000 --protocol sglang --check
+
     A URL that does not answer GET /health is added with a warning (workers mark it down until
     it answers); with --check it is refused. The kind of logprobs it returns is recorded with
     it (every row's turns carry it): --logprob-mode, else what the server says, else the
@@ -112,7 +118,12 @@ def health_problem_now(url: str) -> str | None:
 @RUN_DIR
 @click.argument("url")
 def remove(run_dir: Path, url: str) -> None:
-    """Unregister URL: no new task goes there; tasks already on it finish."""
+    """Unregister URL: no new task goes there; tasks already on it finish.
+
+    \b
+    Example:
+      hpc-rollout backend remove spool/run1 http://node17:8000/v1
+    """
     try:
         entry = registry_of(run_dir).remove(url)
     except LLMError as exc:
@@ -124,7 +135,13 @@ def remove(run_dir: Path, url: str) -> None:
 @RUN_DIR
 @click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept as backends.json.corrupt-*).")
 def clear(run_dir: Path, force: bool) -> None:
-    """Unregister every backend (the policy version is kept)."""
+    """Unregister every backend (the policy version is kept).
+
+    \b
+    Examples:
+      hpc-rollout backend clear spool/run1
+      hpc-rollout backend clear spool/run1 --force     # also replaces a corrupt backends.json
+    """
     registry = registry_of(run_dir)
     try:
         if not force:
@@ -196,7 +213,13 @@ def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_po
 @click.argument("state", type=click.Choice([s.value for s in BackendState]))
 @click.option("--reason", default="set by hand", show_default=True)
 def set_state(run_dir: Path, url: str, state: str, reason: str) -> None:
-    """Set URL's state: `draining` takes no new tasks (running ones finish), `up` re-enables it."""
+    """Set URL's state: `draining` takes no new tasks (running ones finish), `up` re-enables it.
+
+    \b
+    Examples:
+      hpc-rollout backend state spool/run1 http://node17:8000/v1 draining --reason "node maintenance"
+      hpc-rollout backend state spool/run1 http://node17:8000/v1 up
+    """
     try:
         entry = registry_of(run_dir).set_state(normalize_url(url), BackendState(state),
                                                "" if state == "up" else reason)
@@ -238,7 +261,13 @@ def wait(url: str, protocol: str, model: str | None, timeout_s: float, pid: int 
               help="Seconds after which a silent worker's in-flight counts are ignored "
                    "(default: the run's lease from run.toml, else 30).")
 def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
-    """Backends with node, policy version, state and tasks in flight (all live workers)."""
+    """Backends with node, policy version, state and tasks in flight (all live workers).
+
+    \b
+    Examples:
+      hpc-rollout backend list spool/run1
+      hpc-rollout backend list spool/run1 --json | jq '.backends[].state'
+    """
     paths = SpoolPaths.of(run_dir)
     registry = registry_of(run_dir)
     try:
@@ -257,8 +286,9 @@ def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
 
 
 def print_table(snapshot: Snapshot, inflight: dict[str, int], assigned: dict[str, int], workers: int) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.cli.console import out
 
     table = Table(title=f"policy version {snapshot.policy_version} · {workers} live worker(s)")
     for column in ("url", "protocol", "node", "version", "state", "in flight", "assigned", "model"):
@@ -271,7 +301,7 @@ def print_table(snapshot: Snapshot, inflight: dict[str, int], assigned: dict[str
     if not snapshot.backends:
         click.echo("no backends registered: hpc-rollout backend add RUN_DIR URL")
         return
-    Console().print(table)
+    out.print(table)
 
 
 def register(cli: click.Group) -> None:

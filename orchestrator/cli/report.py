@@ -6,7 +6,9 @@ import webbrowser
 
 import click
 
-from orchestrator.cli.core import _open, out
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.console import say
+from orchestrator.cli.core import _open
 from orchestrator.report.since import parse_duration
 
 
@@ -20,7 +22,7 @@ def _duration(_: click.Context, __: click.Parameter, value: str | None) -> float
 
 
 @click.command("report")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("--since", "since_s", metavar="DURATION", callback=_duration,
               help="Only jobs finished and events within this long before now, e.g. 1h, 30m, 2d.")
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser ($BROWSER) when done.")
@@ -46,10 +48,10 @@ def report_cmd(run_dir: str, since_s: float | None, open_page: bool, pass_reward
 
     paths, _ = _open(run_dir)
     files = make_report(paths, Path(out_dir) if out_dir else None, since_s, pass_reward)
-    out.print(files.text, markup=False)
+    say(files.text)
     if open_page:
         if not webbrowser.open(files.page.as_uri()):
-            out.print(f"no web browser found: open {files.page.as_uri()} by hand (or set $BROWSER)")
+            say(f"no web browser found: open {files.page.as_uri()} by hand (or set $BROWSER)")
 
 
 def register(cli: click.Group) -> None:

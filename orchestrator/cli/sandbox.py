@@ -57,7 +57,14 @@ def _common(func: Any) -> Any:
 def register(cli: click.Group) -> None:
     @cli.group("sandbox")
     def sandbox_group() -> None:
-        """Run commands in a sandbox by hand (the same runtimes workers use)."""
+        """Run commands in a sandbox by hand (the same runtimes workers use).
+
+        \b
+        Examples:
+          hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
+          hpc-rollout sandbox shell --image images/out/python-versioned-...
+          hpc-rollout sandbox list
+        """
 
     @sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
     @_common
@@ -80,13 +87,23 @@ def register(cli: click.Group) -> None:
     @_common
     def shell_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
                       env: tuple[str, ...], memory_mb: int | None, workspace: str | None) -> None:
-        """An interactive prompt in a sandbox: each line goes to its persistent bash."""
+        """An interactive prompt in a sandbox: each line goes to its persistent bash.
+
+        \b
+        Example:
+          hpc-rollout sandbox shell --no-network --bind "$PWD:/work:ro"
+        """
         options = _sandbox_options(image, network, binds, env, memory_mb, None)
         asyncio.run(_shell(runtime, options, workspace))
 
     @sandbox_group.command("list")
     def list_command() -> None:
-        """This node's sandboxes (of this user), from their records in the runtime directory."""
+        """This node's sandboxes (of this user), from their records in the runtime directory.
+
+        \b
+        Example:
+          hpc-rollout sandbox list      # id, runtime, state, owner process, time left, job
+        """
         import time
 
         from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
@@ -106,7 +123,12 @@ def register(cli: click.Group) -> None:
 
     @sandbox_group.command("sweep")
     def sweep_command() -> None:
-        """Reap this node's sandboxes whose owner process is gone."""
+        """Reap this node's sandboxes whose owner process is gone (workers do this themselves).
+
+        \b
+        Example:
+          hpc-rollout sandbox sweep     # after a worker was killed with SIGKILL
+        """
         from orchestrator.sandbox.start import sweep_orphaned_sandboxes
 
         click.echo(f"reaped {sweep_orphaned_sandboxes()} sandbox(es)")

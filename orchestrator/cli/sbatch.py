@@ -38,7 +38,13 @@ def array_too_large(text: str) -> str | None:
 def register(cli: click.Group) -> None:
     @cli.group("sbatch")
     def sbatch_group() -> None:
-        """Jinja2 sbatch templates (worker, eval, vllm) for users who prefer sbatch by hand."""
+        """Jinja2 sbatch templates (worker, eval, vllm) for users who prefer sbatch by hand.
+
+        \b
+        Examples:
+          hpc-rollout sbatch list
+          hpc-rollout sbatch render worker --set nodes=8 --set partition=batch > worker.sbatch
+        """
 
     @sbatch_group.command("render")
     @click.argument("name", type=click.Choice(template_names()))
@@ -72,6 +78,12 @@ def register(cli: click.Group) -> None:
     @sbatch_group.command("list")
     @click.argument("name", required=False, type=click.Choice(template_names()))
     def list_command(name: str | None) -> None:
-        """The templates and their settings (kind, meaning, default)."""
+        """The templates and their settings (kind, meaning, default).
+
+        \b
+        Examples:
+          hpc-rollout sbatch list
+          hpc-rollout sbatch list vllm
+        """
         for template in [name] if name else template_names():
             click.echo(_describe(template))

@@ -7,9 +7,13 @@ import time
 from typing import Any, Callable
 
 import click
-from rich.console import Console
+import orjson
 
-from orchestrator.cli.progress import progress_until_drained, report_drained
+from orchestrator.app.signal_relay import SignalRelay
+from orchestrator.cli.console import Tone, detach_from_a_lost_terminal, err, say, styled, tell
+from orchestrator.cli.exit_codes import ExitCode
+from orchestrator.cli.progress import progress_until_drained, report_backends_once, report_drained
+from orchestrator.config import RunConfig
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.paths import SpoolPaths
@@ -63,55 +67,81 @@ def slurm_launch_options(nodes: int, partition: str | None, time_limit: str, acc
         raise click.UsageError(str(exc)) from None
 
 
-def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions, dry_run: bool,
-                    out: Console, err: Console) -> LaunchResult | None:
+def launch_on_slurm(run_dir: str, options: LaunchOptions, worker: WorkerOptions, dry_run: bool) -> LaunchResult | None:
     """Submit (or dry-run) the array; None when there is no Slurm here (caller runs locally)."""
     if not dry_run and not slurm_available():
-        err.print(f"no Slurm on this machine (sbatch/srun/squeue not on PATH): running {options.nodes} "
-                  f"local worker(s) instead, as `launch --local --workers {options.nodes}` would")
+        tell(f"no Slurm on this machine (sbatch/srun/squeue not on PATH): running {options.nodes} "
+             f"local worker(s) instead, as `launch --local --workers {options.nodes}` would")
         return None
     try:
-        result = launch(run_dir, options, worker, dry_run=dry_run)
+        return launch(run_dir, options, worker, dry_run=dry_run)
     except SlurmError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def slurm_launch_json(result: LaunchResult) -> dict[str, Any]:
+    """What `launch --nodes N --json` prints."""
+    return {"launch_id": result.launch_id, "where": "slurm", "log_dir": str(result.log_dir),
+            "arrays": [{"job_id": a.job_id, "size": a.size, "first_index": a.first_index, "script": str(a.script)}
+                       for a in result.arrays],
+            "ends": "they run until `hpc-rollout stop RUN_DIR [--cancel]`, the time limit, or --idle-exit"}
+
+
+def describe_slurm_launch(run_dir: str, result: LaunchResult, options: LaunchOptions, dry_run: bool,
+                          wait: bool = False) -> None:
     if dry_run:
-        out.print(f"dry run {result.launch_id}: nothing submitted; batch script(s):")
+        say(f"dry run {result.launch_id}: nothing submitted; batch script(s):")
         for array in result.arrays:
-            out.print(f"  {array.script}   # {array.size} task(s), global index {array.first_index}+")
-        return result
+            say(f"  {array.script}   # {array.size} task(s), global index {array.first_index}+")
+        return
     arrays = ", ".join(f"{a.job_id} ({a.size} task{'s' if a.size > 1 else ''})" for a in result.arrays)
-    out.print(f"launch {result.launch_id}: Slurm array {arrays}"
-              f"{f' on partition {options.partition}' if options.partition else ''}")
-    out.print(f"  logs: {result.log_dir}")
+    say(f"launch {result.launch_id}: Slurm array {arrays}"
+        f"{f' on partition {options.partition}' if options.partition else ''}")
+    say(f"  logs: {result.log_dir}")
     for hint in result.tail_hints():
-        out.print(f"  {hint}")
-    out.print(f"  watch: hpc-rollout status {run_dir}    squeue -r -j {','.join(result.array_ids)}")
-    out.print(f"  stop:  hpc-rollout stop {run_dir} [--cancel]")
-    return result
+        say(f"  {hint}")
+    say(f"  watch: hpc-rollout status {run_dir}    squeue -r -j {','.join(result.array_ids)}")
+    if wait:
+        say("  they stop when the queues drain (Ctrl-C drains them now, a second one ends the arrays)")
+    else:
+        say(f"  stop:  hpc-rollout stop {run_dir} [--cancel]   (else the workers run until the time limit, or --idle-exit)")
 
 
-def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, out: Console, err: Console,
+def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConfig, as_json: bool = False,
                         poll_s: float = 1.0) -> None:
     """`launch --nodes N --wait`: progress until no job is pending, then drain and end the arrays.
 
-    Liveness comes from the spool; squeue only tells whether the arrays still exist at all.
+    Liveness comes from the spool; squeue only tells whether the arrays still exist at all. A
+    first Ctrl-C/SIGTERM/SIGHUP drains every worker (control/stop), a second scancels the arrays.
     """
-    drain = None
-    try:
-        drain = progress_until_drained(paths, err, lambda: still_queued(result.array_ids), poll_s)
-    except KeyboardInterrupt:
-        err.print("interrupted: stopping the workers (they return unfinished jobs to the queues)")
-    request_stop(paths)
-    cancel(result.array_ids, pending_only=True)
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    while still_queued(result.array_ids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if still_queued(result.array_ids):
+    def end_arrays_now() -> None:
         cancel(result.array_ids)
-    if drain is None or not drain.drained:
-        err.print(f"[red]the arrays ended before the queues drained[/red]; see {result.log_dir}")
-        sys.exit(1)
-    report_drained(drain, f"arrays {' '.join(result.array_ids)} ended", str(paths.root))
+
+    relay = SignalRelay(drain=lambda: request_stop(paths), stop_now=end_arrays_now, on_hangup=detach_from_a_lost_terminal)
+    with relay:
+        report_backends_once(paths, config)
+        drain = progress_until_drained(paths, err, lambda: bool(still_queued(result.array_ids)), poll_s, relay, config)
+        request_stop(paths)
+        cancel(result.array_ids, pending_only=True)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while still_queued(result.array_ids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if still_queued(result.array_ids):
+            cancel(result.array_ids)
+    ended = f"arrays {' '.join(result.array_ids)} ended"
+    if as_json:
+        code = ExitCode.INTERRUPTED if relay.interrupted else drain.exit_code
+        click.echo(orjson.dumps({"drained": drain.drained, "by_status": dict(drain.tally.by_status),
+                                 "retried": drain.tally.retried, "interrupted_by": relay.received,
+                                 "exit_code": int(code)}).decode())
+    if relay.interrupted:
+        tell(styled(f"interrupted ({', '.join(relay.received)})", Tone.WARNING),
+             f": {drain.tally.summary()}; {ended}, unfinished jobs are back in the queues")
+        sys.exit(ExitCode.INTERRUPTED)
+    if not drain.drained:
+        tell(styled("the arrays ended before the queues drained", Tone.ERROR), f"; see {result.log_dir}")
+        sys.exit(ExitCode.FAILED)
+    report_drained(drain, ended, str(paths.root), json_on_stdout=as_json)
 
 
 def run_job_ids(paths: SpoolPaths) -> list[str]:
@@ -128,7 +158,7 @@ def _any_alive(paths: SpoolPaths) -> bool:
     return any(r.alive for r in read_workers(paths, lease_s=30.0) if r.info.get("state") != "stopped")
 
 
-def cancel_run_arrays(paths: SpoolPaths, pending_only: bool, out: Console) -> list[str]:
+def cancel_run_arrays(paths: SpoolPaths, pending_only: bool) -> list[str]:
     """scancel the run's arrays; returns tasks still in squeue after waiting (empty = all gone)."""
     if not slurm_available():
         return []
@@ -146,7 +176,7 @@ def cancel_run_arrays(paths: SpoolPaths, pending_only: bool, out: Console) -> li
     if not queued:
         return []
     cancel(ids)
-    out.print(f"scancel {' '.join(ids)}")
+    say(f"scancel {' '.join(ids)}")
     deadline = time.monotonic() + CANCEL_WAIT_S
     while queued and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -11,7 +11,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.cli.core import _dumps, _open, out
+from orchestrator.cli.run_dir import RUN_DIR_TYPE
+from orchestrator.cli.console import Tone, format_seconds, line, out, styled
+from orchestrator.cli.core import _dumps, _open
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.finished import DEFAULT_PASS_REWARD
 from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
@@ -48,11 +50,11 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
             f"finished {sum(snap.finished.values())}: reward mean {_number(results.reward_mean)} | pass rate {_number(results.pass_rate)} "
             f"(reward >= {results.pass_reward:g}) | {results.tokens} sampled tokens, {_number(results.tokens_per_s)} tokens/s over the run"))
         if results.latency:
-            latency = Table(title="seconds per stage (finished jobs)", title_justify="left")
+            latency = Table(title="time per stage (finished jobs)", title_justify="left")
             for column in ("stage", "n", "p50", "p90", "p99", "max"):
                 latency.add_column(column, justify="left" if column == "stage" else "right")
             for stage, p in results.latency.items():
-                latency.add_row(stage, str(p.count), f"{p.p50:.4g}", f"{p.p90:.4g}", f"{p.p99:.4g}", f"{p.max:.4g}")
+                latency.add_row(stage, str(p.count), *(format_seconds(v) for v in (p.p50, p.p90, p.p99, p.max)))
             parts.append(latency)
         if results.failure_counts:
             parts.append(Text("not ok, by kind: " + ", ".join(f"{kind} {count}" for kind, count in results.failure_counts.items())))
@@ -66,7 +68,7 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
             slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
             workers.add_row(
                 w["worker_id"], str(w.get("host")), str(w.get("node")), str(w.get("pid")), str(w.get("state")),
-                "yes" if w["alive"] else "[red]no[/red]", f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
+                "yes" if w["alive"] else styled("no", Tone.ERROR), f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
             )
         parts.append(workers)
     else:
@@ -74,13 +76,38 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
     if snap.failure_reasons:
         parts.append(Text("failure reasons:"))
         parts += [Text(f"  {count:6d}  {reason}") for reason, count in snap.failure_reasons.items()]
-    parts += [Text(line) for line in slurm_section_lines(slurm_part or {})]
-    parts += [Text.from_markup("[yellow]warning:[/yellow] ") + Text(warning) for warning in snap.warnings]
+    if snap.latest_submissions:
+        parts.append(Text(f"submissions (latest {len(snap.latest_submissions)} of {snap.submissions}):"))
+        parts += [Text(f"  {s['submission_id']}: {s['jobs']} job(s) {s['first_job']} .. {s['last_job']}"
+                       + (f", {s['rejected']} row(s) rejected" if s["rejected"] else "")) for s in snap.latest_submissions]
+    parts += _backend_parts(snap)
+    parts += [Text(fact) for fact in slurm_section_lines(slurm_part or {})]
+    parts += [line(styled("warning:", Tone.WARNING), " ", warning) for warning in snap.warnings]
     return Group(*parts)
 
 
+def _backend_parts(snap: Snapshot) -> list[Any]:
+    """The LLM backends (none registered: nothing) and, while none is usable, the outage line."""
+    health = snap.backends
+    parts: list[Any] = []
+    if health.backends:
+        table = Table(title=f"backends: {health.counts()}", title_justify="left")
+        for column in ("url", "state", "since", "reason"):
+            table.add_column(column)
+        tones = {"up": Tone.GOOD, "down": Tone.ERROR, "probing": Tone.WARNING, "draining": Tone.WARNING}
+        for backend in health.backends:
+            since = time.strftime("%H:%M:%S", time.localtime(backend.since)) if backend.since else "-"
+            table.add_row(backend.url, styled(backend.state, tones.get(backend.state, Tone.STRONG)), since,
+                          backend.reason or "")
+        parts.append(table)
+    outage = health.outage()
+    if outage:
+        parts.append(line(styled("warning:", Tone.ERROR), " ", outage))
+    return parts
+
+
 @click.command("status")
-@click.argument("run_dir", type=click.Path(file_okay=False, exists=True))
+@click.argument("run_dir", type=RUN_DIR_TYPE)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --watch: one JSON object per line).")
 @click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C.")
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600),
@@ -109,23 +136,21 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
         snap, slurm_part = take()
         return render_status(snap, paths, run_dir, slurm_part)
 
-    try:
-        if as_json:
-            while True:
-                snap, slurm_part = take()
-                click.echo(_dumps({**snap.to_json(), **({"slurm": slurm_part} if slurm_part else {})}, indent=not watch))
-                if not watch:
-                    return
-                time.sleep(interval)
-        if not watch:
-            out.print(draw())
-            return
-        with Live(draw(), console=out, auto_refresh=False) as live:
-            while True:
-                time.sleep(interval)
-                live.update(draw(), refresh=True)
-    except KeyboardInterrupt:
-        pass
+    # Ctrl-C ends --watch: exit status 130, like any interrupted command (cli/errors.py).
+    if as_json:
+        while True:
+            snap, slurm_part = take()
+            click.echo(_dumps({**snap.to_json(), **({"slurm": slurm_part} if slurm_part else {})}, indent=not watch))
+            if not watch:
+                return
+            time.sleep(interval)
+    if not watch:
+        out.print(draw())
+        return
+    with Live(draw(), console=out, auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(draw(), refresh=True)
 
 
 def register(cli: click.Group) -> None:

@@ -6,11 +6,9 @@ import asyncio
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from orchestrator.cli.console import Tone, err, plain_column, say, styled
 
 
 @click.group("tasks")
@@ -24,6 +22,11 @@ def tasks_group() -> None:
       swe   SWE-bench / SWE-Gym rows; bash + editor in the repository; FAIL_TO_PASS and
             PASS_TO_PASS must all pass
     Each also takes verl rows (data_source, prompt, reward_model.ground_truth, extra_info).
+
+    \b
+    Examples:
+      hpc-rollout tasks bundled tasks/
+      hpc-rollout tasks check tasks/math.jsonl --handler math
     """
 
 
@@ -49,8 +52,8 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
     from orchestrator.app.tasks_check import check_tasks
 
     defaults = {"image": image} if image else {}
-    columns = (TextColumn("[bold]tasks"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
-               TimeElapsedColumn())
+    columns = (plain_column("tasks", style=Tone.STRONG.value), BarColumn(), MofNCompleteColumn(),
+               plain_column("{task.fields[bad]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=as_json) as progress:
         bar = progress.add_task("tasks", total=None, bad="")
         failed = 0
@@ -63,7 +66,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
         try:
             results = asyncio.run(check_tasks(tasks_file, handler_name, runtime=runtime, sandbox_defaults=defaults,
                                               parallel=parallel, on_done=done))
-        except (HandlerError, ValueError) as exc:
+        except (HandlerError, ValueError, ImportError) as exc:   # ImportError: a package every task needs
             raise click.ClickException(str(exc)) from None
         progress.update(bar, total=len(results), completed=len(results))
     if as_json:
@@ -71,11 +74,11 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
             click.echo(orjson.dumps(check.to_json()).decode())
     else:
         bad = [c for c in results if not c.ok]
-        out.print(f"{len(results)} tasks checked: {len(results) - len(bad)} ok, {len(bad)} failing")
+        say(f"{len(results)} tasks checked: {len(results) - len(bad)} ok, {len(bad)} failing")
         for check in bad:
-            out.print(f"[red]FAIL[/red] {tasks_file}:{check.line} ({check.instance_id})")
+            say(styled("FAIL", Tone.ERROR), f" {tasks_file}:{check.line} ({check.instance_id})")
             for problem in check.problems:
-                out.print(f"     {problem}")
+                say(f"     {problem}")
     if any(not c.ok for c in results):
         raise SystemExit(1)
 
@@ -84,6 +87,10 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def bundled_cmd(directory: Path) -> None:
     """Write the bundled task sets (20 math, 10 code, 3 SWE repositories) into DIRECTORY.
+
+    \b
+    Example:
+      hpc-rollout tasks bundled tasks/ && hpc-rollout submit spool/run1 tasks/math.jsonl --handler math
 
     Also writes the SWE repositories' git mirrors and scripted policies for
     `serve-llm --scripted` that solve every task (scripts/right.jsonl) or do not (wrong.jsonl).
@@ -94,8 +101,8 @@ def bundled_cmd(directory: Path) -> None:
     for family in ("math", "code", "swe"):
         path = bundled.tasks(family)
         count = sum(1 for line in path.read_text().splitlines() if line.strip())
-        out.print(f"{family:5} {count:3d} tasks  {path}")
-    out.print(f"scripted policies: {bundled.right} {bundled.wrong} {bundled.decoy}")
+        say(f"{family:5} {count:3d} tasks  {path}")
+    say(f"scripted policies: {bundled.right} {bundled.wrong} {bundled.decoy}")
 
 
 def register(cli: click.Group) -> None:

@@ -20,8 +20,8 @@ MISSING = ("the math handler needs the math-verify package: pip install 'hpc-rol
            "(or pip install math-verify)")
 
 
-class MathVerifyMissing(RuntimeError):
-    pass
+class MathVerifyMissing(ImportError):
+    """math-verify is not installed (an ImportError: a missing package, the same for every answer)."""
 
 
 @dataclass(frozen=True)

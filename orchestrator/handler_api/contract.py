@@ -20,10 +20,12 @@ output, and the job goes straight to its row. `final_result` always builds a wel
 from __future__ import annotations
 
 import abc
+import difflib
 import math
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from orchestrator.handler_api.schema import InstanceSchema
 from orchestrator.spool.jobs import StageError
 
 if TYPE_CHECKING:
@@ -50,9 +52,13 @@ class AgentHandler(abc.ABC):
     """Base class of every task family. Subclasses set `name` and implement the three stages."""
 
     name: ClassVar[str] = ""
+    # The keys its instances take (handler_api/schema.py); None: not checked at submit, beyond
+    # validate_instance (third-party handlers written before schemas existed keep working).
+    instance_schema: ClassVar[InstanceSchema | None] = None
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
-        """Raise ValueError naming the problem when `instance` cannot run. Called at submit time."""
+        """Raise ValueError naming the problem when `instance` cannot run. Called at submit time,
+        after the instance schema's check (see `check_instance`)."""
 
     @abc.abstractmethod
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
@@ -90,6 +96,14 @@ class AgentHandler(abc.ABC):
         return merged
 
 
+def check_instance(handler: AgentHandler, instance: dict[str, Any]) -> None:
+    """What `submit` and `tasks check` ask of every row: its keys and types against the handler's
+    schema (when it has one), then the handler's own `validate_instance`. ValueError names the problem."""
+    if handler.instance_schema is not None:
+        handler.instance_schema.check(instance, handler.name)
+    handler.validate_instance(instance)
+
+
 def available_handlers() -> dict[str, Any]:
     """Entry points of every installed handler, by name."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -105,9 +119,11 @@ def load_handler(name: str) -> AgentHandler:
         found = available_handlers()
         if name not in found:
             known = ", ".join(sorted(found)) or "none"
+            close = difflib.get_close_matches(name, sorted(found), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise HandlerError(
-                f"unknown handler {name!r}; installed handlers: {known}. A package adds one "
-                f"through the entry point group {ENTRY_POINT_GROUP!r}."
+                f"unknown handler {name!r}{hint}; installed handlers: {known} (`hpc-rollout handlers` lists them). "
+                f"A package adds one through the entry point group {ENTRY_POINT_GROUP!r}."
             )
         try:
             cls = found[name].load()

@@ -69,7 +69,10 @@ def parse_enum(kind: type[enum.Enum], value: str, what: str) -> Any:
 
 def normalize_url(url: str) -> str:
     """`url` without trailing slash, or RegistryError saying what a valid one looks like."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:   # e.g. brackets that are not an IPv6 address
+        raise RegistryError(f"backend URL {url!r} cannot be read ({exc}): e.g. http://node17:8000/v1") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RegistryError(
             f"backend URL {url!r} is not an http(s) URL with a host, e.g. http://node17:8000/v1"

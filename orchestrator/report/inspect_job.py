@@ -114,7 +114,8 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
     if events is _LOOK_UP:
         events = events_of(paths, job_id)
     if ticket is None and row is None and not events:
-        raise JobNotFound(f"no job {job_id!r} in {paths.root}: check the id with `hpc-rollout status {paths.root}` or the submission's first_job/last_job")
+        raise JobNotFound(f"no job {job_id!r} in {paths.root}: `hpc-rollout status {paths.root}` lists the latest "
+                          f"submissions' job ranges, `hpc-rollout tail {paths.root} --fields job_id,status` the finished jobs")
     if ticket is not None:
         report.update({
             "handler": ticket.job.handler, "group_id": ticket.job.group_id, "sample_index": ticket.job.sample_index,

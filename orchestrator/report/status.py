@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -25,11 +26,13 @@ from orchestrator.config import RunConfig
 from orchestrator.spool.events import recent_events
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.report.backend_health import BackendHealth, backend_health
 from orchestrator.report.finished import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats, finished_stats, seconds
 from orchestrator.report.shard_read import read_shards, shard_files
 
 THROUGHPUT_WINDOW_S = 60.0
 STATUS_SAMPLE_SHARDS = 100
+LATEST_SUBMISSIONS = 3   # their job ranges are shown (where `inspect` and `cancel` send people for ids)
 
 
 @dataclass
@@ -47,6 +50,9 @@ class Snapshot:
     warnings: list[str] = field(default_factory=list)
     results: FinishedStats | None = None   # reward, pass rate, tokens, latency, failures by kind
     tokens_last_minute: int = 0            # sampled tokens of rows finished in the last minute
+    backends: BackendHealth = field(default_factory=BackendHealth)   # the LLM backends, and any outage
+    submissions: int = 0                                              # submit calls recorded so far
+    latest_submissions: list[dict[str, Any]] = field(default_factory=list)   # newest last: id, jobs, job range
 
     @property
     def pending(self) -> int:
@@ -70,6 +76,8 @@ class Snapshot:
             "tokens_per_s_last_minute": round(self.tokens_per_s, 3),
             "quarantined": self.quarantined, "warnings": self.warnings,
             "results": self.results.to_json() if self.results is not None else None,
+            "backends": self.backends.to_json(),
+            "submissions": self.submissions, "latest_submissions": self.latest_submissions,
         }
 
 
@@ -141,6 +149,8 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
         snap.shards = len(shard_files(paths))
     since = time.time() - THROUGHPUT_WINDOW_S
     snap.finished_last_minute = sum(1 for _ in recent_events(paths, since, {"finished"}))
+    snap.backends = backend_health(paths, config)
+    snap.submissions, snap.latest_submissions = _latest_submissions(paths)
     snap.quarantined = len([n for n in fsops.list_names(paths.quarantine) if not n.endswith(".reason")])
     if snap.quarantined:
         snap.warnings.append(f"{snap.quarantined} corrupt file(s) quarantined in {paths.quarantine}")
@@ -154,6 +164,21 @@ def _skew_warning(worker_id: str, node: Any, skew_s: float) -> str:
     return (f"clock skew: worker {worker_id} (node {node}) runs {abs(skew_s):.1f} s {how} the filesystem's clock "
             f"(its heartbeat's own time vs the file's mtime); liveness does not depend on it, but the times it "
             f"writes (events, rows) are off by as much: check NTP on that node")
+
+
+def _latest_submissions(paths: SpoolPaths) -> tuple[int, list[dict[str, Any]]]:
+    """How many submissions there were, and the newest few (their names sort by submission time)."""
+    names = sorted(n for n in fsops.list_names(paths.submissions) if n.endswith(".json"))
+    latest = []
+    for name in names[-LATEST_SUBMISSIONS:]:
+        try:
+            record = orjson.loads(fsops.read_bytes(paths.submissions / name))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if isinstance(record, dict):
+            latest.append({key: record.get(key) for key in ("submission_id", "jobs", "first_job", "last_job")}
+                          | {"rejected": len(record.get("rejected") or [])})
+    return len(names), latest
 
 
 def _scaled(counts: dict[str, int], scale: float) -> dict[str, int]:

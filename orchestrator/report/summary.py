@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from orchestrator.report.durations import format_seconds
 from orchestrator.report.model import RunReport
 
 
@@ -26,7 +27,8 @@ def summary_pairs(report: RunReport) -> list[tuple[str, str]]:
     ]
     if report.turn_latency is not None:
         t = report.turn_latency
-        pairs.append(("LLM turns", f"{t.count}, latency p50 {t.p50:.3g} s, p90 {t.p90:.3g} s, p99 {t.p99:.3g} s"))
+        pairs.append(("LLM turns", f"{t.count}, latency p50 {format_seconds(t.p50)}, p90 {format_seconds(t.p90)}, "
+                                   f"p99 {format_seconds(t.p99)}"))
     used = [b for b in report.backends if b.turns]
     if report.backends:
         switches = sum(b.switched_away for b in report.backends)
@@ -46,9 +48,9 @@ def summary_text(report: RunReport, page: str) -> str:
     width = max(len(label) for label, _ in summary_pairs(report))
     lines += [f"  {label:<{width}}  {value}" for label, value in summary_pairs(report)]
     if report.finished.latency:
-        lines.append("  stage latency (s)   p50      p90      p99")
+        lines.append(f"  {'time per stage':<18} {'p50':>10} {'p90':>10} {'p99':>10}")
         for stage, p in report.finished.latency.items():
-            lines.append(f"    {stage:<16} {p.p50:8.4g} {p.p90:8.4g} {p.p99:8.4g}")
+            lines.append(f"    {stage:<16} " + " ".join(f"{format_seconds(v):>10}" for v in (p.p50, p.p90, p.p99)))
     for group in report.finished.failures[:10]:
         lines.append(f"  {group.count:6d} {group.status} in {group.stage}: {group.kind}  e.g. {', '.join(group.examples)}")
     for item in report.skipped:

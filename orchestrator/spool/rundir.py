@@ -8,6 +8,7 @@ from typing import Any
 from orchestrator.spool import fsops
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.run_toml import commented_toml
 
 
 def init_run(root: str | Path, overrides: dict[str, Any] | None = None) -> tuple[SpoolPaths, RunConfig]:
@@ -19,7 +20,7 @@ def init_run(root: str | Path, overrides: dict[str, Any] | None = None) -> tuple
     if overrides:
         config = config.with_overrides(overrides, source="--set")
     if overrides or not paths.run_config.exists():
-        fsops.write_atomic(paths.run_config, config.to_toml().encode(), paths.tmp, fsops.Durability.FULL)
+        fsops.write_atomic(paths.run_config, commented_toml(config).encode(), paths.tmp, fsops.Durability.FULL)
     return paths, config
 
 

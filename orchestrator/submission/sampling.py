@@ -17,14 +17,15 @@ KNOWN = frozenset({
     "max_new_tokens", "min_new_tokens", "json_schema", "regex", "ebnf", "no_stop_trim", "custom_params",
 })
 
-RANGES: dict[str, Callable[[Any], bool]] = {
-    "temperature": lambda v: isinstance(v, (int, float)) and v >= 0,
-    "top_p": lambda v: isinstance(v, (int, float)) and 0 < v <= 1,
-    "top_k": lambda v: isinstance(v, int) and v >= -1,
-    "min_p": lambda v: isinstance(v, (int, float)) and 0 <= v <= 1,
-    "max_tokens": lambda v: isinstance(v, int) and v >= 1,
-    "max_new_tokens": lambda v: isinstance(v, int) and v >= 1,
-    "seed": lambda v: isinstance(v, int),
+# name -> (whole numbers only, the range as people read it, the check of a number)
+RANGES: dict[str, tuple[bool, str, Callable[[float], bool]]] = {
+    "temperature": (False, ">= 0", lambda v: v >= 0),
+    "top_p": (False, "in (0, 1]", lambda v: 0 < v <= 1),
+    "top_k": (True, ">= -1", lambda v: v >= -1),
+    "min_p": (False, "in [0, 1]", lambda v: 0 <= v <= 1),
+    "max_tokens": (True, ">= 1", lambda v: v >= 1),
+    "max_new_tokens": (True, ">= 1", lambda v: v >= 1),
+    "seed": (True, "any whole number", lambda v: True),
 }
 
 
@@ -36,7 +37,21 @@ def sampling_problem(params: dict[str, Any], unchecked: bool = False) -> str | N
             hint = f"did you mean '{close[0]}'? " if close else ""
             return (f"unknown sampling parameter '{key}': {hint}valid: {', '.join(sorted(KNOWN))} "
                     "(a parameter your server takes that is not listed passes with --sampling-unchecked)")
-        ok = RANGES.get(key)
-        if ok is not None and (isinstance(value, bool) or not ok(value)):
-            return f"sampling parameter {key}={value!r} is out of range"
+        problem = _value_problem(key, value)
+        if problem:
+            return problem
+    return None
+
+
+def _value_problem(key: str, value: Any) -> str | None:
+    rule = RANGES.get(key)
+    if rule is None:
+        return None
+    whole, shown, within = rule
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"sampling parameter {key}={value!r} is not a number: give {'a whole number' if whole else 'a number'} {shown}"
+    if whole and not isinstance(value, int):
+        return f"sampling parameter {key}={value!r} is not a whole number: give one {shown}"
+    if not within(value):
+        return f"sampling parameter {key}={value!r} is out of range: {key} must be {shown}"
     return None

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
-from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_handler
+from orchestrator.handler_api.contract import AgentHandler, HandlerError, check_instance, load_handler
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.submission.sampling import sampling_problem
@@ -305,7 +305,7 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
                         f"or pass --handler. {found}"
                     )
                 raise ValueError(str(found))
-            found.validate_instance(task.instance)
+            check_instance(found, task.instance)
             _check_storable(task.instance)
             tasks.append(task)
         except Exception as exc:  # a handler's validation may raise anything: the row is what is wrong

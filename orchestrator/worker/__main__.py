@@ -32,10 +32,13 @@ from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stage
 @click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), help="Exit after this many seconds with nothing to claim and nothing in flight (0: never; default: run.toml).")
 @click.option("--launch-id", default="", help="Launch this worker belongs to (set by `hpc-rollout launch`).")
 @click.option("--worker-id", default=None, help="Worker id (default: NODE-PID-RANDOM).")
+@click.option("--launcher-pid", type=click.IntRange(1), default=None,
+              help="The launcher waiting on this worker (set by `launch --wait`): once it is gone, leave as soon "
+                   "as nothing is left to claim.")
 @click.option("-v", "--verbose", count=True)
 def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
          max_prepared: int | None, max_sandboxes: int | None, runtime: str | None, idle_exit_s: float | None, launch_id: str,
-         worker_id: str | None, verbose: int) -> None:
+         worker_id: str | None, launcher_pid: int | None, verbose: int) -> None:
     """Run one stage worker on RUN_DIR until a signal or `hpc-rollout stop`.
 
     SIGTERM, SIGINT or SIGUSR2: stop claiming, let running stages finish within the grace period
@@ -48,7 +51,7 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
         options = WorkerOptions(
             stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool, eval_pool=eval_pool,
             max_prepared=max_prepared, max_sandboxes=max_sandboxes, runtime=runtime, idle_exit_s=idle_exit_s,
-            launch_id=launch_id, worker_id=worker_id,
+            launch_id=launch_id, worker_id=worker_id, launcher_pid=launcher_pid,
         )
     except OptionsError as exc:
         raise click.UsageError(str(exc)) from None

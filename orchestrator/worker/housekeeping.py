@@ -16,7 +16,7 @@ from orchestrator.spool.jobs import Stage
 from orchestrator.spool.recovery import reap_expired, reap_found
 from orchestrator.worker.commit import Committer
 from orchestrator.worker.heartbeat import Heartbeat
-from orchestrator.worker.idle import IdleClock, poll_period
+from orchestrator.worker.idle import IdleClock, launcher_gone, poll_period
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.periodic import PeriodicDuty
@@ -44,7 +44,8 @@ class Housekeeping:
         self.moves = moves
         self.committer = committer
         self.heartbeat = heartbeat
-        self.idle = IdleClock(float(state.options.idle_exit_s or 0))
+        self.idle = IdleClock(float(state.options.idle_exit_s or 0),
+                              orphaned=launcher_gone(state.options.launcher_pid) if state.options.launcher_pid else None)
         self.cancel_swept_at = 0.0
         self.stray_claims: set[str] = set()
 
@@ -63,7 +64,7 @@ class Housekeeping:
             PeriodicDuty("claim_audit", leases.lease_s, self.audit_claims),
         ]
         if self.idle.enabled:
-            period = poll_period(self.idle.idle_exit_s, leases.heartbeat_s)
+            period = poll_period(self.idle.shortest_window_s, leases.heartbeat_s)
             duties.append(PeriodicDuty("idle_exit", period, self.exit_if_idle))
         return duties
 

@@ -41,6 +41,7 @@ class WorkerOptions:
     idle_exit_s: float | None = None   # None: run.toml's [workers] idle_exit_s (0: never)
     launch_id: str = ""
     worker_id: str | None = None       # None: <node>-<pid>-<random>
+    launcher_pid: int | None = None    # the launcher waiting on this worker: once it is gone, leave when idle
 
     def resolve(self, config: RunConfig) -> "WorkerOptions":
         """Fill every None from run.toml, so the rest of the worker sees plain values."""
@@ -74,4 +75,6 @@ class WorkerOptions:
                 args += [flag, str(value)]
         if self.launch_id:
             args += ["--launch-id", self.launch_id]
+        if self.launcher_pid is not None:
+            args += ["--launcher-pid", str(self.launcher_pid)]
         return args

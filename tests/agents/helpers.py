@@ -78,8 +78,9 @@ def run_workers(paths: SpoolPaths, runtime_base: Path, workers: int = 2, timeout
         request_stop(paths)
         process.communicate(timeout=60)
         raise
-    # 0: every job ended ok; 3: drained, some jobs did not end ok (several tests fail jobs on purpose).
-    assert process.returncode in (0, 3), err.decode()[-3000:]
+    # 0: every job ended ok; 1: some did not (several tests fail jobs on purpose; each checks its rows).
+    assert process.returncode in (0, 1), err.decode()[-3000:]
+    assert b"workers ended before the queues drained" not in err, err.decode()[-3000:]
 
 
 def scripts_for(sources: dict[Path, list[str]], extra: list[dict[str, Any]], target: Path) -> Path:

@@ -24,7 +24,7 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("pools.runn", 1, "unknown setting 'pools.runn'; valid: pools.init"),
+    ("pools.runn", 1, r"unknown setting 'pools.runn' \(did you mean 'pools.run'\?\); valid: pools.init"),
     ("pools.run", -1, "outside"),
     ("pools.run", 1.5, "whole number"),
     ("jobs.timeout_s", "soon", "not a number"),

@@ -41,7 +41,7 @@ def test_watch_redraws_in_place(tmp_path: Path) -> None:
         wait_until(lambda: finished_on_screen() == 30, 120, "the screen to show 30 finished jobs")
         assert len(seen) >= 2, f"the screen never changed while jobs finished: {seen}"
         screen = _tmux(socket, "capture-pane", "-p", "-t", "watch")
-        assert "reward mean 1" in screen and "seconds per stage" in screen
+        assert "reward mean 1" in screen and "time per stage" in screen, screen
         _tmux(socket, "send-keys", "-t", "watch", "C-c")
         # The session ends with its command: gone means `status --watch` exited on Ctrl-C.
         wait_until(lambda: subprocess.run(["tmux", "-L", socket, "has-session", "-t", "watch"],

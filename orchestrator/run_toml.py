@@ -1,0 +1,103 @@
+"""run.toml as people read it: every setting with what it does, its default and its range.
+
+`hpc-rollout init` writes this text (and rewrites it after `init --set`); the values are
+RunConfig's, so it parses back to the same settings. A test checks that every setting of
+RunConfig has its line here, so a new knob cannot arrive undocumented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import tomli_w
+
+from orchestrator.config import BOUNDS, DATA_SOURCES, RUNTIME_NAMES, RunConfig
+
+SECTIONS: dict[str, str] = {
+    "pools": "Concurrent stages per worker (launch --init-pool/--run-pool/--eval-pool override them).",
+    "workers": "Worker life cycle.",
+    "jobs": "Every job's budget and retries.",
+    "leases": "Heartbeats and leases: how soon the claims of a dead worker go back to their queues.",
+    "shutdown": "Stopping (SIGTERM, SIGINT, SIGUSR2, `hpc-rollout stop`).",
+    "shards": "When finished rows are committed to shards/*.parquet.",
+    "sandbox": "Sandboxes of the jobs that open one.",
+    "llm": "LLM backends: health checks and outages.",
+    "metrics": "Metrics for other tools.",
+    "trainer": "What the trainer-side readers do.",
+    DATA_SOURCES: "verl data_source -> handler, for rows whose data_source names no handler.",
+}
+
+HELP: dict[str, str] = {
+    "pools.init": "INIT stages at once (sandbox start, task setup)",
+    "pools.run": "agent loops (RUN stages) at once",
+    "pools.eval": "EVAL stages at once",
+    "pools.max_prepared": "INIT pauses while this node's run queue holds this many jobs",
+    "pools.max_sandboxes": "cap on INIT + prepared + RUN jobs of a worker (0: no cap)",
+    "workers.idle_exit_s": "a worker with nothing to claim and nothing in flight this long exits (0: never)",
+    "jobs.timeout_s": "budget per job, counting only time inside stages (not queues)",
+    "jobs.max_attempts": "a job whose worker was lost this many times ends failed",
+    "jobs.batch_size": "consecutive jobs `submit` puts in one queue entry (1: one ticket per job)",
+    "leases.heartbeat_s": "how often a worker refreshes workers/WORKER.json",
+    "leases.lease_s": "claims of a worker silent this long go back to their queue (>= 3 heartbeats)",
+    "shutdown.grace_s": "time running stages get to finish on a stop; a second signal ends them at once",
+    "shards.max_rows": "rows per shard at most",
+    "shards.max_bytes": "bytes per shard at most",
+    "shards.max_age_s": "a finished row waits at most this long before its shard is committed",
+    "shards.idle_flush_s": "commit early when EVAL has had nothing new for this long",
+    "sandbox.runtime": f"{' | '.join(RUNTIME_NAMES)} (auto: Apptainer when installed, else bubblewrap)",
+    "sandbox.image": "default image for handlers that name none (\"\": the host's /usr, bubblewrap)",
+    "sandbox.network": "default network access of sandboxes",
+    "sandbox.fakeroot": "run as root inside the sandbox (user namespace)",
+    "sandbox.total_memory_mb": "memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)",
+    "sandbox.workspace_mb": "size of /workspace (a tmpfs in the sandbox with bubblewrap)",
+    "sandbox.keep_workspaces": "keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)",
+    "llm.health_check_s": "GET /health before giving a task to a backend silent this long (0: never)",
+    "llm.probe_after_s": "a down backend is probed again after this long",
+    "llm.request_timeout_s": "one generation request; past it the backend is marked down",
+    "llm.outage_wait_s": "with no usable backend, a job waits this long for one (within its budget), then fails",
+    "llm.view_s": "runs of > 16 workers: the cluster summary is re-read at most this often (0: never used)",
+    "metrics.prometheus_dir": "node-exporter textfile directory (\"\": off; relative: inside the run)",
+    "trainer.max_policy_lag": "rows of policies older than current - lag are not trained on (-1: no bound)",
+}
+
+
+def settings_of(config: RunConfig) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """(section, [(key, value)]) in RunConfig's order, data_sources last."""
+    sections = []
+    for section in fields(config):
+        if section.name == DATA_SOURCES:
+            continue
+        values = getattr(config, section.name)
+        sections.append((section.name, [(f.name, getattr(values, f.name)) for f in fields(values)]))
+    return sections
+
+
+def commented_toml(config: RunConfig) -> str:
+    """The whole run.toml with a comment above every setting."""
+    lines = ["# hpc-rollout run settings. Every value below is the default unless changed (hpc-rollout init",
+             "# DIR --set SECTION.KEY=VALUE, or edit this file; workers read it when they start).", ""]
+    defaults = RunConfig()
+    for section, values in settings_of(config):
+        lines += [f"# {SECTIONS.get(section, '')}", f"[{section}]"]
+        for key, value in values:
+            dotted = f"{section}.{key}"
+            default = getattr(getattr(defaults, section), key)
+            lines.append(f"# {HELP.get(dotted, key)}{_range(dotted, default)}")
+            lines.append(tomli_w.dumps({key: value}).rstrip("\n"))
+        lines.append("")
+    lines += [f"# {SECTIONS[DATA_SOURCES]} E.g.:", '# "openai/gsm8k" = "answer"', f"[{DATA_SOURCES}]"]
+    lines += [tomli_w.dumps({name: handler}).rstrip("\n") for name, handler in sorted(config.data_sources.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _range(dotted: str, default: Any) -> str:
+    shown = f"Default {tomli_w.dumps({'v': default}).split('=', 1)[1].strip()}"
+    bounds = BOUNDS.get(dotted)
+    if bounds is None:
+        return f". {shown}."
+    return f". {shown}, from {_number(bounds[0])} to {_number(bounds[1])}."
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

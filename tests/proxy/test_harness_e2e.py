@@ -29,7 +29,7 @@ from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.core.util import start_worker, stop_worker, wait_until
 from tests.proxy.conftest import Backend, needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import BOXED, CASES
-from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
+from tests.proxy.jobs import assert_backend_sampled, assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]

@@ -12,7 +12,7 @@ A call the harness cancelled (it closed the connection before its answer) is in 
 Samples are built from ids alone (a sequence is extended only when its ids are a verbatim prefix
 of the call's input), so `samples_of(row)` rebuilds them from a shard row's `turns` column.
 The row's own prompt_ids / response_ids / response_mask / logprobs hold the sample of the last
-call; its `result` JSON holds {"builder", "samples": [[call indices], ...]}.
+call; its `result` JSON holds {"builder", "samples": [[call indices], ...], "cancelled": [call indices]}.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def trajectory_fields(calls: Sequence[dict[str, Any]], builder: Builder) -> dict
     main = next((s for s in samples if answered and answered[-1] in s.calls), None)
     out: dict[str, Any] = main.to_json() if main else {
         "prompt_ids": [], "response_ids": [], "response_mask": [], "logprobs": []}
-    out.update({"builder": builder.value, "samples": [s.calls for s in samples]})
+    out.update({"builder": builder.value, "samples": [s.calls for s in samples],
+                "cancelled": [i for i, call in enumerate(calls) if call.get("cancelled")]})
     return out
 
 
@@ -100,5 +101,6 @@ def samples_of(row: dict[str, Any]) -> list[Sample]:
     result = row.get("result")
     info = json.loads(result) if isinstance(result, str) else (result or {})
     builder = Builder.parse(info.get("builder", Builder.PREFIX_MERGING.value))
-    turns = row.get("turns")
-    return build_samples(list(turns) if turns is not None else [], builder)
+    cancelled = set(info.get("cancelled") or ())   # the turns column has no such field: the result says which
+    turns = [{**turn, "cancelled": index in cancelled} for index, turn in enumerate(row.get("turns") or [])]
+    return build_samples(turns, builder)

@@ -90,6 +90,10 @@ persistence = "none"
 [agents]
 enabled = false
 
+# The plugin marketplace sync looks up api.github.com at start.
+[features]
+plugins = false
+
 [model_providers.hpc_rollout]
 name = "hpc-rollout job proxy"
 env_key = "OPENAI_API_KEY"

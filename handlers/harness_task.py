@@ -206,7 +206,9 @@ class HarnessHandler(ToolAgentHandler):
         task = family.task(instance)
         sandbox = await ctx.sandbox()
         sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
-        limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call)
+        budgets = ctx.services.proxy   # run.toml [proxy]
+        limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call,
+                             budgets.max_chars_per_token)
 
         def note(record: dict[str, Any]) -> None:
             ctx.event("llm_call", call=len(recorder.calls), chain=record["chain"], extended=record["extended"],
@@ -218,7 +220,8 @@ class HarnessHandler(ToolAgentHandler):
             async with session_for(ctx) as llm:
                 recorder = CallRecorder(llm, await llm.tokenizer(), get_parser(settings.parser), sampling, limits, note)
                 self._recorders[ctx.job.job_id] = recorder
-                async with JobProxy(recorder, proxy_dir, model_name=settings.model_name):
+                async with JobProxy(recorder, proxy_dir, model_name=settings.model_name,
+                                    max_body_bytes=budgets.max_body_bytes):
                     outcome = await self._run_command(sandbox, harness_script(settings, inside_dir), settings, recorder)
         finally:
             shutil.rmtree(proxy_dir, ignore_errors=True)

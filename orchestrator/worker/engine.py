@@ -111,7 +111,7 @@ class Worker:
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
-            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
+            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster), proxy=config.proxy,
         )
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)

@@ -34,6 +34,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
                 {"command": "python3 /harness/toy_agent.py --drop-at 2"}),
     "per-request": ([tool_call("bash", command="echo 391"), BOXED], {"builder": "per_request"}),
     "limit": ([tool_call("bash", command="echo again")] * 8, {"max_calls": 2}),
+    "probe": ([BOXED], {"command": "python3 /harness/toy_agent.py --probe /files"}),
 }
 
 

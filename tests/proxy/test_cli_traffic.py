@@ -13,7 +13,6 @@ test_proxy.py."""
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 from collections import Counter
@@ -22,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from handlers.harness_clis import PRESETS, CliSettings
+from benchmarks.cli_host import prepare
+from hpc_rollout.handlers.harness_clis import PRESETS, CliSettings
 from orchestrator.proxy.recorder import ProxyLimits
 from orchestrator.proxy.server import new_proxy_dir
 from tests.proxy.agent_clis import harness_image_for_tests
@@ -33,8 +33,6 @@ pytestmark = [pytest.mark.llm, pytest.mark.skipif(
     shutil.which("strace") is None or shutil.which("unshare") is None,
     reason="needs strace and unshare (scripts/test.sh installs strace)")]
 
-BINARIES = {"claude-code": "@anthropic-ai/claude-code/bin/claude.exe",
-            "codex": "@openai/codex/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"}
 SETTINGS = CliSettings("policy", 4, 60000, 64)
 
 
@@ -60,25 +58,10 @@ def destinations(trace: str) -> Counter[str]:
 
 def run_traced(cli: str, image: Path, job: Job, tmp: Path, *, switches: bool = True) -> tuple[int, str, Counter[str]]:
     """One task of `cli` through the relay to `job`'s proxy, under strace, in a new network namespace."""
-    preset = PRESETS[cli]
     home = tmp / f"home-{cli}-{switches}"
-    bin_dir = home / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / preset.command(SETTINGS).split()[0]).symlink_to(image / "usr/local/lib/node_modules" / BINARIES[cli])
-    env = {k: v.replace("/workspace/.harness", str(home)) for k, v in preset.env(SETTINGS).items()}
-    if not switches:
-        env = {k: v for k, v in env.items() if "DISABLE" not in k}
-    for path, text in preset.files(SETTINGS).items():
-        target = Path(path.replace("/workspace/.harness", str(home)))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    (home / "task.md").write_text("Task sandbox.")
-    env.update(PATH=f"{bin_dir}:/usr/bin:/bin", HOME=str(home), LANG="C.UTF-8", HPC_ROLLOUT_TASK_FILE=str(home / "task.md"))
     trace = home / "strace.log"
-    relay = f"python3 -I {job.directory}/relay.py --dir {job.directory} -- bash -c {shlex.quote(preset.command(SETTINGS))}"
-    done = subprocess.run(["unshare", "-rn", "bash", "-c",
-                           f"ip link set lo up 2>/dev/null; strace -f -qq -e trace=connect,sendto -o {trace} {relay}"],
-                          env=env, cwd=home, capture_output=True, text=True, timeout=240)
+    run = prepare(cli, image, home, "Task sandbox.", job.directory, SETTINGS, switches=switches, trace=trace)
+    done = subprocess.run(run.argv, env=run.env, cwd=run.cwd, capture_output=True, text=True, timeout=240)
     return done.returncode, done.stdout + done.stderr, destinations(trace.read_text())
 
 

@@ -27,6 +27,14 @@ from tests.proxy.scripts import BASH_TOOL
 
 pytestmark = [pytest.mark.llm]
 
+
+def openai_client(job: Job) -> Any:
+    import openai
+
+    transport = httpx.Client(transport=httpx.HTTPTransport(uds=job.socket), timeout=120)
+    return openai.OpenAI(base_url="http://proxy/v1", api_key=job.token, http_client=transport, max_retries=0)
+
+
 def test_openai_client_tool_calls_streaming_and_token_fidelity(job: Job, backend: Backend) -> None:
     client = openai_client(job)
     messages: list[Any] = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Task fidelity."}]

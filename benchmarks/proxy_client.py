@@ -22,11 +22,12 @@ import os
 import socket
 import sys
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
-TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
+TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {"name": "bash", "description": "Run a command.", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
-SAMPLING = {"max_tokens": 128, "temperature": 1.0}
+SAMPLING: dict[str, Any] = {"max_tokens": 128, "temperature": 1.0}
 FIRST_MESSAGES = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Benchmark overhead."}]
 
 
@@ -92,7 +93,7 @@ class Responses:
         self.items += [*answer["output"], {"type": "function_call_output", "call_id": call["call_id"], "output": output}]
 
 
-APIS = {"chat": Chat, "messages": Messages, "responses": Responses}
+APIS: dict[str, type[Chat] | type[Messages] | type[Responses]] = {"chat": Chat, "messages": Messages, "responses": Responses}
 
 
 def main() -> int:
@@ -109,7 +110,7 @@ def main() -> int:
         connection = http.client.HTTPConnection(base.hostname or "127.0.0.1", base.port, timeout=300)
         prefix = base.path.rstrip("/")
     headers = {"Authorization": f"Bearer {args.token}", "Content-Type": "application/json"}
-    conversation = APIS[args.api]()
+    conversation: Chat | Messages | Responses = APIS[args.api]()
     index = 0
     for line in sys.stdin:
         if not line.strip():

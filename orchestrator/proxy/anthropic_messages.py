@@ -236,6 +236,7 @@ class AnthropicMessages:
         start = {**whole, "content": [], "stop_reason": None, "usage": self.usage(reply.prompt_tokens, 0)}
         yield sse({"type": "message_start", "message": start}, "message_start")
         for index, block in enumerate(whole["content"]):
+            opened: dict[str, Any]
             if block["type"] == "text":
                 opened, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
             else:

@@ -16,7 +16,8 @@ recorded calls by the chosen trajectory builder. EVAL is the family's own (swe: 
 sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's answer).
 
 `harness` settings (in the row, or for every row with `submit --set harness.KEY=VALUE`):
-    command (required unless cli is given), cli (claude-code | codex), family (swe | code | math; inferred from the row when absent),
+    command (required unless cli is given), cli (claude-code | codex), family (swe | code | math;
+    inferred from the row when absent),
     builder (prefix_merging | per_request), parser (tool-call parser), model_name (what
     /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
     max_wall_s, env (extra environment for the command), binds (SRC:DST[:ro|rw] into the sandbox,
@@ -191,7 +192,9 @@ class HarnessHandler(ToolAgentHandler):
         prepared = await family.setup(ctx, sandbox, task)
         await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
         for path, text in settings.files().items():
-            await sandbox.upload(text.encode(), path)
+            written = await sandbox.upload(text.encode(), path)
+            if written.error:
+                raise RuntimeError(f"writing the {settings.cli} configuration {path} in the sandbox: {written.error}")
         ctx.event("harness_prepared", family=settings.family, **({"cli": settings.cli} if settings.cli else {}))
         return {"sandbox_kind": sandbox.kind, **prepared}
 
@@ -212,7 +215,8 @@ class HarnessHandler(ToolAgentHandler):
 
         def note(record: dict[str, Any]) -> None:
             ctx.event("llm_call", call=len(recorder.calls), chain=record["chain"], extended=record["extended"],
-                      prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
+                      api=record["api"], prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
+                      **({"cancelled": True} if record.get("cancelled") else {}),
                       **({"diverged": record["diverged"]} if record["diverged"] else {}))
 
         proxy_dir, inside_dir = proxy_dir_in(sandbox)

@@ -114,11 +114,10 @@ class CallRecorder:
             chars += len(request.tools_key)
         room = self.limits.max_context_tokens - prompt_tokens
         if chars > room * self.limits.max_chars_per_token:
-            stop = (lambda reason, text: LimitReached(reason, text)) if counting else self._stop
-            raise stop("context_full", f"prompt is too long: the new messages hold {chars} characters, more "
-                                             f"than the {room} tokens left of this job's max_context_tokens "
-                                             f"({self.limits.max_context_tokens}) can hold at "
-                                             f"{self.limits.max_chars_per_token:g} characters per token; not tokenized")
+            message = (f"prompt is too long: the new messages hold {chars} characters, more than the {room} tokens "
+                       f"left of this job's max_context_tokens ({self.limits.max_context_tokens}) can hold at "
+                       f"{self.limits.max_chars_per_token:g} characters per token; not tokenized")
+            raise LimitReached("context_full", message) if counting else self._stop("context_full", message)
         return chars
 
     async def complete(self, request: ChatRequest, client_gone: Callable[[], bool] = lambda: False) -> Reply:

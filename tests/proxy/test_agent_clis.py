@@ -113,11 +113,12 @@ def test_each_cli_solves_a_bundled_swe_task_through_the_proxy(cli: str, scripted
     assert result["apis"] == [{"claude-code": "anthropic_messages", "codex": "openai_responses"}[cli]]
     assert result["unserved_endpoints"] == []
     check_fidelity(row, served)
-    # The CLI's own loop: the call that applied the fix, then the one that saw its output and ended.
-    main = [s for s in samples_of(row) if len(s.calls) > 1]
+    # The CLI's own loop, and nothing else: the call that applied the fix, then the one that saw its
+    # output and ended, merged into one sample (no side call, no rewritten history).
     calls = [e for e in happened if e["event"] == "llm_call" and e["job"] == row["job_id"]]
-    assert len(main) == 1 and len(main[0].calls) == 2, (result["samples"], calls)
-    assert_observations_masked(main[0], _tokenizer(), ["applied 42"])
+    assert (len(row["turns"]), result["samples"]) == (2, [[0, 1]]), calls
+    (sample,) = samples_of(row)
+    assert_observations_masked(sample, _tokenizer(), ["applied 42"])
 
 
 def _tokenizer() -> Any:

@@ -1,8 +1,8 @@
 """The recording proxy's costs and what prefix merging saves.
 
-    python -m benchmarks.proxy [--calls 40]
+    python -m benchmarks.proxy [--calls 40] [--quick]
 
-  proxy_overhead_median_ms  per call: (a blocking stdlib HTTP client in a process of its own, as a
+  proxy_overhead_median_ms  per call (OpenAI chat completions): (a blocking stdlib HTTP client in a process of its own, as a
                             harness is (benchmarks/proxy_client.py) -> proxy on its Unix socket ->
                             backend) minus (the same prompt ids sent straight to the backend through
                             the job's LLM session), measured call by call, interleaved, on a growing
@@ -11,6 +11,9 @@
                             in-sandbox relay, run on the host: the whole path a harness sees) and
                             `thread` (the client in a thread of the benchmark's process, sharing its
                             GIL: how this figure was measured before)
+  proxy_overhead_median_ms_messages, proxy_overhead_median_ms_responses
+                            the same figure (process client) for a conversation in the Anthropic
+                            Messages and the OpenAI Responses API's own form (target <= 2 ms each)
   proxy_inside_median_ms    the proxy's own work per call (messages -> ids, reply parsing), from its record
   proxy_cpu_added_median_ms the CPU time the worker's event loop spends on a proxied call minus on the
                             direct one (HTTP, parsing, rendering, the answer): hardly moved by load
@@ -20,6 +23,11 @@
                             toy_agent.py) through the in-sandbox relay program (run on the host here)
                             on the 20 bundled math problems, as is and with its first exchange dropped
                             at the third call
+  merge_ratio_claude_code, merge_ratio_codex
+                            the same for Claude Code and Codex CLI from the `harness` image, run on
+                            the host (benchmarks/cli_host.py: the preset's settings, the relay, no
+                            network) on bundled math problems: three shell calls, then the answer
+  --quick                   8 calls, 1 round, the process client, 2 problems per harness (a smoke run)
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_host import prepare
 from benchmarks.common import emit_json, median, percentile, print_table
 from hpc_rollout.handlers.bundled.math_problems import PROBLEMS
+from hpc_rollout.handlers.harness_clis import PRESETS, CliSettings
 from orchestrator.agent.parsers import get_parser
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
@@ -61,10 +71,29 @@ def bash_call(command: str) -> str:
     return "<tool_call>\n" + json.dumps({"name": "bash", "arguments": {"command": command}}) + "\n</tool_call>"
 
 
+def tool_call(name: str, **arguments: Any) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+APIS = ("chat", "messages", "responses")        # benchmarks/proxy_client.py --api
+CLIS = tuple(sorted(PRESETS))
+SHELL_TOOLS = {"claude-code": ("Bash", "command"), "codex": ("exec_command", "cmd")}
+CLI_SETTINGS = CliSettings("policy", 20, 60000, 256)
+
+
+def cli_task(cli: str, problem: str) -> str:
+    return f"[{cli}] {problem}"
+
+
 def scripts(calls: int) -> list[dict[str, Any]]:
     overhead = {"match": "Benchmark overhead.", "replies": [bash_call(f"ls -la /tmp/dir{i}") for i in range(calls + 1)]}
     math = [{"match": problem, "replies": [bash_call(f"echo step {i}") for i in range(3)] + [f"\\boxed{{{answer}}}"]}
             for problem, answer, *_ in PROBLEMS]
+    for cli in CLIS:
+        tool, argument = SHELL_TOOLS[cli]
+        math += [{"match": cli_task(cli, problem), "replies": [tool_call(tool, **{argument: f"echo step {i}"})
+                                                                for i in range(3)] + [f"\\boxed{{{answer}}}"]}
+                 for problem, answer, *_ in PROBLEMS]
     return [overhead, *math]
 
 
@@ -123,8 +152,8 @@ class ProcessClient:
         self.process = process
 
     @classmethod
-    async def start(cls, directory: Path, via_relay: bool) -> "ProcessClient":
-        client = [sys.executable, "-I", str(CLIENT)]
+    async def start(cls, directory: Path, via_relay: bool, api: str = "chat") -> "ProcessClient":
+        client = [sys.executable, "-I", str(CLIENT), "--api", api]
         if via_relay:
             command = [sys.executable, "-I", str(directory / RELAY_NAME), "--dir", str(directory),
                        "--host", "127.0.0.1", "--", *client]
@@ -152,10 +181,11 @@ class ProcessClient:
 
 
 async def conversation(llm: Any, tmp: Path, calls: int, client_kind: Client = Client.PROCESS,
-                       direct: LLMSession | None = None, cpu_added: list[float] | None = None) -> tuple[CallRecorder, list[float]]:
+                       direct: LLMSession | None = None, cpu_added: list[float] | None = None,
+                       api: str = "chat") -> tuple[CallRecorder, list[float]]:
     """One tool-calling conversation through a fresh proxy; per call, the client's time (ms), or
     with `direct` the client's time minus the same prompt ids sent straight to the backend
-    (PROMPTS, from an earlier identical pass: scripted replies give the same messages and ids),
+    (PROMPTS[api], from an earlier identical pass: scripted replies give the same messages and ids),
     before the proxied call on even calls and after it on odd ones (whichever goes first wakes
     the backend up: alternating cancels that out). `cpu_added` gets, per call, the CPU time this
     process's event loop (the proxy, the worker's side) spent on the proxied call minus on the
@@ -168,17 +198,17 @@ async def conversation(llm: Any, tmp: Path, calls: int, client_kind: Client = Cl
         if client_kind is Client.THREAD:
             client = ThreadClient(directory / "proxy.sock", read_token(directory))
         else:
-            client = await ProcessClient.start(directory, client_kind is Client.RELAY)
+            client = await ProcessClient.start(directory, client_kind is Client.RELAY, api)
         try:
             for index in range(calls):
                 straight = straight_cpu = 0.0
                 if direct is not None and index % 2 == 0:
-                    straight, straight_cpu = await timed_direct(direct, index)
+                    straight, straight_cpu = await timed_direct(direct, api, index)
                 cpu = time.thread_time()
                 proxied_ms = await client.next_call()
                 proxied_cpu = time.thread_time() - cpu
                 if direct is not None and index % 2 == 1:
-                    straight, straight_cpu = await timed_direct(direct, index)
+                    straight, straight_cpu = await timed_direct(direct, api, index)
                 added.append(proxied_ms - straight * 1000)
                 if cpu_added is not None:
                     cpu_added.append((proxied_cpu - straight_cpu) * 1000)
@@ -189,7 +219,7 @@ async def conversation(llm: Any, tmp: Path, calls: int, client_kind: Client = Cl
     return recorder, added
 
 
-PROMPTS: dict[int, list[int]] = {}
+PROMPTS: dict[str, dict[int, list[int]]] = {}   # per API: the prompt ids of each call
 
 
 class InstantBackend:
@@ -206,37 +236,37 @@ class InstantBackend:
         return Turn(list(prompt_ids), list(self.reply), [0.0] * len(self.reply), "instant", 0, "stop", "raw")
 
 
-async def timed_direct(direct: LLMSession, index: int) -> tuple[float, float]:
+async def timed_direct(direct: LLMSession, api: str, index: int) -> tuple[float, float]:
     """(wall, CPU of this thread) of one direct call, in seconds."""
     began, cpu = time.perf_counter(), time.thread_time()
-    await direct.generate(PROMPTS[index], dict(SAMPLING))
+    await direct.generate(PROMPTS[api][index], dict(SAMPLING))
     return time.perf_counter() - began, time.thread_time() - cpu
 
 
-async def instant_path(tmp: Path, calls: int, tokenizer: Any, client: Client) -> list[float]:
+async def instant_path(tmp: Path, calls: int, tokenizer: Any, client: Client, api: str = "chat") -> list[float]:
     """Client -> proxy -> an instant backend -> client, per call (ms): the floor of the path."""
-    _, round_trips = await conversation(InstantBackend(tokenizer), tmp, calls, client)
+    _, round_trips = await conversation(InstantBackend(tokenizer), tmp, calls, client, api=api)
     return round_trips
 
 
 async def overhead(paths: SpoolPaths, tmp: Path, calls: int, client: Client,
-                   cpu_added: list[float]) -> tuple[list[float], list[float]]:
+                   cpu_added: list[float], api: str = "chat") -> tuple[list[float], list[float]]:
     router = router_for(paths, "bench-overhead")
-    if not PROMPTS:
+    if api not in PROMPTS:
         async with LLMSession(router, job_id="warm-up") as llm:
-            first, _ = await conversation(llm, tmp, calls)
-        PROMPTS.update({i: c["input_ids"] for i, c in enumerate(first.calls)})
+            first, _ = await conversation(llm, tmp, calls, api=api)
+        PROMPTS[api] = {i: c["input_ids"] for i, c in enumerate(first.calls)}
     async with LLMSession(router, job_id="proxied") as llm, LLMSession(router, job_id="direct") as direct:
-        recorder, added = await conversation(llm, tmp, calls, client, direct, cpu_added)
-    assert [c["input_ids"] for c in recorder.calls] == [PROMPTS[i] for i in range(calls)], "same prompts as the warm-up"
+        recorder, added = await conversation(llm, tmp, calls, client, direct, cpu_added, api)
+    assert [c["input_ids"] for c in recorder.calls] == [PROMPTS[api][i] for i in range(calls)], "same prompts as the warm-up"
     return added, [c["proxy_ms"] for c in recorder.calls]
 
 
-async def harness_runs(paths: SpoolPaths, tmp: Path) -> list[dict[str, Any]]:
-    """Each bundled math problem through the toy harness, as is and with a dropped exchange."""
+async def harness_runs(paths: SpoolPaths, tmp: Path, problems: int) -> list[dict[str, Any]]:
+    """Bundled math problems through the toy harness, as is and with a dropped exchange."""
     router = router_for(paths, "bench-merge")
     runs = []
-    for index, (problem, *_rest) in enumerate(PROBLEMS):
+    for index, (problem, *_rest) in enumerate(PROBLEMS[:problems]):
         for drop in (False, True):
             async with LLMSession(router, job_id=f"merge-{index}-{drop}") as llm:
                 recorder = new_recorder(llm, await llm.tokenizer())
@@ -252,7 +282,30 @@ async def harness_runs(paths: SpoolPaths, tmp: Path) -> list[dict[str, Any]]:
                     _, err = await process.communicate()
                     if process.returncode != 0:
                         raise RuntimeError(f"toy harness failed on {problem!r}: {err.decode()[-500:]}")
-            runs.append({"problem": index, "drop": drop, "calls": recorder.calls})
+            runs.append({"harness": "toy, drops its first exchange" if drop else "toy, keeps its history",
+                         "calls": recorder.calls})
+    return runs
+
+
+async def cli_runs(paths: SpoolPaths, tmp: Path, image: Path, problems: int) -> list[dict[str, Any]]:
+    """Bundled math problems through Claude Code and Codex CLI (the harness image's, on this host)."""
+    router = router_for(paths, "bench-clis")
+    runs = []
+    for cli in CLIS:
+        for index, (problem, *_rest) in enumerate(PROBLEMS[:problems]):
+            async with LLMSession(router, job_id=f"cli-{cli}-{index}") as llm:
+                recorder = CallRecorder(llm, await llm.tokenizer(), get_parser("hermes"), dict(SAMPLING),
+                                        ProxyLimits(200, CLI_SETTINGS.max_context_tokens, 256))
+                directory = new_proxy_dir(tmp / "px")
+                async with JobProxy(recorder, directory):
+                    run = prepare(cli, image, tmp / f"home-{cli}-{index}", cli_task(cli, problem), directory, CLI_SETTINGS)
+                    process = await asyncio.create_subprocess_exec(*run.argv, env=run.env, cwd=run.cwd,
+                                                                   stdout=asyncio.subprocess.PIPE,
+                                                                   stderr=asyncio.subprocess.STDOUT)
+                    out, _ = await process.communicate()
+                    if process.returncode != 0:
+                        raise RuntimeError(f"{cli} failed on {problem!r}: {out.decode()[-800:]}")
+            runs.append({"harness": cli, "calls": recorder.calls})
     return runs
 
 
@@ -261,18 +314,32 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40, help="calls of each overhead conversation")
     parser.add_argument("--rounds", type=int, default=3, help="conversations per client kind, interleaved")
     parser.add_argument("--clients", default=",".join(c.value for c in Client),
-                        help=f"client kinds to measure, comma-separated: {', '.join(c.value for c in Client)}")
+                        help=f"client kinds to measure (chat completions), comma-separated: "
+                             f"{', '.join(c.value for c in Client)}")
+    parser.add_argument("--problems", type=int, default=len(PROBLEMS), help="bundled math problems per harness (merge)")
     parser.add_argument("--no-merge", action="store_true", help="skip the merge_ratio runs")
+    parser.add_argument("--no-clis", action="store_true", help="merge_ratio of the toy harness only (no harness image)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 8 calls, 1 round, the process client, "
+                                                             "2 problems per harness")
     args = parser.parse_args()
+    if args.quick:
+        args.calls, args.rounds, args.clients, args.problems = 8, 1, Client.PROCESS.value, 2
     kinds = [Client(k) for k in args.clients.split(",")]
+    image = None
+    if not (args.no_merge or args.no_clis):
+        from hpc_rollout.handlers.bundled.image import harness_image
+
+        image = harness_image()   # built once into the cache when missing (~1.5 min after the task image)
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     script_file = tmp / "scripts.jsonl"
     script_file.write_text("".join(json.dumps(s) + "\n" for s in scripts(args.calls)))
-    server = start_server(tiny=True, extra_args=["--scripted", str(script_file), "--max-model-len", "32768"])
+    server = start_server(tiny=True, extra_args=["--scripted", str(script_file), "--max-model-len", "65536"])
     added: dict[Client, list[float]] = {k: [] for k in kinds}
     inside: dict[Client, list[float]] = {k: [] for k in kinds}
     instant: dict[Client, list[float]] = {k: [] for k in kinds}
     cpu: dict[Client, list[float]] = {k: [] for k in kinds}
+    by_api: dict[str, dict[str, list[float]]] = {api: {"added": [], "inside": [], "instant": [], "cpu": []}
+                                                 for api in APIS[1:]}
     loads = [os.getloadavg()[0]]
     try:
         paths, _ = init_run(tmp / "run")
@@ -284,21 +351,37 @@ def main() -> None:
                 added[kind] += more_added
                 inside[kind] += more_inside
                 instant[kind] += asyncio.run(instant_path(tmp, args.calls, tokenizer, kind))
+            for api, figures_of in by_api.items():   # the other APIs: the process client
+                more_added, more_inside = asyncio.run(overhead(paths, tmp, args.calls, Client.PROCESS,
+                                                               figures_of["cpu"], api))
+                figures_of["added"] += more_added
+                figures_of["inside"] += more_inside
+                figures_of["instant"] += asyncio.run(instant_path(tmp, args.calls, tokenizer, Client.PROCESS, api))
             loads.append(os.getloadavg()[0])
-        runs = [] if args.no_merge else asyncio.run(harness_runs(paths, tmp))
+        runs = [] if args.no_merge else asyncio.run(harness_runs(paths, tmp, args.problems))
+        if image is not None:
+            runs += asyncio.run(cli_runs(paths, tmp, image, args.problems))
+            loads.append(os.getloadavg()[0])
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     load = sum(loads) / len(loads)
     table = []
     for kind in kinds:
-        table += [[f"{kind.value}: added by the proxy", median(added[kind]), percentile(added[kind], 0.9), len(added[kind])],
-                  [f"{kind.value}: round trip, instant backend", median(instant[kind]), percentile(instant[kind], 0.9),
-                   len(instant[kind])],
-                  [f"{kind.value}: inside the proxy (render + parse)", median(inside[kind]), percentile(inside[kind], 0.9),
-                   len(inside[kind])],
-                  [f"{kind.value}: CPU added on the worker's side", median(cpu[kind]), percentile(cpu[kind], 0.9),
+        table += [[f"chat, {kind.value}: added by the proxy", median(added[kind]), percentile(added[kind], 0.9),
+                   len(added[kind])],
+                  [f"chat, {kind.value}: round trip, instant backend", median(instant[kind]),
+                   percentile(instant[kind], 0.9), len(instant[kind])],
+                  [f"chat, {kind.value}: inside the proxy (render + parse)", median(inside[kind]),
+                   percentile(inside[kind], 0.9), len(inside[kind])],
+                  [f"chat, {kind.value}: CPU added on the worker's side", median(cpu[kind]), percentile(cpu[kind], 0.9),
                    len(cpu[kind])]]
+    for api, figures_of in by_api.items():
+        table += [[f"{api}, process: {label}", median(figures_of[key]), percentile(figures_of[key], 0.9),
+                   len(figures_of[key])]
+                  for key, label in (("added", "added by the proxy"), ("instant", "round trip, instant backend"),
+                                     ("inside", "inside the proxy (render + parse)"),
+                                     ("cpu", "CPU added on the worker's side"))]
     print_table("proxy overhead per call (ms): proxied minus direct, same prompt ids",
                 ["figure", "median", "p90", "calls"], table)
     print(f"  (load average {load:.1f} on {os.cpu_count()} cores: on a busy machine waits for a core dominate)")
@@ -310,33 +393,48 @@ def main() -> None:
         "proxy_cpu_added_median_ms": round(median(cpu[headline]), 3),
         "instant_round_trip_median_ms": round(median(instant[headline]), 3),
         "instant_round_trip_p10_ms": round(percentile(instant[headline], 0.1), 3),
-        "headline_client": headline.value, "load_average": round(load, 2), "target_overhead_ms": 3.0}
+        "headline_client": headline.value, "load_average": round(load, 2), "target_overhead_ms": 3.0,
+        "target_overhead_ms_new_apis": 2.0}
     for kind in kinds:
         if kind is not headline:
             figures[f"proxy_overhead_{kind.value}_median_ms"] = round(median(added[kind]), 3)
             figures[f"instant_round_trip_{kind.value}_median_ms"] = round(median(instant[kind]), 3)
+    for api, figures_of in by_api.items():
+        figures[f"proxy_overhead_median_ms_{api}"] = round(median(figures_of["added"]), 3)
+        figures[f"proxy_overhead_p90_ms_{api}"] = round(percentile(figures_of["added"], 0.9), 3)
+        figures[f"proxy_inside_median_ms_{api}"] = round(median(figures_of["inside"]), 3)
+        figures[f"proxy_cpu_added_median_ms_{api}"] = round(median(figures_of["cpu"]), 3)
+        figures[f"instant_round_trip_median_ms_{api}"] = round(median(figures_of["instant"]), 3)
     if runs:
         figures.update(merge_table(runs))
     emit_json(figures)
 
 
 def merge_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sequences trained on per harness: per_request (one per call) and prefix_merging."""
     rows = []
-    totals = {Builder.PER_REQUEST: 0, Builder.PREFIX_MERGING: 0}
-    for drop in (False, True):
-        chosen = [r for r in runs if r["drop"] is drop]
-        counts = {b: sum(len(build_samples(r["calls"], b)) for r in chosen) for b in totals}
-        for builder, count in counts.items():
-            totals[builder] += count
-        rows.append(["drops its first exchange" if drop else "keeps its history", len(chosen),
-                     counts[Builder.PER_REQUEST], counts[Builder.PREFIX_MERGING],
+    figures: dict[str, Any] = {}
+    toy = {Builder.PER_REQUEST: 0, Builder.PREFIX_MERGING: 0}
+    for harness in dict.fromkeys(r["harness"] for r in runs):
+        chosen = [r for r in runs if r["harness"] == harness]
+        counts = {b: sum(len(build_samples(r["calls"], b)) for r in chosen) for b in toy}
+        rows.append([harness, len(chosen), counts[Builder.PER_REQUEST], counts[Builder.PREFIX_MERGING],
                      counts[Builder.PREFIX_MERGING] / counts[Builder.PER_REQUEST]])
-    merge_ratio = totals[Builder.PREFIX_MERGING] / totals[Builder.PER_REQUEST]
-    rows.append(["all", len(runs), totals[Builder.PER_REQUEST], totals[Builder.PREFIX_MERGING], merge_ratio])
-    print_table("sequences to train on, bundled math problems through the toy harness",
+        if harness.startswith("toy"):
+            for builder, count in counts.items():
+                toy[builder] += count
+        else:
+            figures[f"merge_ratio_{harness.replace('-', '_')}"] = round(
+                counts[Builder.PREFIX_MERGING] / counts[Builder.PER_REQUEST], 4)
+            figures[f"calls_per_run_{harness.replace('-', '_')}"] = round(counts[Builder.PER_REQUEST] / len(chosen), 2)
+    merge_ratio = toy[Builder.PREFIX_MERGING] / toy[Builder.PER_REQUEST]
+    rows.append(["toy, all", sum(r["harness"].startswith("toy") for r in runs), toy[Builder.PER_REQUEST],
+                 toy[Builder.PREFIX_MERGING], merge_ratio])
+    print_table("sequences to train on, bundled math problems through each harness",
                 ["harness", "runs", "per_request", "prefix_merging", "ratio"], rows)
-    return {"merge_ratio": round(merge_ratio, 4), "calls_per_request": totals[Builder.PER_REQUEST],
-            "sequences_prefix_merging": totals[Builder.PREFIX_MERGING]}
+    figures.update({"merge_ratio": round(merge_ratio, 4), "calls_per_request": toy[Builder.PER_REQUEST],
+                    "sequences_prefix_merging": toy[Builder.PREFIX_MERGING]})
+    return figures
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
-"""`harness`: train an agent whose loop you do not own (any CLI that calls an OpenAI API).
+"""`harness`: train an agent whose loop you do not own (any CLI that calls an OpenAI or Anthropic API).
 
     hpc-rollout submit spool/run1 swe.jsonl --handler harness --samples 8
     # each row: a swe/code/math task + {"harness": {"command": "mini -m openai/policy -t \"$(cat $HPC_ROLLOUT_TASK_FILE)\" ..."}}
+    # or a CLI known by name: {"harness": {"cli": "claude-code"}} / {"harness": {"cli": "codex"}}
 
 INIT starts the job's sandbox the way the task's family does (swe: the repository checked out;
 code, math: an empty workspace) and writes the task's text to /workspace/.harness/task.md. RUN
 makes the job's proxy directory in the sandbox's own control directory (orchestrator/proxy/
 placement.py: it goes with the sandbox, whatever ends the job), starts the proxy on its socket
 and runs `harness.command` in the sandbox through the relay, so the command sees OPENAI_BASE_URL
-and OPENAI_API_KEY of its job's proxy; time and call limits stop it. The row is built from the
+and OPENAI_API_KEY (and ANTHROPIC_BASE_URL / ANTHROPIC_API_KEY) of its job's proxy; time and call
+limits stop it. A CLI known by name (harness_clis.py: claude-code, codex) brings its command
+line, environment and configuration files (written in INIT). The row is built from the
 recorded calls by the chosen trajectory builder. EVAL is the family's own (swe: FAIL_TO_PASS/PASS_TO_PASS in a fresh
 sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's answer).
 
 `harness` settings (in the row, or for every row with `submit --set harness.KEY=VALUE`):
-    command (required), family (swe | code | math; inferred from the row when absent),
+    command (required unless cli is given), cli (claude-code | codex), family (swe | code | math;
+    inferred from the row when absent),
     builder (prefix_merging | per_request), parser (tool-call parser), model_name (what
     /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
     max_wall_s, env (extra environment for the command), binds (SRC:DST[:ro|rw] into the sandbox,
@@ -31,6 +35,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.code_task import CodeHandler
+from hpc_rollout.handlers.harness_clis import CliPreset, CliSettings, preset
 from hpc_rollout.handlers.math_task import MathHandler
 from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
@@ -52,8 +57,9 @@ FAMILIES: dict[str, type[ToolAgentHandler]] = {"swe": SweHandler, "code": CodeHa
 
 @dataclass(frozen=True)
 class HarnessSettings:
-    command: str
+    command: str                       # "" with a cli: the preset's command line
     family: str
+    cli: str = ""                      # a CLI known by name (harness_clis.py), or "" for a command of yours
     builder: Builder = Builder.PREFIX_MERGING
     parser: str = DEFAULT_PARSER
     model_name: str = "policy"
@@ -71,8 +77,14 @@ class HarnessSettings:
     @classmethod
     def parse(cls, instance: dict[str, Any]) -> "HarnessSettings":
         given = instance.get("harness")
-        if not isinstance(given, dict) or not isinstance(given.get("command"), str) or not given["command"].strip():
-            raise ValueError('a harness task needs {"harness": {"command": "..."}} (or submit --set harness.command=...)')
+        if not isinstance(given, dict):
+            given = {}
+        command = given.get("command", "")
+        if not isinstance(command, str) or not (command.strip() or given.get("cli")):
+            raise ValueError('a harness task needs {"harness": {"command": "..."}} or {"harness": {"cli": NAME}} '
+                             '(or submit --set harness.command=... / --set harness.cli=claude-code)')
+        if "cli" in given:
+            preset(str(given["cli"]))
         valid = [f.name for f in fields(cls)]
         unknown = sorted(set(given) - set(valid))
         if unknown:
@@ -81,7 +93,7 @@ class HarnessSettings:
         if family not in FAMILIES:
             raise ValueError(f"harness family {family!r}: choose one of {', '.join(FAMILIES)}")
         limits = FAMILIES[family].limits
-        values: dict[str, Any] = {"command": given["command"], "family": family,
+        values: dict[str, Any] = {"command": command, "family": family, "cli": str(given.get("cli") or ""),
                                   "max_calls": limits.max_turns, "max_context_tokens": limits.max_context_tokens,
                                   "max_tokens_per_call": limits.max_tokens_per_turn, "max_wall_s": limits.max_wall_s}
         for key, (low, high) in cls.BOUNDS.items():
@@ -106,6 +118,28 @@ class HarnessSettings:
             raise ValueError('harness binds must be a list of "SRC:DST[:ro|rw]" strings')
         values["binds"] = tuple(binds)
         return cls(**values)
+
+    @property
+    def preset(self) -> CliPreset | None:
+        return preset(self.cli) if self.cli else None
+
+    def cli_settings(self) -> CliSettings:
+        return CliSettings(self.model_name, self.max_calls, self.max_context_tokens, self.max_tokens_per_call)
+
+    def command_line(self) -> str:
+        """The command to run: the given one, else the CLI preset's."""
+        chosen = self.preset
+        return self.command if self.command.strip() or chosen is None else chosen.command(self.cli_settings())
+
+    def environment(self) -> dict[str, str]:
+        """The command's extra environment: the CLI preset's, then `env` (which wins)."""
+        chosen = self.preset
+        return {**(chosen.env(self.cli_settings()) if chosen else {}), **self.env}
+
+    def files(self) -> dict[str, str]:
+        """Configuration files the CLI preset needs in the sandbox (path -> text)."""
+        chosen = self.preset
+        return chosen.files(self.cli_settings()) if chosen else {}
 
 
 SETTING_MEANINGS = {
@@ -149,10 +183,10 @@ def task_text(messages: list[dict[str, Any]]) -> str:
 
 def harness_script(settings: HarnessSettings, proxy_dir: str) -> str:
     """The command through the relay; `proxy_dir`: the job's proxy directory as the sandbox sees it."""
-    exports = "".join(f"export {name}={shlex.quote(value)}; " for name, value in sorted(settings.env.items()))
+    exports = "".join(f"export {name}={shlex.quote(value)}; " for name, value in sorted(settings.environment().items()))
     relay = shlex.quote(f"{proxy_dir}/relay.py")
     return (f"mkdir -p {shlex.quote(str(Path(LOG_FILE).parent))} && export HPC_ROLLOUT_TASK_FILE={TASK_FILE}; {exports}"
-            f"python3 -I {relay} --dir {shlex.quote(proxy_dir)} -- bash -c {shlex.quote(settings.command)} "
+            f"python3 -I {relay} --dir {shlex.quote(proxy_dir)} -- bash -c {shlex.quote(settings.command_line())} "
             f"> {LOG_FILE} 2>&1")
 
 
@@ -181,7 +215,11 @@ class HarnessHandler(ToolAgentHandler):
         sandbox = await ctx.open_sandbox(**options)
         prepared = await family.setup(ctx, sandbox, task)
         await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
-        ctx.event("harness_prepared", family=settings.family)
+        for path, text in settings.files().items():
+            written = await sandbox.upload(text.encode(), path)
+            if written.error:
+                raise RuntimeError(f"writing the {settings.cli} configuration {path} in the sandbox: {written.error}")
+        ctx.event("harness_prepared", family=settings.family, **({"cli": settings.cli} if settings.cli else {}))
         return {"sandbox_kind": sandbox.kind, **prepared}
 
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:
@@ -195,11 +233,14 @@ class HarnessHandler(ToolAgentHandler):
         task = family.task(instance)
         sandbox = await ctx.sandbox()
         sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
-        limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call)
+        budgets = ctx.services.proxy   # run.toml [proxy]
+        limits = ProxyLimits(settings.max_calls, settings.max_context_tokens, settings.max_tokens_per_call,
+                             budgets.max_chars_per_token)
 
         def note(record: dict[str, Any]) -> None:
             ctx.event("llm_call", call=len(recorder.calls), chain=record["chain"], extended=record["extended"],
-                      prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
+                      api=record["api"], prompt_tokens=len(record["input_ids"]), sampled=len(record["output_ids"]),
+                      **({"cancelled": True} if record.get("cancelled") else {}),
                       **({"diverged": record["diverged"]} if record["diverged"] else {}))
 
         proxy_dir, inside_dir = proxy_dir_in(sandbox)
@@ -207,7 +248,8 @@ class HarnessHandler(ToolAgentHandler):
             async with session_for(ctx) as llm:
                 recorder = CallRecorder(llm, await llm.tokenizer(), get_parser(settings.parser), sampling, limits, note)
                 self._recorders[ctx.job.job_id] = recorder
-                async with JobProxy(recorder, proxy_dir, model_name=settings.model_name):
+                async with JobProxy(recorder, proxy_dir, model_name=settings.model_name,
+                                    max_body_bytes=budgets.max_body_bytes):
                     outcome = await self._run_command(sandbox, harness_script(settings, inside_dir), settings, recorder)
         finally:
             shutil.rmtree(proxy_dir, ignore_errors=True)
@@ -253,7 +295,11 @@ class HarnessHandler(ToolAgentHandler):
         versions = [c["policy_version"] for c in calls if c.get("policy_version") is not None]
         out = {**trajectory_fields(calls, settings.builder), "turns": calls, "malformed_calls": recorder.malformed_calls,
                "calls": len(calls), "chains": len(recorder.chains), "refused_calls": recorder.refused,
-               "final_text": recorder.final_text(), "answer": None}
+               "cancelled_calls": sum(1 for c in calls if c.get("cancelled")),
+               "apis": sorted({c["api"] for c in calls if c.get("api")}),
+               "unserved_endpoints": list(recorder.unserved), "final_text": recorder.final_text(), "answer": None}
+        if settings.cli:
+            out["cli"] = settings.cli
         if versions:
             out["policy_version_min"], out["policy_version_max"] = min(versions), max(versions)
         return out

@@ -104,6 +104,20 @@ class Llm:
 
 
 @dataclass(frozen=True)
+class Proxy:
+    # The per-job recording proxy of the `harness` handler (docs/proxy.md): what one request of an
+    # agent may cost its worker. A body over max_body_mb is refused (413) before it is read; new
+    # text beyond the context's room at max_chars_per_token characters per token is refused before
+    # it is tokenized.
+    max_body_mb: float = 4.0
+    max_chars_per_token: float = 16.0
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * (1 << 20))
+
+
+@dataclass(frozen=True)
 class Metrics:
     prometheus_dir: str = ""      # node-exporter textfile directory ("" = off; relative: inside the run)
 
@@ -128,6 +142,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
     "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400), "llm.view_s": (0, 3600),
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
+    "proxy.max_body_mb": (0.01, 1024), "proxy.max_chars_per_token": (1, 1000),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }
 RUNTIMES = RUNTIME_NAMES
@@ -144,6 +159,7 @@ class RunConfig:
     shards: Shards = field(default_factory=Shards)
     sandbox: Sandbox = field(default_factory=Sandbox)
     llm: Llm = field(default_factory=Llm)
+    proxy: Proxy = field(default_factory=Proxy)
     metrics: Metrics = field(default_factory=Metrics)
     trainer: Trainer = field(default_factory=Trainer)
     # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)

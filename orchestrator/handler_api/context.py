@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from orchestrator.config import Proxy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
 
@@ -28,6 +29,7 @@ class WorkerServices:
     sandbox_defaults: dict[str, Any] = field(default_factory=dict)
     emit: Callable[[str, str, dict[str, Any]], None] = lambda job_id, name, fields: None
     llm_router: "Router | None" = None         # built by the worker from its RunConfig (None outside a worker)
+    proxy: Proxy = field(default_factory=Proxy)   # run.toml [proxy]: the harness proxy's budgets
 
 
 def merge_sandbox_options(defaults: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:

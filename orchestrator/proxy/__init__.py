@@ -1,15 +1,20 @@
-"""A recording OpenAI-compatible proxy per job: train any agent harness (a CLI that calls "an
-OpenAI API") token-in/token-out.
+"""A recording proxy per job: train any agent harness (a CLI that calls an OpenAI or Anthropic
+API) token-in/token-out.
 
     harness in the sandbox --HTTP--> relay on the sandbox's loopback --Unix socket (bound in)-->
     JobProxy (the worker) --token ids--> the job's backend (sticky, counted, versioned)
 
 Modules, one concept each:
-    wire        OpenAI chat-completions shapes: request parsing, message keys, replies, SSE chunks
-    recorder    messages -> ids (a call that extends the last keeps its ids verbatim and renders
-                only the new messages), one generation, the reply's tool calls; every call recorded
-    trajectory  training samples from the recorded calls: per_request or prefix_merging
-    server      the per-job HTTP server on a Unix socket (token + peer uid checked)
-    relay       stdlib-only program run inside the sandbox: TCP on its loopback -> the socket,
-                and the harness command with OPENAI_BASE_URL / OPENAI_API_KEY set
+    chat_form           the form every API's request takes: template messages, keys, tools
+    chat_completions    OpenAI chat completions (POST /v1/chat/completions)
+    anthropic_messages  Anthropic Messages (POST /v1/messages; Claude Code)
+    openai_responses    OpenAI Responses (POST /v1/responses; Codex CLI)
+    api                 what the server needs of each API; problems and their statuses
+    recorder            messages -> ids (a call that extends the last keeps its ids verbatim and renders
+                        only the new messages), one generation, the reply's tool calls; every call recorded
+    trajectory          training samples from the recorded calls: per_request or prefix_merging
+    server              the per-job HTTP server on a Unix socket (token + peer uid checked)
+    relay               stdlib-only program run inside the sandbox: TCP on its loopback -> the socket,
+                        and the harness command with OPENAI_* / ANTHROPIC_* pointing at it
+    placement           where a job's proxy directory lives (its sandbox's control directory)
 """

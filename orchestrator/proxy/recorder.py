@@ -8,22 +8,27 @@ dropped or rewrote earlier messages, changed its tools, or repeats a request) st
 rendered from its messages. Generation goes through the job's LLMSession: sticky backend,
 counted by the router, policy version recorded per call.
 
-Pure of HTTP: the server (server.py) turns requests into `ChatRequest`s and calls `complete`.
+Pure of HTTP: the server (server.py) turns each API's requests into `ChatRequest`s (chat_form.py)
+and calls `complete`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from orchestrator.agent.messages import reply_text
 from orchestrator.agent.parsers import Parser
 from orchestrator.llm.conversation import Conversation
-from orchestrator.proxy.wire import ChatRequest, message_key, reply_message, template_message
+from orchestrator.proxy.chat_form import ChatRequest, Reply, message_key, reply_message
 
 RENDER_WINDOW = 2   # as the agent loop: deltas rendered after the last 2 messages (checked by Conversation)
+# Rendering and tokenizing more new text than this runs in a thread, off the worker's event loop
+# (other jobs' stages and proxies keep running); below it the thread hop costs more than it saves.
+OFF_LOOP_CHARS = 32_000
 
 
 class LimitReached(Exception):
@@ -38,11 +43,18 @@ class BackendGone(Exception):
     """The job's backend failed for good (the session waited and switched as long as it may)."""
 
 
+class ClientGone(Exception):
+    """The harness closed the connection before its answer: the call is recorded as cancelled."""
+
+
 @dataclass(frozen=True)
 class ProxyLimits:
     max_calls: int = 30
     max_context_tokens: int = 16384
     max_tokens_per_call: int = 1024
+    # New text beyond what the context's room could hold at this many characters per token is
+    # refused before it is tokenized (run.toml [proxy] max_chars_per_token).
+    max_chars_per_token: float = 16.0
 
 
 @dataclass
@@ -51,14 +63,6 @@ class Chain:
     keys: list[tuple[Any, ...]]     # message_key of every message, the last reply included
     tools_key: str
     busy: bool = False              # a call on it is in flight: a concurrent call forks
-
-
-@dataclass(frozen=True)
-class Reply:
-    message: dict[str, Any]
-    finish_reason: str              # the backend's: stop | length
-    prompt_tokens: int
-    completion_tokens: int
 
 
 @dataclass
@@ -77,6 +81,7 @@ class CallRecorder:
     failure: str | None = None                   # the backend failed for good: what it said
     failed_with: Exception | None = None         # ... and the error itself (the job ends with it)
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    unserved: list[str] = field(default_factory=list)   # endpoints the harness asked for that are not served
 
     def _find_chain(self, request: ChatRequest) -> tuple[int, Chain] | None:
         for index in range(len(self.chains) - 1, -1, -1):
@@ -94,7 +99,30 @@ class CallRecorder:
         self.stopped.set()
         return LimitReached(reason, message)
 
-    async def complete(self, request: ChatRequest) -> Reply:
+    def note_unserved(self, endpoint: str) -> None:
+        if endpoint not in self.unserved and len(self.unserved) < 32:
+            self.unserved.append(endpoint)
+
+    def _budget(self, request: ChatRequest, new_messages: Sequence[dict[str, Any]], prompt_tokens: int,
+                counting: bool = False) -> int:
+        """Characters of new text to render; refused when the context's room could not hold them
+        (a call is refused and stops the harness; a count of tokens is only refused)."""
+        chars = sum(len(str(m.get("content") or "")) + sum(len(c["function"]["arguments"]) + len(c["function"]["name"])
+                                                           for c in m.get("tool_calls") or ())
+                    for m in new_messages)
+        if prompt_tokens == 0:
+            chars += len(request.tools_key)
+        room = self.limits.max_context_tokens - prompt_tokens
+        if chars > room * self.limits.max_chars_per_token:
+            message = (f"prompt is too long: the new messages hold {chars} characters, more than the {room} tokens "
+                       f"left of this job's max_context_tokens ({self.limits.max_context_tokens}) can hold at "
+                       f"{self.limits.max_chars_per_token:g} characters per token; not tokenized")
+            raise LimitReached("context_full", message) if counting else self._stop("context_full", message)
+        return chars
+
+    async def complete(self, request: ChatRequest, client_gone: Callable[[], bool] = lambda: False) -> Reply:
+        """One call: ids from the messages, one generation, the reply. `client_gone()` says whether
+        the harness has left meanwhile: its call is then recorded as cancelled and extends nothing."""
         began = time.perf_counter()
         if self.failed_with is not None:   # no backend left: a harness's retries get the same answer at once
             raise BackendGone(self.failure or "")
@@ -103,24 +131,47 @@ class CallRecorder:
         found = self._find_chain(request)
         diverged = None if found is not None else self._divergence(request)
         new_messages = list(request.messages)
+        chain_index = -1   # known once appended: calls in flight may start chains too
         if found is not None:
             chain_index, chain = found
             new_messages = new_messages[len(chain.keys):]
-            delta = chain.conversation.render_new(new_messages)
+            chars = self._budget(request, new_messages, len(chain.conversation.input_ids))
+            chain.busy = True   # before any wait: a concurrent call on this chain forks instead
+            try:
+                if chars > OFF_LOOP_CHARS:
+                    delta = await asyncio.to_thread(chain.conversation.render_new, new_messages)
+                else:
+                    delta = chain.conversation.render_new(new_messages)
+            except BaseException:
+                chain.busy = False
+                raise
             prompt = chain.conversation.input_ids + delta
         else:
-            chain_index, delta = -1, []   # known once appended: calls in flight may start chains too
-            chain = Chain(Conversation(self.tokenizer, new_messages, tools=request.tools, window=RENDER_WINDOW),
-                          [], request.tools_key)
+            delta = []
+            chars = self._budget(request, new_messages, 0)
+
+            def start() -> Conversation:
+                return Conversation(self.tokenizer, new_messages, tools=request.tools, window=RENDER_WINDOW)
+
+            conversation = await asyncio.to_thread(start) if chars > OFF_LOOP_CHARS else start()
+            chain = Chain(conversation, [], request.tools_key, busy=True)
             prompt = chain.conversation.input_ids
+        try:
+            return await self._generate(request, chain, chain_index, found is not None, new_messages, delta, prompt,
+                                        diverged, began, client_gone)
+        finally:
+            chain.busy = False
+
+    async def _generate(self, request: ChatRequest, chain: Chain, chain_index: int, extends: bool,
+                        new_messages: list[dict[str, Any]], delta: list[int], prompt: list[int],
+                        diverged: str | None, began: float, client_gone: Callable[[], bool]) -> Reply:
         room = self.limits.max_context_tokens - len(prompt)
         if room <= 0:
-            raise self._stop("context_full", f"the conversation has {len(prompt)} tokens; this job allows "
-                                             f"{self.limits.max_context_tokens} (max_context_tokens)")
+            raise self._stop("context_full", f"prompt is too long: {len(prompt)} tokens > {self.limits.max_context_tokens} "
+                                             "maximum (this job's max_context_tokens)")
         wanted = [self.limits.max_tokens_per_call, room]
         wanted += [int(v) for v in (request.max_tokens, self.sampling.get("max_tokens")) if v is not None]
         sampling = {**request.sampling, **self.sampling, "max_tokens": min(wanted)}
-        chain.busy = True
         rendered_ms = (time.perf_counter() - began) * 1000
         try:
             turn = await self.llm.generate(prompt, sampling)
@@ -129,11 +180,18 @@ class CallRecorder:
             self.failed_with = exc
             self.stopped.set()
             raise BackendGone(self.failure) from exc
-        finally:
-            chain.busy = False
         after = time.perf_counter()
+        base = {**turn.to_json(), "api": request.api, "messages": len(request.messages), "diverged": diverged}
+        if client_gone():
+            # Sampled but never seen: kept in the row (turns) for the record, left out of samples,
+            # and the chain stays as it was, so the harness's retry continues it.
+            record = {**base, "chain": chain_index, "extended": extends, "cancelled": True,
+                      "proxy_ms": round(rendered_ms, 3)}
+            self.calls.append(record)
+            self.on_call(record)
+            raise ClientGone("the harness closed the connection before its answer")
         conversation = chain.conversation
-        if found is not None:
+        if extends:
             conversation.append_rendered(new_messages, delta)
         else:
             self.chains.append(chain)
@@ -143,22 +201,38 @@ class CallRecorder:
         parsed = self.parse(text) if request.parse_tools else None
         if parsed is not None and parsed.errors:
             self.malformed_calls += len(parsed.errors)
-        message = reply_message(parsed, text, f"call_{len(self.calls)}")
-        described = template_message(message)
+        message = reply_message(parsed, text, f"{request.call_id_prefix}{len(self.calls)}")
+        described = {**message, "content": message.get("content") or ""}
         conversation.describe_last_assistant(described)
         chain.keys = [*request.keys, message_key(described)]
-        record = {**turn.to_json(), "chain": chain_index, "extended": found is not None,
-                  "messages": len(request.messages), "diverged": diverged,
+        record = {**base, "chain": chain_index, "extended": extends,
                   "proxy_ms": round(rendered_ms + (time.perf_counter() - after) * 1000, 3)}
         self.calls.append(record)
         self.on_call(record)
         return Reply(message, turn.finish_reason, len(prompt), len(turn.output_ids))
 
+    async def count_tokens(self, request: ChatRequest) -> int:
+        """The prompt's tokens as a call with these messages and tools would send them (not a call)."""
+        self._budget(request, request.messages, 0, counting=True)
+
+        def count() -> int:
+            return len(Conversation(self.tokenizer, list(request.messages), tools=request.tools).input_ids)
+
+        chars = sum(len(str(m.get("content") or "")) for m in request.messages) + len(request.tools_key)
+        return await asyncio.to_thread(count) if chars > OFF_LOOP_CHARS else count()
+
+    def _last_chain(self) -> Chain | None:
+        """The chain of the last answered call (a cancelled call belongs to none)."""
+        for call in reversed(self.calls):
+            if not call.get("cancelled") and 0 <= call["chain"] < len(self.chains):
+                return self.chains[call["chain"]]
+        return None
+
     def _divergence(self, request: ChatRequest) -> str | None:
         """Why a call does not extend the last call's chain (`inspect` shows it); None for the first."""
-        if not self.calls:
+        last = self._last_chain()
+        if last is None:
             return None
-        last = self.chains[self.calls[-1]["chain"]]
         if last.tools_key != request.tools_key:
             return "the tools changed"
         for index, (old, new) in enumerate(zip(last.keys, request.keys)):
@@ -168,10 +242,10 @@ class CallRecorder:
 
     def final_text(self) -> str:
         """The text of the last reply (what a math task grades when no answer was submitted)."""
-        if not self.chains:
+        last = self._last_chain()
+        if last is None:
             return ""
-        last = self.calls[-1]["chain"] if self.calls else -1
-        for message in reversed(self.chains[last].conversation.messages):
+        for message in reversed(last.conversation.messages):
             if message.get("role") == "assistant":
                 return str(message.get("content") or "")
         return ""

@@ -1,5 +1,6 @@
 """Inside the sandbox: a TCP relay on the sandbox's loopback to the job's proxy socket, and the
-harness command run with OPENAI_BASE_URL / OPENAI_API_KEY pointing at it.
+harness command run with OPENAI_BASE_URL / OPENAI_API_KEY and ANTHROPIC_BASE_URL /
+ANTHROPIC_API_KEY pointing at it (the proxy serves both families of APIs).
 
     python3 relay.py --dir /.hpc-rollout/run/llm -- bash -c 'mini -m openai/policy ...'
 
@@ -79,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(64)
     host, port = listener.getsockname()[:2]
     threading.Thread(target=serve, args=(listener, os.path.join(args.dir, "proxy.sock")), daemon=True).start()
-    base = f"http://{host}:{port}/v1"
+    root = f"http://{host}:{port}"
+    base = root + "/v1"
+    # Anthropic clients append /v1/messages to their base URL themselves.
     env = dict(os.environ, OPENAI_BASE_URL=base, OPENAI_API_BASE=base, OPENAI_API_KEY=token,
-               HPC_ROLLOUT_LLM_URL=base)
+               ANTHROPIC_BASE_URL=root, ANTHROPIC_API_KEY=token, HPC_ROLLOUT_LLM_URL=base)
     child = subprocess.Popen(command, env=env, start_new_session=True)
 
     def kill(sig: int) -> None:

@@ -1,4 +1,4 @@
-"""The per-job proxy server: OpenAI chat completions on a Unix socket only this job can reach.
+"""The per-job proxy server: three model APIs on a Unix socket only this job can reach.
 
     proxy = JobProxy(recorder, directory)       # directory: private (0700), bound into the sandbox
     await proxy.start()                         # listens on directory/proxy.sock
@@ -7,9 +7,19 @@
 
 Who gets in: the socket lives in a directory only this user can enter on the host, bound into
 this job's sandbox alone; every request must carry the job's token (`Authorization: Bearer`,
-what OpenAI clients send from OPENAI_API_KEY); the peer's uid (SO_PEERCRED) must be ours.
-Routes: GET /v1/models, POST /v1/chat/completions (`stream: true` answers server-sent events),
-also without the /v1 prefix.
+what OpenAI clients send from OPENAI_API_KEY, or `x-api-key`, what Anthropic clients send from
+ANTHROPIC_API_KEY); the peer's uid (SO_PEERCRED) must be ours.
+
+Routes (also without the /v1 prefix):
+    POST /v1/chat/completions          OpenAI chat completions      chat_completions.py
+    POST /v1/messages                  Anthropic Messages           anthropic_messages.py
+    POST /v1/messages/count_tokens     its token count (rendered by the chat template, not a call)
+    POST /v1/responses                 OpenAI Responses             openai_responses.py
+    GET  /v1/models[/ID]               the policy, in the Anthropic shape when the request carries
+                                       `anthropic-version`, else the OpenAI shape
+Anything else: 404 in the API's error shape, and the endpoint is listed in the row
+(`unserved_endpoints`). A body over `max_body_bytes` (run.toml [proxy] max_body_mb) is refused
+with 413 before it is read or parsed.
 """
 
 from __future__ import annotations
@@ -25,15 +35,19 @@ from typing import Any, Awaitable, Callable
 import orjson
 from aiohttp import web
 
-from orchestrator.proxy.recorder import BackendGone, CallRecorder, LimitReached
-from orchestrator.proxy.wire import (
-    BadRequest, MessageForms, completion_body, error_body, finish_reason, parse_request, stream_chunks,
-)
+from orchestrator.proxy.anthropic_messages import AnthropicMessages
+from orchestrator.proxy.api import Problem, ProxyApi
+from orchestrator.proxy.chat_completions import ChatCompletions
+from orchestrator.proxy.chat_form import BadRequest, MessageForms
+from orchestrator.proxy.openai_responses import OpenAIResponses
+from orchestrator.proxy.recorder import BackendGone, CallRecorder, ClientGone, LimitReached
 
 SOCKET_NAME = "proxy.sock"
 TOKEN_NAME = "token"
 RELAY_NAME = "relay.py"
 DEFAULT_MODEL_NAME = "policy"
+DEFAULT_MAX_BODY_BYTES = 4 << 20
+LIMIT_PROBLEMS = {"context_full": Problem.CONTEXT_FULL, "max_turns": Problem.MAX_TURNS}
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -48,15 +62,26 @@ def peer_uid(request: web.Request) -> int | None:
     return int(uid)
 
 
+def client_gone(request: web.Request) -> Callable[[], bool]:
+    def gone() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+    return gone
+
+
 class JobProxy:
     def __init__(self, recorder: CallRecorder, directory: Path, *, token: str | None = None,
-                 model_name: str = DEFAULT_MODEL_NAME) -> None:
+                 model_name: str = DEFAULT_MODEL_NAME, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.recorder = recorder
         self.directory = Path(directory)
         self.socket_path = self.directory / SOCKET_NAME
         self.token = token or read_token(self.directory)
         self.model_name = model_name
-        self.forms = MessageForms()
+        self.max_body_bytes = max_body_bytes
+        self.forms = MessageForms()   # one cache of converted history for every API of the job
+        self.chat = ChatCompletions(self.forms)
+        self.messages = AnthropicMessages(self.forms)
+        self.responses = OpenAIResponses(self.forms)
         self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -81,11 +106,28 @@ class JobProxy:
         await self.close()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._guard])
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[self._guard])
         for prefix in ("/v1", ""):
             app.router.add_get(f"{prefix}/models", self.models)
-            app.router.add_post(f"{prefix}/chat/completions", self.chat)
+            app.router.add_get(f"{prefix}/models/{{model}}", self.model)
+            app.router.add_post(f"{prefix}/chat/completions", self._route(self.chat))
+            app.router.add_post(f"{prefix}/messages", self._route(self.messages))
+            app.router.add_post(f"{prefix}/messages/count_tokens", self.count_tokens)
+            app.router.add_post(f"{prefix}/responses", self._route(self.responses))
+        app.router.add_route("*", "/{path:.*}", self.unserved)
         return app
+
+    def _api_of(self, request: web.Request) -> ProxyApi:
+        """Whose error shape a request gets when its route does not say: Anthropic clients send
+        `anthropic-version` (and call /v1/messages...)."""
+        if "anthropic-version" in request.headers or "/messages" in request.path:
+            return self.messages
+        return self.chat
+
+    @staticmethod
+    def _refuse(api: ProxyApi, problem: Problem, message: str, param: str | None = None,
+                code: str | None = None, status: int | None = None) -> web.Response:
+        return _json(api.error(problem, message, param, code), status or problem.status)
 
     # -- the guard ---------------------------------------------------------------------------
     @web.middleware
@@ -93,49 +135,101 @@ class JobProxy:
                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         uid = peer_uid(request)
         if uid is not None and uid != os.getuid():
-            return _json(error_body(f"peer uid {uid} is not this job's", "permission_error"), 403)
+            return self._refuse(self._api_of(request), Problem.PERMISSION, f"peer uid {uid} is not this job's")
         given = request.headers.get("Authorization", "")
-        token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("api-key", "")
+        token = given[7:].strip() if given[:7].lower() == "bearer " else (
+            request.headers.get("x-api-key") or request.headers.get("api-key", ""))
         if not token or not hmac.compare_digest(token.encode(), self.token.encode()):
-            return _json(error_body("missing or wrong API key: this proxy serves one job; use the "
-                                    "OPENAI_API_KEY set in its sandbox", "authentication_error", "invalid_api_key"), 401)
+            return self._refuse(self._api_of(request), Problem.AUTHENTICATION,
+                                "missing or wrong API key: this proxy serves one job; use the OPENAI_API_KEY / "
+                                "ANTHROPIC_API_KEY set in its sandbox")
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            return self._too_large(request, request.content_length)
         return await handler(request)
 
-    # -- routes ------------------------------------------------------------------------------
-    async def models(self, _: web.Request) -> web.Response:
-        return _json({"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0,
-                                                   "owned_by": "hpc-rollout",
-                                                   "max_model_len": self.recorder.limits.max_context_tokens}]})
+    def _too_large(self, request: web.Request, size: int | None) -> web.Response:
+        told = f"{size} bytes" if size is not None else "more"
+        return self._refuse(self._api_of(request), Problem.TOO_LARGE,
+                            f"the request body has {told}; this proxy takes at most {self.max_body_bytes} bytes "
+                            "(run.toml [proxy] max_body_mb)")
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    # -- routes ------------------------------------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        if "anthropic-version" in request.headers:
+            return _json(self.messages.models(self.model_name))
+        return _json({"object": "list", "data": [self._openai_model()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        if "anthropic-version" in request.headers:
+            return _json(self.messages.model_entry(request.match_info["model"]))
+        return _json({**self._openai_model(), "id": request.match_info["model"]})
+
+    def _openai_model(self) -> dict[str, Any]:
+        return {"id": self.model_name, "object": "model", "created": 0, "owned_by": "hpc-rollout",
+                "max_model_len": self.recorder.limits.max_context_tokens}
+
+    async def unserved(self, request: web.Request) -> web.Response:
+        endpoint = f"{request.method} {request.path}"
+        self.recorder.note_unserved(endpoint)
+        return self._refuse(self._api_of(request), Problem.NOT_FOUND,
+                            f"{endpoint} is not served by this job's proxy; it serves POST /v1/chat/completions, "
+                            "/v1/messages, /v1/messages/count_tokens, /v1/responses and GET /v1/models")
+
+    async def _body(self, request: web.Request) -> Any:
         try:
-            body = orjson.loads(await request.read())
-            chat = parse_request(body, forms=self.forms)
-            reply = await self.recorder.complete(chat)
+            return orjson.loads(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            raise _TooLarge() from None
         except orjson.JSONDecodeError as exc:
-            return _json(error_body(f"the body is not JSON: {exc}"), 400)
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+
+    def _route(self, api: ProxyApi) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def serve(request: web.Request) -> web.StreamResponse:
+            return await self._serve(request, api)
+        return serve
+
+    async def _serve(self, request: web.Request, api: ProxyApi) -> web.StreamResponse:
+        try:
+            chat = api.parse(await self._body(request))
+            reply = await self.recorder.complete(chat, client_gone(request))
+        except _TooLarge:
+            return self._too_large(request, None)
         except BadRequest as exc:
-            return _json(error_body(str(exc)), 400)
+            problem = Problem.NOT_FOUND if exc.status == 404 else Problem.INVALID
+            return self._refuse(api, problem, str(exc), exc.param, exc.code, exc.status)
         except LimitReached as exc:
-            code = "context_length_exceeded" if exc.reason == "context_full" else "max_turns_reached"
-            return _json(error_body(str(exc), code=code), 400)
+            return self._refuse(api, LIMIT_PROBLEMS[exc.reason], str(exc))
         except BackendGone as exc:  # the harness must stop: its job ends with the backend's error
-            return _json(error_body(f"the job's model backend failed: {exc}", "server_error", "backend_unavailable"), 503)
+            return self._refuse(api, Problem.BACKEND_GONE, f"the job's model backend failed: {exc}")
+        except ClientGone:
+            return web.Response(status=499)   # nobody reads it
         except Exception as exc:  # the proxy's own failure on this request (a template that cannot render it...)
-            return _json(error_body(f"the proxy could not serve this request: {type(exc).__name__}: {exc}",
-                                    "server_error"), 500)
-        answer = completion_body(chat.model or self.model_name, reply.message,
-                                 finish_reason(reply.message, reply.finish_reason),
-                                 reply.prompt_tokens, reply.completion_tokens)
+            return self._refuse(api, Problem.SERVER, f"the proxy could not serve this request: "
+                                                     f"{type(exc).__name__}: {exc}")
         if not chat.stream:
-            return _json(answer)
+            return _json(api.answer(chat, reply, self.model_name))
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream.prepare(request)
-        for chunk in stream_chunks(answer, chat.include_usage):
-            await stream.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-        await stream.write(b"data: [DONE]\n\n")
+        # The reply is whole already: its events go in one write (one wake-up of the harness).
+        await stream.write(b"".join(api.events(chat, reply, self.model_name)))
         await stream.write_eof()
         return stream
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        api = self.messages
+        try:
+            chat = api.parse(await self._body(request), counting=True)
+            return _json({"input_tokens": await self.recorder.count_tokens(chat)})
+        except _TooLarge:
+            return self._too_large(request, None)
+        except BadRequest as exc:
+            return self._refuse(api, Problem.INVALID, str(exc), exc.param, exc.code, exc.status)
+        except LimitReached as exc:
+            return self._refuse(api, LIMIT_PROBLEMS[exc.reason], str(exc))
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def new_proxy_dir(parent: Path, name: str | None = None) -> Path:

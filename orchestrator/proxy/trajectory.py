@@ -7,11 +7,12 @@
                      the next call added (observations, template text; mask 0, logprob 0.0). A call
                      whose input does not start with an open sequence's ids starts a new sample
                      (e.g. after the harness dropped early messages).
+A call the harness cancelled (it closed the connection before its answer) is in no sample.
 
 Samples are built from ids alone (a sequence is extended only when its ids are a verbatim prefix
 of the call's input), so `samples_of(row)` rebuilds them from a shard row's `turns` column.
 The row's own prompt_ids / response_ids / response_mask / logprobs hold the sample of the last
-call; its `result` JSON holds {"builder", "samples": [[call indices], ...]}.
+call; its `result` JSON holds {"builder", "samples": [[call indices], ...], "cancelled": [call indices]}.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def build_samples(calls: Sequence[dict[str, Any]], builder: Builder) -> list[Sam
     """Samples of `calls` (dicts with input_ids, output_ids, logprobs), in order of first call."""
     samples: list[Sample] = []
     for index, call in enumerate(calls):
+        if call.get("cancelled"):   # sampled, but the harness left before seeing it
+            continue
         inputs, outputs = _ids(call, "input_ids"), _ids(call, "output_ids")
         logprobs = [float(x) for x in call.get("logprobs") or ()]
         target = None
@@ -84,10 +87,12 @@ def build_samples(calls: Sequence[dict[str, Any]], builder: Builder) -> list[Sam
 def trajectory_fields(calls: Sequence[dict[str, Any]], builder: Builder) -> dict[str, Any]:
     """The row's trajectory keys: the last call's sample in the columns, every sample's calls."""
     samples = build_samples(calls, builder)
-    main = next((s for s in samples if len(calls) - 1 in s.calls), None)
+    answered = [i for i, call in enumerate(calls) if not call.get("cancelled")]
+    main = next((s for s in samples if answered and answered[-1] in s.calls), None)
     out: dict[str, Any] = main.to_json() if main else {
         "prompt_ids": [], "response_ids": [], "response_mask": [], "logprobs": []}
-    out.update({"builder": builder.value, "samples": [s.calls for s in samples]})
+    out.update({"builder": builder.value, "samples": [s.calls for s in samples],
+                "cancelled": [i for i, call in enumerate(calls) if call.get("cancelled")]})
     return out
 
 
@@ -96,5 +101,6 @@ def samples_of(row: dict[str, Any]) -> list[Sample]:
     result = row.get("result")
     info = json.loads(result) if isinstance(result, str) else (result or {})
     builder = Builder.parse(info.get("builder", Builder.PREFIX_MERGING.value))
-    turns = row.get("turns")
-    return build_samples(list(turns) if turns is not None else [], builder)
+    cancelled = set(info.get("cancelled") or ())   # the turns column has no such field: the result says which
+    turns = [{**turn, "cancelled": index in cancelled} for index, turn in enumerate(row.get("turns") or [])]
+    return build_samples(turns, builder)

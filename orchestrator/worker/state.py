@@ -127,7 +127,7 @@ class WorkerState:
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
             sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
-            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
+            llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster), proxy=config.proxy,
         )
         self.pools = Pools.sized(self.options)
         self.claimers = {s: Claimer(self.queue_of(s), self.box.dir) for s in Stage}

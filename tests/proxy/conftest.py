@@ -56,6 +56,16 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
 
 
 @pytest.fixture
+def job(backend: Backend, tmp_path: Path) -> Iterator[Any]:
+    """One job's proxy (tests/proxy/jobs.py) on the session's scripted server."""
+    from orchestrator.proxy.server import new_proxy_dir
+    from tests.proxy.jobs import Job
+
+    with Job(backend, new_proxy_dir(tmp_path / "px"), "job-a") as running:
+        yield running
+
+
+@pytest.fixture
 def short_runtime() -> Iterator[Path]:
     """A worker's runtime base with a short path: a job's proxy socket sits two levels below its
     sandbox's (sb/ID/s/llm/proxy.sock) and socket paths are limited to 108 bytes."""

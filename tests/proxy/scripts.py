@@ -18,6 +18,12 @@ SCRIPTS = [
                                             tool_call("bash", command="cat notes.txt"), "The answer is 42."]},
     {"match": "Task rewrite.", "replies": [tool_call("bash", command=f"echo step {n}") for n in range(6)]},
     {"match": "Task sandbox.", "replies": ["hello from the policy"]},
+    # The same conversation for each API's official client (tests/proxy/test_anthropic_messages.py,
+    # test_openai_responses.py); a cut reply for max_tokens.
+    *({"match": f"Task {api}.", "replies": ["Let me look." + tool_call("bash", command="ls -la"),
+                                             tool_call("bash", command="cat notes.txt"), "The answer is 42."]}
+      for api in ("anthropic", "responses", "cancel anthropic", "cancel responses")),
+    {"match": "Task long.", "replies": ["word " * 200]},
 ]
 
 
@@ -28,6 +34,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any]]] = {
                 {"command": "python3 /harness/toy_agent.py --drop-at 2"}),
     "per-request": ([tool_call("bash", command="echo 391"), BOXED], {"builder": "per_request"}),
     "limit": ([tool_call("bash", command="echo again")] * 8, {"max_calls": 2}),
+    "probe": ([BOXED], {"command": "python3 /harness/toy_agent.py --probe /files"}),
 }
 
 

@@ -5,6 +5,7 @@ server, one worker launch for every case:
   * a math task solved through the proxy -> reward 1, the row's columns as any handler's;
   * the harness drops its first exchange -> two prefix_merging samples, each well formed;
   * per_request -> one sample per call; a call limit stops the harness (stop_reason max_turns);
+  * an endpoint the proxy does not serve gets a 404 in the API's error shape; the row names it;
   * every sampled id in the rows is the backend's record; no sandbox or proxy dir is left;
   * jobs cancelled while waiting for the RUN slot and while running leave no proxy (own worker).
 """
@@ -29,7 +30,7 @@ from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.core.util import start_worker, stop_worker, wait_until
 from tests.proxy.conftest import Backend, needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import BOXED, CASES
-from tests.proxy.test_proxy import assert_backend_sampled, assert_well_formed
+from tests.proxy.jobs import assert_backend_sampled, assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]
@@ -89,6 +90,14 @@ def test_per_request_and_the_call_limit(harness_run: dict[str, Any]) -> None:
     limited = harness_run["rows"]["limit"]
     assert (limited["status"], limited["stop_reason"], len(limited["turns"])) == ("ok", "max_turns", 2)
     assert limited["reward"] == 0.0 and json.loads(limited["result"])["refused_calls"] >= 1
+
+
+def test_an_unserved_endpoint_gets_the_apis_error_and_the_row_names_it(harness_run: dict[str, Any]) -> None:
+    row = harness_run["rows"]["probe"]
+    result = json.loads(row["result"])
+    assert row["reward"] == 1.0 and result["unserved_endpoints"] == ["GET /v1/files"]
+    assert 'probe /files 404 {"error":{"message":"GET /v1/files is not served' in result["harness_log"]
+    assert result["apis"] == ["chat_completions"]
 
 
 def test_nothing_is_left_behind(harness_run: dict[str, Any]) -> None:

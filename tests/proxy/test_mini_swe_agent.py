@@ -24,7 +24,7 @@ from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import tool_call
-from tests.proxy.test_proxy import assert_well_formed
+from tests.proxy.jobs import assert_well_formed
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]

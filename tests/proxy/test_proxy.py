@@ -13,104 +13,26 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from orchestrator.agent.parsers import get_parser
-from orchestrator.llm.router import router_for
-from orchestrator.llm.session import LLMSession
-from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
-from orchestrator.proxy.server import JobProxy, new_proxy_dir, read_token
+from orchestrator.proxy.server import new_proxy_dir
 from orchestrator.proxy.trajectory import Builder, build_samples
 from tests.proxy.conftest import Backend, needs_bwrap
+from tests.proxy.jobs import Job, assert_backend_sampled, assert_well_formed
 from tests.proxy.scripts import BASH_TOOL
 
 pytestmark = [pytest.mark.llm]
-
-class Job:
-    """One job's proxy on its own directory, served from a thread's event loop."""
-
-    def __init__(self, backend: Backend, directory: Path, job_id: str) -> None:
-        self.backend, self.directory, self.job_id = backend, directory, job_id
-        self.loop = asyncio.new_event_loop()
-        self.recorder: CallRecorder | None = None
-        self.proxy: JobProxy | None = None
-
-    def __enter__(self) -> "Job":
-        import threading
-
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-        self.call(self._start())
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.call(self._stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    def call(self, coroutine: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(120)
-
-    async def _start(self) -> None:
-        router = router_for(self.backend.paths, f"worker-{self.job_id}")
-        self.llm = LLMSession(router, job_id=self.job_id)
-        self.recorder = CallRecorder(self.llm, await self.llm.tokenizer(), get_parser("hermes"),
-                                     {"max_tokens": 256}, ProxyLimits(max_calls=20, max_context_tokens=30000))
-        self.proxy = JobProxy(self.recorder, self.directory)
-        await self.proxy.start()
-
-    async def _stop(self) -> None:
-        assert self.proxy is not None
-        await self.proxy.close()
-        await self.llm.close()
-
-    @property
-    def token(self) -> str:
-        return read_token(self.directory)
-
-    def http(self, token: str | None = None) -> httpx.Client:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(transport=httpx.HTTPTransport(uds=str(self.directory / "proxy.sock")),
-                            base_url="http://proxy/v1", headers=headers, timeout=120)
-
-
-@pytest.fixture
-def job(backend: Backend, tmp_path: Path) -> Iterator[Job]:
-    with Job(backend, new_proxy_dir(tmp_path / "px"), "job-a") as running:
-        yield running
 
 
 def openai_client(job: Job) -> Any:
     import openai
 
-    transport = httpx.Client(transport=httpx.HTTPTransport(uds=str(job.directory / "proxy.sock")), timeout=120)
+    transport = httpx.Client(transport=httpx.HTTPTransport(uds=job.socket), timeout=120)
     return openai.OpenAI(base_url="http://proxy/v1", api_key=job.token, http_client=transport, max_retries=0)
-
-
-def assert_backend_sampled(backend: Backend, calls: list[dict[str, Any]]) -> None:
-    """Every call's ids are the backend's record of that generation, id for id."""
-    records = {tuple(r["prompt_ids"]): r for r in backend.records()}
-    for call in calls:
-        record = records[tuple(call["input_ids"])]
-        assert call["output_ids"] == record["output_ids"]
-        assert call["logprobs"] == pytest.approx(record["logprobs"])
-
-
-def assert_well_formed(samples: list[Any], calls: list[dict[str, Any]]) -> None:
-    """Each call of a sample: its input is a verbatim prefix of the sample, its output follows with mask 1."""
-    for sample in samples:
-        ids = sample.ids
-        mask = [0] * len(sample.prompt_ids) + sample.response_mask
-        assert len(sample.response_ids) == len(sample.response_mask) == len(sample.logprobs)
-        for index in sample.calls:
-            inputs, outputs = calls[index]["input_ids"], calls[index]["output_ids"]
-            assert ids[:len(inputs)] == inputs
-            assert ids[len(inputs):len(inputs) + len(outputs)] == outputs
-            assert set(mask[len(inputs):len(inputs) + len(outputs)]) == {1}
-        assert sum(sample.response_mask) == sum(len(calls[i]["output_ids"]) for i in sample.calls)
 
 
 def test_openai_client_tool_calls_streaming_and_token_fidelity(job: Job, backend: Backend) -> None:

@@ -37,3 +37,16 @@ def test_set_fills_the_harness_settings_of_every_row(tmp_path: Path) -> None:
     assert wrong.exit_code == 1 and "prefix_merging" in wrong.output
     malformed = runner.invoke(cli, ["submit", str(paths.root), str(tasks), "--handler", "harness", "--set", "harness"])
     assert malformed.exit_code == 2 and "KEY.PATH=VALUE" in malformed.output
+
+
+def test_a_cli_by_name_needs_no_command_and_an_unknown_one_names_the_choices(tmp_path: Path) -> None:
+    paths, _ = init_run(tmp_path / "run")
+    tasks = tmp_path / "math.jsonl"
+    tasks.write_text(json.dumps({"instance_id": "m0", "problem": "1 + 1?", "answer": "2"}) + "\n")
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["submit", str(paths.root), str(tasks), "--handler", "harness", "--set", "harness.cli=codex"])
+    assert ok.exit_code == 0, ok.output
+    assert [i["harness"] for i in queued_instances(paths)] == [{"cli": "codex"}]
+    unknown = runner.invoke(cli, ["submit", str(paths.root), str(tasks), "--handler", "harness",
+                                  "--set", "harness.cli=gemini"])
+    assert unknown.exit_code == 1 and "claude-code, codex" in unknown.output

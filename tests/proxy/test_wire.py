@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from orchestrator.proxy.wire import BadRequest, MessageForms, parse_request
+from orchestrator.proxy.chat_completions import parse_request
+from orchestrator.proxy.chat_form import BadRequest, MessageForms
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
 

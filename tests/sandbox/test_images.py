@@ -217,3 +217,49 @@ def test_dir_image_layer_runs_post_in_a_copy_of_the_base(tmp_path: Path) -> None
     assert (outcome.path / "layer.txt").read_text() == "layer for 7\n"
     assert (outcome.path / "workspace").is_dir() and (outcome.path / "usr" / "bin" / "sh").exists()
     assert not (base / "layer.txt").exists()                      # the base is untouched
+
+
+SETUP_LAYER = """{% include "_header.def.j2" %}
+
+%setup
+    echo "fetched on the host" > "$APPTAINER_ROOTFS/fetched.txt"
+    [ "$SINGULARITY_ROOTFS" = "$APPTAINER_ROOTFS" ]
+
+%post
+    read -r line < /fetched.txt; echo "$line" > /seen-in-post.txt
+"""
+
+
+@pytest.mark.skipif(not Path("/lib/x86_64-linux-gnu/libc.so.6").exists() or not Path("/usr/bin/dash").exists(),
+                    reason="needs an x86_64 Debian-like host to assemble a tiny rootfs")
+def test_dir_image_on_a_local_directory_image_runs_setup_on_the_host_then_post(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
+    base = tmp_path / "base"
+    _tiny_rootfs(base)
+    template = tmp_path / "layer.def.j2"
+    template.write_text(SETUP_LAYER)
+    out = tmp_path / "out"
+    outcome = build_image(template, fmt="dir", out_dir=out,
+                          variables={"bootstrap": "localimage", "from_image": str(base), "framework_version": "1"})
+    assert outcome.built and outcome.plan.action is Action.SCRATCH
+    assert (outcome.path / "seen-in-post.txt").read_text() == "fetched on the host\n"   # %setup's file, read by %post
+    assert (outcome.path / "usr" / "bin" / "sh").exists() and not (base / "fetched.txt").exists()
+    with pytest.raises(SandboxConfigError, match="needs --set from_image=DIR"):
+        build_image(template, fmt="dir", out_dir=tmp_path / "out2",
+                    variables={"bootstrap": "localimage", "from_image": str(tmp_path / "missing")})
+
+
+def test_the_harness_template_layers_the_clis_on_an_image(tmp_path: Path) -> None:
+    text = render(find_template("harness"), {"from_image": "/images/tasks"}).text
+    assert header_fields(text) == {"bootstrap": "localimage", "from": "/images/tasks"}
+    parts = sections(text)
+    # npm on the host fetches the pinned CLIs without running their scripts; %post runs them in the image.
+    assert "npm install --global --prefix \"$ROOTFS/usr/local\" --ignore-scripts" in parts["setup"]
+    assert "@anthropic-ai/claude-code@" in parts["setup"] and "@openai/codex@" in parts["setup"]
+    assert "apt-get install -y --no-install-recommends nodejs" in parts["post"] and " npm" not in parts["post"]
+    assert "claude --version && codex --version" in parts["test"]
+    recipe = _spython("Bootstrap: docker\nFrom: debian:bookworm\n\n" + text[text.index("%labels"):], tmp_path)
+    assert recipe.install                                               # type: ignore[attr-defined]

@@ -1,8 +1,9 @@
 """Directory images for bubblewrap: a Debian rootfs, then the template's %post inside it.
 
-mmdebstrap (or debootstrap) creates the rootfs with the template's packages included; the
-rendered %post then runs in a bubblewrap chroot with the network shared, exactly as
-`apptainer build` would run it. Layered builds (from a lock or versioned image) copy the
+mmdebstrap (or debootstrap) creates the rootfs with the template's packages included (or,
+for `Bootstrap: localimage`, the rootfs starts as a copy of the directory image it names); the
+rendered %setup runs on the host with $APPTAINER_ROOTFS set and %post in a bubblewrap chroot with
+the network shared, exactly as `apptainer build` would run them. Layered builds (from a lock or versioned image) copy the
 base directory and run only the layer's %post.
 """
 
@@ -28,12 +29,27 @@ def _run(command: list[str], what: str) -> None:
         raise DirBuildError(f"{what} failed ({done.returncode}): {(done.stderr or done.stdout)[-3000:]}")
 
 
+def copy_base_image(rendered: Rendered, output: Path) -> None:
+    """`Bootstrap: localimage` for directory images: the layer starts as a copy of its base."""
+    base = Path(str(rendered.variables.get("from_image") or ""))
+    if not str(base) or not (base / "usr").is_dir():
+        raise SandboxConfigError(
+            f"bootstrap=localimage needs --set from_image=DIR, a directory image (a rootfs with usr/), "
+            f"e.g. one built by `hpc-rollout image build tasks --format dir`; got {str(base)!r}"
+        )
+    _run(["cp", "-a", "--reflink=auto", str(base), str(output)], "copying the base image")
+
+
 def bootstrap_rootfs(rendered: Rendered, output: Path) -> None:
     variables = rendered.variables
+    if variables.get("bootstrap") == "localimage":
+        copy_base_image(rendered, output)
+        return
     if variables.get("bootstrap") != "debootstrap":
         raise SandboxConfigError(
-            "--format dir builds a Debian rootfs: use --set bootstrap=debootstrap "
-            f"(the template says bootstrap={variables.get('bootstrap')})"
+            "--format dir builds a Debian rootfs (--set bootstrap=debootstrap) or layers on a "
+            f"directory image (--set bootstrap=localimage --set from_image=DIR); the template says "
+            f"bootstrap={variables.get('bootstrap')}"
         )
     packages = ",".join(["python3", "ca-certificates", *variables.get("apt_packages", [])])
     suite, mirror = str(variables["os_version"]), str(variables["mirror"])
@@ -49,6 +65,17 @@ def bootstrap_rootfs(rendered: Rendered, output: Path) -> None:
             "--format dir needs mmdebstrap (any user) or debootstrap (root): apt-get install mmdebstrap"
         )
     _run(command, "bootstrapping the rootfs")
+
+
+def run_setup(root: Path, script: str) -> None:
+    """The template's %setup, as Apptainer runs it: on the build host, as the building user, with
+    the image's root in $APPTAINER_ROOTFS (and $SINGULARITY_ROOTFS)."""
+    if not script.strip():
+        return
+    env = {**os.environ, "APPTAINER_ROOTFS": str(root), "SINGULARITY_ROOTFS": str(root)}
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise DirBuildError(f"%setup failed ({done.returncode}): {(done.stderr or done.stdout)[-3000:]}")
 
 
 def run_post(root: Path, script: str) -> None:
@@ -93,6 +120,7 @@ def build_dir_image(rendered: Rendered, definition: Path, output: Path, plan: Bu
             target = output / fields[1].lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             _run(["cp", "-a", fields[0], str(target)], f"%files {line.strip()}")
+    run_setup(output, parts.get("setup", ""))
     # resolv.conf must exist as a mount point for the %post chroot.
     (output / "etc" / "resolv.conf").touch()
     run_post(output, parts.get("post", ""))

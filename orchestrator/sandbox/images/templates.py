@@ -12,7 +12,7 @@ import jinja2
 from orchestrator.sandbox.errors import SandboxConfigError
 
 SUFFIX = ".def.j2"
-LIST_KEYS = {"apt_packages", "pip_packages"}
+LIST_KEYS = {"apt_packages", "pip_packages", "npm_packages"}
 BOOL_KEYS = {"layer_only"}
 
 

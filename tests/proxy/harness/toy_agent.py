@@ -2,7 +2,9 @@
 `harness` tests: it knows nothing of hpc-rollout except OPENAI_BASE_URL, OPENAI_API_KEY and the
 task file. It keeps its own message history and runs the model's bash calls itself.
 
-    python3 toy_agent.py [--drop-at N]    # --drop-at: before call N, forget the first exchange
+    python3 toy_agent.py [--drop-at N] [--probe PATH]
+        --drop-at: before call N, forget the first exchange
+        --probe: first GET PATH (e.g. /files) from the API, as clients probe endpoints at start
 """
 
 import json
@@ -24,8 +26,20 @@ def ask(messages):
     return json.load(urllib.request.urlopen(request, timeout=300))["choices"][0]["message"]
 
 
+def probe(path):
+    request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + path, headers={
+        "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+    try:
+        urllib.request.urlopen(request, timeout=60)
+        print("probe", path, "served")
+    except urllib.error.HTTPError as exc:
+        print("probe", path, exc.code, exc.read().decode()[:200])
+
+
 def main():
     drop_at = int(sys.argv[sys.argv.index("--drop-at") + 1]) if "--drop-at" in sys.argv else -1
+    if "--probe" in sys.argv:
+        probe(sys.argv[sys.argv.index("--probe") + 1])
     with open(os.environ["HPC_ROLLOUT_TASK_FILE"]) as handle:
         task = handle.read()
     messages = [{"role": "system", "content": "You solve tasks with bash."}, {"role": "user", "content": task}]

@@ -1,0 +1,222 @@
+"""The form every API's request takes in the proxy: chat messages as the chat template renders
+them, the keys that decide whether a call continues an earlier one, and tool declarations.
+
+Each API module (chat_completions, anthropic_messages, openai_responses) turns its request into
+a `ChatRequest` of these forms and the recorder's reply back into its own shape; what maps to
+the chat template (messages, tool declarations, tool calls) is built here, in one place:
+
+    chat_message(role, text, calls, tool_call_id)    a message as templates read it
+    template_call(call_id, name, arguments)         a tool call inside an assistant message
+    template_tool(name, description, parameters)    a tool declaration (OpenAI function form,
+                                                    what Hugging Face chat templates expect)
+    message_key(message)                            what makes two messages the same turn
+
+Keys compare role, text, tool calls (name and arguments as parsed JSON) and tool_call_id, and
+ignore what clients add when they echo a reply (`provider_specific_fields`, `refusal`, call
+ids of the assistant's calls, argument spacing). A harness resends its whole history on every
+call: `MessageForms` (one per job) converts each distinct piece of it once, so a call's cost
+does not grow with the conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from orchestrator.agent.calls import ParsedReply
+
+# Sampling parameters a harness may set; the job's own sampling parameters win over them.
+PASSED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty")
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+Key = tuple[Any, ...]
+Form = tuple[dict[str, Any], Key]
+
+
+class BadRequest(ValueError):
+    """A request the proxy cannot serve; answered with HTTP 400 (or `status`) in the API's own
+    error shape, naming the problem. `param`: the offending field, when there is one."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    messages: tuple[dict[str, Any], ...]          # as the template renders them
+    keys: tuple[Key, ...]                         # message_key of each
+    tools: list[dict[str, Any]] | None            # template_tool form
+    tools_key: str
+    sampling: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    parse_tools: bool = True
+    api: str = "chat_completions"                 # which API asked (recorded with the call)
+    call_id_prefix: str = "call_"                 # ids of the reply's tool calls start with it
+    context: dict[str, Any] = field(default_factory=dict)   # what the API's answer echoes back
+
+
+# -- the chat template's forms ------------------------------------------------------------------
+def template_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """A tool call inside an assistant message; `arguments` as a JSON string (or an object,
+    serialized here), as the OpenAI form has them and templates print them."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def chat_message(role: str, text: str, calls: Sequence[dict[str, Any]] = (),
+                 tool_call_id: str | None = None, name: str | None = None) -> dict[str, Any]:
+    if role not in ROLES:
+        raise BadRequest(f"message role {role!r}: the chat template knows {', '.join(ROLES)}")
+    message: dict[str, Any] = {"role": role, "content": text}
+    if calls:
+        message["tool_calls"] = list(calls)
+    if tool_call_id is not None:
+        message["tool_call_id"] = tool_call_id
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+def template_tool(name: Any, description: Any, parameters: Any, where: str) -> dict[str, Any]:
+    """A tool declaration as chat templates render it (the OpenAI function form)."""
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"{where}: a tool needs a name", param=where)
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        raise BadRequest(f"{where}: the schema of tool {name!r} must be a JSON object", param=where)
+    function: dict[str, Any] = {"name": name}
+    if isinstance(description, str) and description:
+        function["description"] = description
+    function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def message_key(message: dict[str, Any]) -> Key:
+    """What makes two messages the same turn (see the module's docstring)."""
+    calls = tuple((c["function"]["name"], json.dumps(_arguments(c["function"]["arguments"]), sort_keys=True))
+                  for c in message.get("tool_calls") or ())
+    return (message["role"], str(message.get("content") or "").strip(), calls, message.get("tool_call_id") or "")
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A reply's call arguments (a JSON string the parser wrote) as the object APIs show."""
+    value = _arguments(arguments)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One generation as every API answers it: the assistant message in template form (content
+    text or None, tool_calls), the backend's finish reason and the token counts."""
+
+    message: dict[str, Any]
+    finish_reason: str              # the backend's: stop | length
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def text(self) -> str:
+        return str(self.message.get("content") or "")
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        return list(self.message.get("tool_calls") or ())
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length" and not self.calls
+
+
+def reply_message(parsed: ParsedReply | None, text: str, call_prefix: str) -> dict[str, Any]:
+    """The assistant message of a reply. A reply with a malformed call is returned as plain text
+    (as vLLM's parsers do): the harness sees exactly what the model wrote."""
+    if parsed is None or parsed.errors or not parsed.calls:
+        return {"role": "assistant", "content": text if parsed is None or parsed.errors else parsed.content}
+    calls = [template_call(f"{call_prefix}_{i}", c.name, c.arguments) for i, c in enumerate(parsed.calls)]
+    return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}
+
+
+# -- the job's cache of converted pieces --------------------------------------------------------
+class MessageForms:
+    """The template forms and keys of each piece of history a job's harness sent (a message, or a
+    group of items that make one message), by the piece's JSON: the history a harness resends
+    is converted once. The bytes are the dict's own order, so a client that reorders keys only
+    misses the cache. Bounded by `limit` entries."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self.limit = limit
+        self._forms: dict[tuple[str, bytes], tuple[Form, ...]] = {}
+        self._tools: dict[tuple[str, bytes], tuple[list[dict[str, Any]], str]] = {}
+
+    def converted(self, kind: str, raw: Any, convert: Callable[[Any], list[dict[str, Any]]]) -> tuple[Form, ...]:
+        """The template messages `convert(raw)` gives, with their keys (cached by `kind` + JSON)."""
+        try:
+            blob = orjson.dumps(raw)
+        except TypeError:
+            raise BadRequest(f"unreadable message: {str(raw)[:120]!r}") from None
+        forms = self._forms.get((kind, blob))
+        if forms is None:
+            forms = tuple((message, message_key(message)) for message in convert(raw))
+            if len(self._forms) >= self.limit:
+                self._forms.clear()
+            self._forms[(kind, blob)] = forms
+        return forms
+
+    def tools(self, kind: str, raw: Any,
+              convert: Callable[[Any], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], str]:
+        """The template tool declarations of `raw` and the key that tells tool sets apart."""
+        blob = orjson.dumps(raw)
+        found = self._tools.get((kind, blob))
+        if found is None:
+            tools = convert(raw)
+            found = (tools, json.dumps(tools, sort_keys=True) if tools else "")
+            if len(self._tools) >= 64:
+                self._tools.clear()
+            self._tools[(kind, blob)] = found
+        return found
+
+
+def flatten(forms: Sequence[tuple[Form, ...]]) -> tuple[tuple[dict[str, Any], ...], tuple[Key, ...]]:
+    messages = tuple(message for group in forms for message, _ in group)
+    keys = tuple(key for group in forms for _, key in group)
+    return messages, keys
+
+
+def positive_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{name} must be a positive integer, got {value!r}", param=name)
+    return value
+
+
+def check_fields(body: dict[str, Any], known: set[str], api: str) -> None:
+    """Refuse a field the proxy does not know: silently dropping it could change what the
+    harness asked for."""
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadRequest(f"unsupported field(s) {', '.join(unknown)} for {api}: this proxy serves "
+                         f"{', '.join(sorted(known))} (see docs/proxy.md)", param=unknown[0])

@@ -39,6 +39,7 @@ from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.spool.recovery import reap_expired, reap_found, release_own_claims, requeue_claim
 from orchestrator.spool.rows import build_row
+from orchestrator.sandbox.policy import SandboxPolicy, SandboxPolicyError
 from orchestrator.sandbox.workspace import removable_workspaces
 from orchestrator.spool.shards import FencedOut, ShardWriter, UnflushedShard
 from orchestrator.spool.staleness import STALE_KIND, stale_reason
@@ -111,7 +112,8 @@ class Worker:
         self.registry = BackendRegistry(paths, vouch=self.cluster.registry_key)
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
-            sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
+            sandbox_defaults=config.sandbox.defaults(), sandbox_policy=SandboxPolicy.of(config.sandbox),
+            emit=self.events.emit,
             llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
         )
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
@@ -951,6 +953,9 @@ class Worker:
         if self.cancels.is_cancelled(ticket.job):
             await self._end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, "cancelled", "cancelled before it started"), {})
             return
+        if stage is Stage.INIT and (refusal := self._sandbox_refusal(handler, ticket)):
+            await self._end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "SandboxPolicyError", refusal), {})
+            return
         budget = self.config.jobs.timeout_s - ticket.counted_s()
         previous = ticket.outputs.get({Stage.RUN: "init", Stage.EVAL: "run"}.get(stage, ""), {}) or {}
         if stage is Stage.EVAL and (stale := self._stale(previous)):
@@ -998,6 +1003,18 @@ class Worker:
                     self._advance(ticket, Stage.EVAL)
         else:
             self._finish(ticket, handler, outcome.error, ctx, outcome.status)
+
+    def _sandbox_refusal(self, handler: AgentHandler, ticket: Ticket) -> str | None:
+        """Why the run's sandbox policy refuses what the job's row asks for, before INIT runs any of
+        it (a ticket planted without `submit`); None: allowed, or left to INIT, which checks again."""
+        try:
+            self.services.sandbox_policy.decide(self.services.sandbox_defaults, handler.sandbox_request(ticket.job.instance),
+                                                handler=ticket.job.handler, job_dir=self.paths.job_dir(ticket.name))
+        except SandboxPolicyError as exc:
+            return str(exc)
+        except Exception:  # a row the handler cannot read: INIT fails with the handler's own reason  # noqa: BLE001
+            return None
+        return None
 
     def _stale(self, run_output: dict[str, Any]) -> str | None:
         """Why evaluating this RUN output is pointless: its samples are too old (None: go on)."""

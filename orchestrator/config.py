@@ -116,6 +116,14 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Access:
+    # Who may read the run, and whose files workers act on (orchestrator/spool/access.py).
+    group: str = ""               # a group that may read the run (dirs 0750 + setgid, files 0640); "": owner only
+    trusted: tuple[str, ...] = ()  # users (names or uids) besides the owner and root whose tickets, batch
+                                   # and registry files workers accept; anyone else's are quarantined
+
+
+@dataclass(frozen=True)
 class Trainer:
     # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
     # that already sampled with such a policy are cancelled (-1: no bound).
@@ -154,6 +162,7 @@ class RunConfig:
     llm: Llm = field(default_factory=Llm)
     metrics: Metrics = field(default_factory=Metrics)
     trainer: Trainer = field(default_factory=Trainer)
+    access: Access = field(default_factory=Access)
     # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)
     data_sources: dict[str, str] = field(default_factory=dict)
 

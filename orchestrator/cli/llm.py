@@ -13,7 +13,9 @@ from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
 from orchestrator.llm.router import run_lease_s
 from orchestrator.cli.serve_llm import serve_llm
+from orchestrator.config import ConfigError
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import open_run
 
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport
@@ -31,7 +33,11 @@ def registry_of(run_dir: Path) -> BackendRegistry:
     if not SpoolPaths.of(run_dir).is_run_dir():
         raise click.ClickException(f"{run_dir} is not a run directory (no run.toml): create it with "
                                    f"`hpc-rollout init {run_dir}`")
-    return BackendRegistry.of(run_dir)
+    try:
+        paths, _ = open_run(run_dir)   # the run's modes for what the command writes, its owners trusted
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return BackendRegistry.of(paths)
 
 
 def fail(exc: Exception) -> click.ClickException:

@@ -83,5 +83,5 @@ def is_alive(paths: SpoolPaths, worker_id: str, lease_s: float) -> bool:
 def retire(paths: SpoolPaths, worker_id: str) -> None:
     """Move a heartbeat to workers/gone/ (kept for `status`, out of the live set)."""
     gone = paths.workers / "gone"
-    gone.mkdir(exist_ok=True)
+    fsops.create_dirs(gone)
     fsops.rename(paths.heartbeat(worker_id), gone / f"{worker_id}.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.spool import fsops
+from orchestrator.spool import access, fsops
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.spool.paths import SpoolPaths
 
@@ -13,11 +13,10 @@ from orchestrator.spool.paths import SpoolPaths
 def init_run(root: str | Path, overrides: dict[str, Any] | None = None) -> tuple[SpoolPaths, RunConfig]:
     """Create a run directory (idempotent: an existing run.toml is kept, overrides are applied)."""
     paths = SpoolPaths.of(root)
-    for directory in paths.directories():
-        directory.mkdir(parents=True, exist_ok=True)
     config = RunConfig.load(paths.run_config) if paths.run_config.exists() else RunConfig()
     if overrides:
         config = config.with_overrides(overrides, source="--set")
+    access.prepare(paths, config.access)   # explicit modes, whatever the umask (docs/robustness.md)
     if overrides or not paths.run_config.exists():
         fsops.write_atomic(paths.run_config, config.to_toml().encode(), paths.tmp, fsops.Durability.FULL)
     return paths, config
@@ -28,4 +27,6 @@ def open_run(root: str | Path) -> tuple[SpoolPaths, RunConfig]:
     paths = SpoolPaths.of(root)
     if not paths.is_run_dir():
         raise ConfigError(f"{paths.root} is not a run directory (no run.toml): create it with `hpc-rollout init {root}`")
-    return paths, RunConfig.load(paths.run_config)
+    config = RunConfig.load(paths.run_config)
+    access.open_for(paths, config.access)
+    return paths, config

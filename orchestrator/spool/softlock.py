@@ -51,7 +51,7 @@ class SoftLock:
 
 def acquire_soft_lock(path: Path, timeout_s: float, stale_s: float) -> SoftLock:
     """Hold `path` (created exclusively); raises LockTimeout after `timeout_s`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fsops.create_dirs(path.parent)
     deadline = time.monotonic() + timeout_s
     delay = FIRST_POLL_S
     while True:

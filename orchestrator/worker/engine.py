@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from orchestrator.spool import fsops
+from orchestrator.spool import access, fsops
 from orchestrator.spool.batches import is_batch
 from orchestrator.spool.cancel import CancelWatch
 from orchestrator.spool.claims import ClaimBox, Claimer
@@ -92,13 +92,18 @@ class Worker:
         self.config = config
         self.options = options.resolve(config)
         self.node = current_node()
+        # The run's modes for everything this worker creates, and whose files it acts on.
+        access.use(config.access)
+        owners = access.Owners.of(paths, config.access)
+        owners.check_self(paths)
+        access.trust(paths, owners)
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
         self.started_at = time.time()
         self.info = base_info(self.node, self.options.launch_id)
         # The heartbeat exists before the claim directory, so recovery never takes a starting
         # worker's directory for an abandoned one.
         write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})
-        self.box = ClaimBox(paths, self.worker_id)
+        self.box = ClaimBox(paths, self.worker_id, on_quarantine=self._quarantined)
         # RUN outputs this worker evaluates itself are appended here, not saved in their claims.
         self.journal = Journal.open(self.box.dir)
         self.run_queue = paths.run_queue(self.node)
@@ -352,6 +357,9 @@ class Worker:
             self.batches.leave(ticket, queue)
         else:
             self.box.advance(ticket, queue)
+
+    def _quarantined(self, name: str, reason: str) -> None:
+        self.events.emit(name, "quarantined", {"reason": reason})
 
     def _take_batch(self, name: str) -> bool:
         """A batch file just claimed here: its jobs wait in memory for INIT slots. False when corrupt

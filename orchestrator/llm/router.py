@@ -236,9 +236,12 @@ async def probe(http: httpx.AsyncClient, backend: Backend) -> bool:
 
 
 async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | None:
-    """None when GET /health answers 200, else what went wrong."""
+    """None when GET /health answers 200 within HEALTH_TIMEOUT_S in all, else what went wrong."""
     try:
-        response = await http.get(health_url(backend.url))
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):   # in all: the client's timeout is per read
+            response = await http.get(health_url(backend.url))
+    except TimeoutError:
+        return f"GET /health: {NO_ANSWER} {HEALTH_TIMEOUT_S:g} s"
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}".rstrip(": ")
     return None if response.status_code == 200 else f"GET /health answered HTTP {response.status_code}"

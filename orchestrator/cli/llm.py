@@ -71,7 +71,8 @@ def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: st
     """Register the server at URL (replaces an entry with the same URL).
 
     A URL that does not answer GET /health is added with a warning (workers mark it down until
-    it answers); with --check it is refused.
+    it answers); with --check it is refused. A corrupt registry is moved to quarantine/ (with
+    the reason) and a new one started: this rebuilds it.
     """
     registry = registry_of(run_dir)
     try:
@@ -117,7 +118,7 @@ def remove(run_dir: Path, url: str) -> None:
 
 @backend.command("clear")
 @RUN_DIR
-@click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept as backends.json.corrupt-*).")
+@click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept in quarantine/ with the reason).")
 def clear(run_dir: Path, force: bool) -> None:
     """Unregister every backend (the policy version is kept)."""
     registry = registry_of(run_dir)

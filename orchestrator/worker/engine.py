@@ -121,6 +121,9 @@ class Worker:
             emit=self.events.emit,
             llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster),
         )
+        for registry in (self.registry, *([self.services.llm_router.registry] if self.services.llm_router else [])):
+            registry.quarantine_unusable = True      # an unusable registry goes to quarantine/: an outage, not a crash
+            registry.on_quarantine = self._registry_quarantined
         self.idle = IdleClock(float(self.options.idle_exit_s or 0))
         self.metrics = prometheus_exporter(paths, config, self.worker_id)
         self.slots = {s: asyncio.Semaphore(self.options.pool_size(s)) for s in Stage}
@@ -360,6 +363,9 @@ class Worker:
 
     def _quarantined(self, name: str, reason: str) -> None:
         self.events.emit(name, "quarantined", {"reason": reason})
+
+    def _registry_quarantined(self, reason: str) -> None:
+        self.events.emit("-", "registry_quarantined", {"reason": reason})
 
     def _take_batch(self, name: str) -> bool:
         """A batch file just claimed here: its jobs wait in memory for INIT slots. False when corrupt

@@ -202,3 +202,32 @@ def test_a_group_run_is_readable_by_its_group_and_writable_by_nobody_else(tmp_pa
             assert st.st_mode & 0o137 == 0 and st.st_mode & 0o040 and st.st_gid == group.gr_gid, shown
             shards += path.suffix == ".parquet"
     assert shards
+
+
+@needs_root
+def test_a_registry_written_by_another_user_is_quarantined_and_jobs_wait_for_a_new_one(
+        tmp_path: Path, stranger: pwd.struct_passwd) -> None:
+    pytest.importorskip("torch")   # the chat handler's tokenizer is the tiny model's
+    from tests.core.util import cli, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+    from tests.faults.fake_vllm import FakeVLLM
+    from tests.faults.helpers import chat_task, register, tiny_tokenizer
+
+    paths = make_run(tmp_path / "run")
+    with FakeVLLM() as server, FakeVLLM() as impostor:
+        register(paths, impostor.url)                 # the stranger's registry sends every task to their server
+        os.chown(paths.backends, stranger.pw_uid, stranger.pw_gid)
+        submit_rows(paths, [(n, chat_task(n)) for n in range(2)])
+        worker = start_worker(paths)
+        try:
+            wait_until(lambda: any(paths.quarantine.glob("backends.json.*.reason")), 60, "the registry quarantined")
+            assert rows(paths) == []
+            cli("backend", "add", str(paths.root), server.url, "--model", "fake", "--tokenizer", str(tiny_tokenizer()))
+            wait_drained(paths, timeout=120)
+        finally:
+            assert stop_worker(worker) == 0
+    got = rows(paths)
+    assert [r["status"] for r in got] == ["ok", "ok"], [r["error"] for r in got]
+    assert {t["backend"] for r in got for t in r["turns"]} == {server.url}, "a turn went to the stranger's server"
+    [note] = paths.quarantine.glob("backends.json.*.reason")
+    assert f"uid {stranger.pw_uid} ({stranger.pw_name})" in note.read_text()
+    assert any(e["event"] == "registry_quarantined" for e in events(paths))

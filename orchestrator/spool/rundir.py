@@ -13,13 +13,18 @@ from orchestrator.spool.paths import SpoolPaths
 def init_run(root: str | Path, overrides: dict[str, Any] | None = None) -> tuple[SpoolPaths, RunConfig]:
     """Create a run directory (idempotent: an existing run.toml is kept, overrides are applied)."""
     paths = SpoolPaths.of(root)
-    config = RunConfig.load(paths.run_config) if paths.run_config.exists() else RunConfig()
-    if overrides:
-        config = config.with_overrides(overrides, source="--set")
+    config = planned_config(root, overrides)
     access.prepare(paths, config.access)   # explicit modes, whatever the umask (docs/robustness.md)
     if overrides or not paths.run_config.exists():
         fsops.write_atomic(paths.run_config, config.to_toml().encode(), paths.tmp, fsops.Durability.FULL)
     return paths, config
+
+
+def planned_config(root: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """The settings `init_run(root, overrides)` would write (nothing is written)."""
+    paths = SpoolPaths.of(root)
+    config = RunConfig.load(paths.run_config) if paths.run_config.exists() else RunConfig()
+    return config.with_overrides(overrides, source="--set") if overrides else config
 
 
 def open_run(root: str | Path) -> tuple[SpoolPaths, RunConfig]:

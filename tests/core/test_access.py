@@ -172,7 +172,7 @@ def spool_entries(run: Path) -> Iterator[tuple[Path, os.stat_result]]:
             yield path, os.lstat(path)
 
 
-@pytest.mark.parametrize("umask", [0o002, 0o022])
+@pytest.mark.parametrize("umask", [0o002, 0o022], ids=["umask002", "umask022"])
 def test_every_spool_file_is_owner_only_whatever_the_umask(tmp_path: Path, umask: int) -> None:
     run = tmp_path / "run"
     run_everything(run, umask, tmp_path, [])

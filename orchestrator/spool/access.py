@@ -79,9 +79,15 @@ def prepare(paths: SpoolPaths, access: Access) -> None:
     fsops.create_dirs(paths.root)
     for directory in (paths.root, *paths.directories()):
         fsops.create_dirs(directory)
-        if gid is not None:
-            os.chown(directory, -1, gid)   # before the chmod: a chown may clear setgid
-        os.chmod(directory, modes.dir)
+        if directory.stat().st_uid != os.geteuid():
+            continue   # a trusted user updating run.toml: the owner's directories stay as the owner made them
+        try:
+            if gid is not None:
+                os.chown(directory, -1, gid)   # before the chmod: a chown may clear setgid
+            os.chmod(directory, modes.dir)
+        except PermissionError:
+            raise ConfigError(f"cannot give {directory} to group {access.group!r}: you are not a member of it "
+                              f"(`id -Gn`); run.toml [access] group must be one of your groups") from None
     trust(paths, Owners.of(paths, access))
 
 

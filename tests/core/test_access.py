@@ -208,7 +208,7 @@ def test_a_group_run_is_readable_by_its_group_and_writable_by_nobody_else(tmp_pa
 def test_a_registry_written_by_another_user_is_quarantined_and_jobs_wait_for_a_new_one(
         tmp_path: Path, stranger: pwd.struct_passwd) -> None:
     pytest.importorskip("torch")   # the chat handler's tokenizer is the tiny model's
-    from tests.core.util import cli, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+    from tests.core.util import cli, start_worker, stop_worker, wait_drained, wait_until
     from tests.faults.fake_vllm import FakeVLLM
     from tests.faults.helpers import chat_task, register, tiny_tokenizer
 

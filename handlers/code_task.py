@@ -127,6 +127,11 @@ def solution_from_replies(run: AgentRun) -> str:
     return ""
 
 
+def eval_limits(task: CodeTask) -> dict[str, int]:
+    """Limits of EVAL's sandbox: room for the row's memory limit, CPU time for every test."""
+    return {"memory_mb": max(1024, 2 * task.memory_mb), "cpu_seconds": int(len(task.tests) * (task.time_limit_s + 1)) + 60}
+
+
 class CodeHandler(ToolAgentHandler):
     name: ClassVar[str] = "code"
     instance_schema = SCHEMA
@@ -144,6 +149,10 @@ class CodeHandler(ToolAgentHandler):
         return [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": f"{task.statement}\n\n{shown}"}]
 
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        task = self.task(instance)
+        return {**self.sandbox_options(task), "limits": eval_limits(task)}   # EVAL's sandbox asks for the most
+
     async def collect(self, ctx: "JobContext", sandbox: "Sandbox", run: AgentRun, task: CodeTask) -> dict[str, Any]:
         fetched = await sandbox.download(SOLUTION_FILE)
         if fetched.error is None and fetched.content is not None:
@@ -160,8 +169,7 @@ class CodeHandler(ToolAgentHandler):
         solution = str(result.get("solution") or "")
         if not solution.strip():
             return {"reward": 0.0, "tests_total": len(task.tests), "tests_passed": 0, "test_error": "no solution"}
-        limits = {"memory_mb": max(1024, 2 * task.memory_mb), "cpu_seconds": int(len(task.tests) * (task.time_limit_s + 1)) + 60}
-        async with fresh_sandbox(ctx, limits=limits, **self.sandbox_options(task)) as sandbox:
+        async with fresh_sandbox(ctx, limits=eval_limits(task), **self.sandbox_options(task)) as sandbox:
             report = await run_hidden_tests(sandbox, solution, list(task.tests), time_limit_s=task.time_limit_s,
                                             memory_mb=task.memory_mb, checker=task.checker)
         return {"reward": report.reward(task.scoring), **report.summary()}

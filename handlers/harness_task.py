@@ -21,7 +21,8 @@ sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's an
     builder (prefix_merging | per_request), parser (tool-call parser), model_name (what
     /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
     max_wall_s, env (extra environment for the command), binds (SRC:DST[:ro|rw] into the sandbox,
-    e.g. a harness installed on the shared filesystem).
+    e.g. a harness installed on the shared filesystem; the source must lie inside a directory the
+    run allows: run.toml [sandbox] allowed_binds, or allowed_rw_binds for :rw).
 """
 
 from __future__ import annotations
@@ -207,12 +208,18 @@ class HarnessHandler(ToolAgentHandler):
         _, family = self.family(instance)
         family.messages(family.task(instance))
 
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        """The family's sandbox with the row's binds (each must be allowed by run.toml [sandbox])."""
+        settings, family = self.family(instance)
+        options = family.sandbox_options(family.task(instance))
+        if settings.binds:
+            options["binds"] = [*options.get("binds", []), *settings.binds]
+        return options
+
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         settings, family = self.family(ctx.job.instance)
         task = family.task(ctx.job.instance)
-        options = family.sandbox_options(task)
-        options["binds"] = [*options.get("binds", []), *settings.binds]
-        sandbox = await ctx.open_sandbox(**options)
+        sandbox = await ctx.open_sandbox(**self.sandbox_request(ctx.job.instance))
         prepared = await family.setup(ctx, sandbox, task)
         await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
         for path, text in settings.files().items():

@@ -2,6 +2,8 @@
 
 Instance (SCHEMA below): {"commands": ["echo hi > out.txt", "cat out.txt"], "expect": "hi",
                           "image": null, "network": false, "timeout": 60}
+"image" and "network" are the row's choices among what the run allows (run.toml [sandbox]
+allowed_images, network_handlers); anything else is refused at submit and before INIT.
 INIT opens the sandbox, RUN executes the commands with the bash tool, EVAL scores from the
 RUN output alone (the sandbox is closed before EVAL, which may run on another node).
 """
@@ -37,12 +39,15 @@ class ShellHandler(AgentHandler):
         if not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
             raise ValueError('"timeout" must be a number of seconds in (0, 86400]')
 
-    async def init(self, ctx: JobContext) -> dict[str, Any]:
-        instance = ctx.job.instance
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        """The row's image and network: choices among what run.toml [sandbox] allows."""
         options: dict[str, Any] = {"network": bool(SCHEMA.value(instance, "network"))}
         if instance.get("image"):
-            options["image"] = instance["image"]
-        sandbox = await ctx.open_sandbox(**options)
+            options["image"] = str(instance["image"])
+        return options
+
+    async def init(self, ctx: JobContext) -> dict[str, Any]:
+        sandbox = await ctx.open_sandbox(**self.sandbox_request(ctx.job.instance))
         return {"sandbox_kind": sandbox.kind}
 
     async def run(self, ctx: JobContext, prepared: dict[str, Any]) -> dict[str, Any]:

@@ -82,12 +82,20 @@ class Sandbox:
     total_memory_mb: int = 8192  # memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)
     workspace_mb: int = 2048    # size of /workspace (a tmpfs in the sandbox with bubblewrap)
     keep_workspaces: bool = False  # keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)
+    processes: int = 256        # processes per sandbox (its pids cgroup; with rlimits, per user namespace)
+    # What a job may ask for beyond the above (orchestrator/sandbox/policy.py): a task row chooses
+    # only among these; anything else is refused at `submit` and when a worker starts the job.
+    allowed_images: tuple[str, ...] = ()    # images, or directories of images, a row may name besides `image`
+    allowed_binds: tuple[str, ...] = ()     # host directories whose contents a row may bind read-only
+    allowed_rw_binds: tuple[str, ...] = ()  # ... read-write (the job's own directory always may be)
+    network_handlers: tuple[str, ...] = ()  # handlers whose jobs may turn the network on (`network = true`: all)
 
     def defaults(self) -> dict[str, Any]:
         """The options every sandbox of the run starts with (a handler's own options win)."""
         options: dict[str, Any] = {
             "network": self.network, "fakeroot": self.fakeroot, "keep_workspace": self.keep_workspaces,
-            "limits": {"total_memory_mb": self.total_memory_mb, "workspace_mb": self.workspace_mb},
+            "limits": {"total_memory_mb": self.total_memory_mb, "workspace_mb": self.workspace_mb,
+                       "processes": self.processes},
         }
         if self.image:
             options["image"] = self.image
@@ -123,6 +131,14 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Access:
+    # Who may read the run, and whose files workers act on (orchestrator/spool/access.py).
+    group: str = ""               # a group that may read the run (dirs 0750 + setgid, files 0640); "": owner only
+    trusted: tuple[str, ...] = ()  # users (names or uids) besides the owner and root whose tickets, batch
+                                   # and registry files workers accept; anyone else's are quarantined
+
+
+@dataclass(frozen=True)
 class Trainer:
     # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
     # that already sampled with such a policy are cancelled (-1: no bound).
@@ -143,6 +159,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400), "llm.view_s": (0, 3600),
     "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
     "proxy.max_body_mb": (0.01, 1024), "proxy.max_chars_per_token": (1, 1000),
+    "sandbox.processes": (8, 100_000),
     "trainer.max_policy_lag": (-1, 1_000_000),
 }
 RUNTIMES = RUNTIME_NAMES
@@ -162,6 +179,7 @@ class RunConfig:
     proxy: Proxy = field(default_factory=Proxy)
     metrics: Metrics = field(default_factory=Metrics)
     trainer: Trainer = field(default_factory=Trainer)
+    access: Access = field(default_factory=Access)
     # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)
     data_sources: dict[str, str] = field(default_factory=dict)
 
@@ -244,7 +262,29 @@ def _data_source(name: str, handler: Any, source: str) -> dict[str, str]:
     return {name: handler}
 
 
+# Settings that are lists of host paths: absolute, and never the whole host ("/").
+PATH_LISTS = ("sandbox.allowed_images", "sandbox.allowed_binds", "sandbox.allowed_rw_binds")
+
+
+def _strings(dotted: str, value: Any, source: str) -> tuple[str, ...]:
+    """A list of strings; from an override, also "a,b" (one string, comma-separated)."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{source}: {dotted} must be a list of non-empty strings, got {value!r}")
+    if dotted in PATH_LISTS:
+        for path in value:
+            if not path.startswith("/"):
+                raise ConfigError(f"{source}: {dotted} entry {path!r} must be an absolute path")
+            if path.rstrip("/") == "":
+                raise ConfigError(f"{source}: {dotted} entry '/' would allow the whole host: name the "
+                                  f"directories jobs may use (e.g. /shared/images)")
+    return tuple(value)
+
+
 def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
+    if isinstance(default, tuple):
+        return _strings(dotted, value, source)
     if isinstance(default, bool):
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"

@@ -23,6 +23,9 @@ GIT_ENV = {
 }
 
 
+MIRRORS = "swe-repos"
+
+
 @dataclass(frozen=True)
 class Bundled:
     directory: Path
@@ -35,6 +38,12 @@ class Bundled:
 
     def tasks(self, family: str) -> Path:
         return {"math": self.math, "code": self.code, "swe": self.swe}[family]
+
+    @property
+    def mirrors(self) -> Path:
+        """The SWE rows' git mirrors (their `repo_mirror`s): a run must allow binding them (run.toml
+        [sandbox] allowed_binds)."""
+        return self.directory / MIRRORS
 
 
 def tool_call(name: str, **arguments: Any) -> str:
@@ -157,10 +166,10 @@ def swe_rows(mirrors: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
 def write_bundled(directory: Path) -> Bundled:
     directory = directory.absolute()
     (directory / "scripts").mkdir(parents=True, exist_ok=True)
-    (directory / "swe-repos").mkdir(exist_ok=True)
+    (directory / MIRRORS).mkdir(exist_ok=True)
     math, math_right, math_wrong = math_rows()
     code, code_right, code_wrong = code_rows()
-    swe, swe_right, swe_wrong, decoys = swe_rows(directory / "swe-repos")
+    swe, swe_right, swe_wrong, decoys = swe_rows(directory / MIRRORS)
     return Bundled(
         directory=directory,
         math=_jsonl(directory / "math.jsonl", math),

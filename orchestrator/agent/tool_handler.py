@@ -85,6 +85,9 @@ class ToolAgentHandler(AgentHandler):
         image = getattr(task, "image", None)
         return {"image": image} if image else {}
 
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        return self.sandbox_options(self.task(instance))
+
     async def setup(self, ctx: "JobContext", sandbox: "Sandbox", task: Any) -> dict[str, Any]:
         """Prepare the workspace in INIT (e.g. check out a repository)."""
         return {}
@@ -166,8 +169,8 @@ async def fresh_sandbox(ctx: "JobContext", **options: Any) -> AsyncIterator["San
     from orchestrator.sandbox.start import start_sandbox
 
     workspace = ctx.artifact_dir() / f"eval-{ctx.attempt}-{secrets.token_hex(3)}"
+    merged = ctx.sandbox_options({**options, "workspace": str(workspace)})   # refused before anything is made
     workspace.mkdir(parents=True)
-    merged = {**ctx.services.sandbox_defaults, **options, "workspace": str(workspace)}
     try:
         sandbox = await start_sandbox(ctx.services.runtime, job_id=ctx.job.job_id, paths=ctx.paths, **merged)
         try:

@@ -43,14 +43,16 @@ def run_task_demo(
     runtime: str = "auto", on_ready: Callable[..., None] | None = None, wait: Callable[..., Any] | None = None,
 ) -> TaskDemoResult:
     from hpc_rollout.handlers.bundled.image import bundled_image
-    from hpc_rollout.handlers.bundled.write import write_bundled
+    from hpc_rollout.handlers.bundled.write import MIRRORS, write_bundled
 
     if family not in FAMILIES or policy not in POLICIES:
         raise ValueError(f"--task must be one of {', '.join(FAMILIES)} and --policy one of {', '.join(POLICIES)}")
     started = time.monotonic()
     image = image or bundled_image()
-    paths, _ = init_run(run_dir, {"shards.idle_flush_s": 0.2, "sandbox.image": str(image), "sandbox.runtime": runtime})
-    bundled = write_bundled(paths.root / "tasks")
+    tasks = Path(run_dir).absolute() / "tasks"
+    paths, _ = init_run(run_dir, {"shards.idle_flush_s": 0.2, "sandbox.image": str(image), "sandbox.runtime": runtime,
+                                  "sandbox.allowed_binds": [str(tasks / MIRRORS)]})   # the SWE rows' repo_mirrors
+    bundled = write_bundled(tasks)
     extra = ["--scripted", str(bundled.right), "--max-model-len", "32768"] if policy == "scripted" else []
     server = start_server(tiny=True, extra_args=extra, log_path=paths.logs / "serve-llm.log")
     launch: LocalLaunch | None = None

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from orchestrator.handler_api.context import JobContext, WorkerServices
 from orchestrator.handler_api.contract import AgentHandler, check_instance, load_handler
+from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.submission.submit import RowProblem, parse_task, read_rows
@@ -83,7 +84,7 @@ async def _check_one(handler: AgentHandler, services: WorkerServices, line: int,
 
 async def check_tasks(
     path: Path, handler_name: str, *, runtime: str = "auto", sandbox_defaults: dict[str, Any] | None = None,
-    parallel: int = 4, on_done: Callable[[TaskCheck], None] | None = None, work_dir: Path | None = None,
+    sandbox_policy: SandboxPolicy | None = None, parallel: int = 4, on_done: Callable[[TaskCheck], None] | None = None, work_dir: Path | None = None,
 ) -> list[TaskCheck]:
     """Check every task of `path` with handler `handler_name`; results in file order."""
     handler = load_handler(handler_name)
@@ -92,7 +93,8 @@ async def check_tasks(
                          "(ToolAgentHandler.reference_result)")
     scratch = Path(tempfile.mkdtemp(prefix="tasks-check-", dir=work_dir))
     services = WorkerServices(paths=SpoolPaths.of(scratch), worker_id="tasks-check", node=current_node(),
-                              runtime=runtime, sandbox_defaults=dict(sandbox_defaults or {}))
+                              runtime=runtime, sandbox_defaults=dict(sandbox_defaults or {}),
+                              sandbox_policy=sandbox_policy or SandboxPolicy())
     limit = asyncio.Semaphore(max(1, parallel))
     results: list[TaskCheck] = []
 
@@ -104,6 +106,8 @@ async def check_tasks(
                 try:
                     task = parse_task(line, row, handler_name)
                     check_instance(handler, task.instance)
+                    services.sandbox_policy.decide(services.sandbox_defaults, handler.sandbox_request(task.instance),
+                                                   handler=handler_name)
                 except (ValueError, TypeError) as exc:
                     check = TaskCheck(line, f"line-{line}", problems=[f"invalid task: {exc}"])
                 else:

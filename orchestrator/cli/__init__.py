@@ -11,6 +11,7 @@ import logging
 import click
 
 from orchestrator import __version__
+from orchestrator.spool import access
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
 COMMAND_MODULES = ("core", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
@@ -34,6 +35,7 @@ def cli(verbose: int) -> None:
       hpc-rollout status spool/demo
       hpc-rollout tail spool/demo
     """
+    access.own_process()   # files this command creates get the run's modes, whatever the umask
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
 

@@ -12,7 +12,7 @@ import click
 
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.console import say
-from orchestrator.cli.launch import worker_flags, worker_options
+from orchestrator.cli.launch import judge_pools, worker_flags, worker_options
 from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
 from orchestrator.config import ConfigError
 from orchestrator.spool.jobs import Stage
@@ -58,6 +58,7 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     worker = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s).resolve(config)
+    judge_pools(worker)
     launch_options = slurm_launch_options(1, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                           array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                           signal_delay)

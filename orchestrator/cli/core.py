@@ -19,7 +19,7 @@ from orchestrator.config import ConfigError
 from orchestrator.report.inspect_job import JobNotFound, inspect_job
 from orchestrator.trainer.cursor import CursorError
 from orchestrator.spool.rows import SCHEMA
-from orchestrator.spool.rundir import init_run, open_run
+from orchestrator.spool.rundir import init_run, open_run, planned_config
 from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
 from orchestrator.trainer.tail import RowReader
 
@@ -69,7 +69,11 @@ def init_cmd(run_dir: str, settings: tuple[str, ...]) -> None:
         if not sep:
             raise click.BadParameter(f"{setting!r}: expected SECTION.KEY=VALUE, e.g. pools.run=16", param_hint="--set")
         overrides[key.strip()] = value.strip()
+    from orchestrator.cli.launch import judge_pools
+    from orchestrator.worker.options import WorkerOptions
+
     try:
+        judge_pools(WorkerOptions().resolve(planned_config(run_dir, overrides)))   # before anything is written
         paths, _ = init_run(run_dir, overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None

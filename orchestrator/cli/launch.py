@@ -22,7 +22,7 @@ from orchestrator.spool.launches import request_stop
 from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import open_run
-from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages
+from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages, pool_verdict
 
 
 def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
@@ -33,6 +33,15 @@ def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eva
                              idle_exit_s=idle_exit_s)
     except OptionsError as exc:
         raise click.BadParameter(str(exc), param_hint="--stages") from None
+
+
+def judge_pools(options: WorkerOptions) -> None:
+    """Refuse pools that can never finish a job (a one-line error); warn when others must run too."""
+    verdict = pool_verdict(options)
+    if verdict.refusal:
+        raise click.ClickException(verdict.refusal)
+    if verdict.warning:
+        warn(verdict.warning)
 
 
 def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,6 +100,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
     """
     paths, config = _open(run_dir)
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
+    judge_pools(options.resolve(config))
     if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:
         from orchestrator.sandbox.apptainer import require_apptainer
 

@@ -14,7 +14,9 @@ from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
 from orchestrator.llm.router import run_lease_s
 from orchestrator.cli.serve_llm import serve_llm
+from orchestrator.config import ConfigError
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import open_run
 
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport
@@ -32,7 +34,11 @@ def registry_of(run_dir: Path) -> BackendRegistry:
     if not SpoolPaths.of(run_dir).is_run_dir():
         raise click.ClickException(f"{run_dir} is not a run directory (no run.toml): create it with "
                                    f"`hpc-rollout init {run_dir}`")
-    return BackendRegistry.of(run_dir)
+    try:
+        paths, _ = open_run(run_dir)   # the run's modes for what the command writes, its owners trusted
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return BackendRegistry.of(paths)
 
 
 def fail(exc: Exception) -> click.ClickException:
@@ -77,7 +83,8 @@ def add(run_dir: Path, url: str, protocol: str, model: str | None, tokenizer: st
     A URL that does not answer GET /health is added with a warning (workers mark it down until
     it answers); with --check it is refused. The kind of logprobs it returns is recorded with
     it (every row's turns carry it): --logprob-mode, else what the server says, else the
-    protocol's default.
+    protocol's default. A corrupt registry is moved to quarantine/ (with the reason) and a
+    new one started: this rebuilds it.
     """
     from orchestrator.llm.logprob_mode import resolve_logprob_mode
 
@@ -133,7 +140,7 @@ def remove(run_dir: Path, url: str) -> None:
 
 @backend.command("clear")
 @RUN_DIR
-@click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept as backends.json.corrupt-*).")
+@click.option("--force", is_flag=True, help="Also replace a corrupt registry (kept in quarantine/ with the reason).")
 def clear(run_dir: Path, force: bool) -> None:
     """Unregister every backend (the policy version is kept).
 

@@ -44,10 +44,13 @@ def report_cmd(run_dir: str, since_s: float | None, open_page: bool, pass_reward
     """
     from pathlib import Path
 
-    from orchestrator.report.build import make_report  # matplotlib loads only for this command
+    from orchestrator.report.build import ReportError, make_report  # matplotlib loads only for this command
 
     paths, _ = _open(run_dir)
-    files = make_report(paths, Path(out_dir) if out_dir else None, since_s, pass_reward)
+    try:
+        files = make_report(paths, Path(out_dir) if out_dir else None, since_s, pass_reward)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
     say(files.text)
     if open_page:
         if not webbrowser.open(files.page.as_uri()):

@@ -36,22 +36,36 @@ def tasks_group() -> None:
 @click.option("--parallel", default=4, show_default=True, type=click.IntRange(1, 256), help="Tasks checked at once.")
 @click.option("--runtime", type=click.Choice(["auto", "apptainer", "bwrap", "local"]), default="auto", show_default=True)
 @click.option("--image", default=None, help="Sandbox image for tasks that name none (e.g. a `tasks` image).")
+@click.option("--allow-image", "allowed_images", multiple=True, metavar="DIR",
+              help="Images (or a directory of images) rows may name, as run.toml [sandbox] allowed_images (repeatable).")
+@click.option("--allow-bind", "allowed_binds", multiple=True, metavar="DIR",
+              help="A host directory rows may bind read-only (e.g. SWE repo_mirrors), as run.toml [sandbox] "
+                   "allowed_binds (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per task instead of the report.")
 def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, image: str | None,
-              as_json: bool) -> None:
+              allowed_images: tuple[str, ...], allowed_binds: tuple[str, ...], as_json: bool) -> None:
     """Grade every task's golden solution (must score 1) and a no-op (must score 0).
 
     \b
-      hpc-rollout tasks check swe_gym.jsonl --handler swe --image images/out/tasks-versioned-...
+      hpc-rollout tasks check swe_gym.jsonl --handler swe --image images/out/tasks-versioned-... --allow-bind /data/mirrors
       hpc-rollout tasks check math.jsonl --handler math
-    Exit status 1 when any task fails a check; the failing ones are listed.
+    Rows are held to a sandbox policy as in a run: only the images and bind sources allowed here,
+    no network. Exit status 1 when any task fails a check; the failing ones are listed.
     """
     import orjson
 
     from orchestrator.handler_api.contract import HandlerError
     from orchestrator.app.tasks_check import check_tasks
+    from orchestrator.config import ConfigError, RunConfig
+    from orchestrator.sandbox.policy import SandboxPolicy
 
     defaults = {"image": image} if image else {}
+    try:
+        settings = RunConfig().with_overrides({"sandbox.allowed_images": list(allowed_images),
+                                               "sandbox.allowed_binds": list(allowed_binds)}, source="tasks check")
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    policy = SandboxPolicy.of(settings.sandbox)
     columns = (plain_column("tasks", style=Tone.STRONG.value), BarColumn(), MofNCompleteColumn(),
                plain_column("{task.fields[bad]}"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=as_json) as progress:
@@ -65,7 +79,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
 
         try:
             results = asyncio.run(check_tasks(tasks_file, handler_name, runtime=runtime, sandbox_defaults=defaults,
-                                              parallel=parallel, on_done=done))
+                                              sandbox_policy=policy, parallel=parallel, on_done=done))
         except (HandlerError, ValueError, ImportError) as exc:   # ImportError: a package every task needs
             raise click.ClickException(str(exc)) from None
         progress.update(bar, total=len(results), completed=len(results))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from orchestrator.config import Proxy
+from orchestrator.sandbox.policy import SandboxPolicy, merge_sandbox_options
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
 
@@ -27,18 +28,14 @@ class WorkerServices:
     node: str
     runtime: str = "auto"                      # apptainer | bwrap | local | auto
     sandbox_defaults: dict[str, Any] = field(default_factory=dict)
+    # What a job may ask for beyond the defaults (run.toml [sandbox]); the default allows nothing more.
+    sandbox_policy: SandboxPolicy = field(default_factory=SandboxPolicy)
     emit: Callable[[str, str, dict[str, Any]], None] = lambda job_id, name, fields: None
     llm_router: "Router | None" = None         # built by the worker from its RunConfig (None outside a worker)
     proxy: Proxy = field(default_factory=Proxy)   # run.toml [proxy]: the harness proxy's budgets
 
 
-def merge_sandbox_options(defaults: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """A handler's options over the run's defaults; limits are merged key by key."""
-    merged = {**defaults, **options}
-    default_limits, own_limits = defaults.get("limits"), options.get("limits")
-    if isinstance(default_limits, dict) and isinstance(own_limits, dict):
-        merged["limits"] = {**default_limits, **own_limits}
-    return merged
+__all__ = ["JobContext", "WorkerServices", "merge_sandbox_options"]
 
 
 @dataclass
@@ -73,11 +70,17 @@ class JobContext:
         """Record a handler event in the job's timeline (`hpc-rollout inspect`)."""
         self.services.emit(self.job.job_id, name, fields)
 
+    def sandbox_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """What a sandbox of this job starts with: `options` over the run's defaults, as far as the
+        run's policy allows (SandboxPolicyError otherwise; orchestrator/sandbox/policy.py)."""
+        return self.services.sandbox_policy.decide(self.services.sandbox_defaults, options, handler=self.job.handler,
+                                                   job_dir=self.paths.job_dir(self.job.job_id))
+
     async def open_sandbox(self, **options: Any) -> "Sandbox":
         """Start this job's sandbox with the worker's runtime; it is closed after RUN."""
         from orchestrator.sandbox.start import start_sandbox
 
-        merged = merge_sandbox_options(self.services.sandbox_defaults, options)
+        merged = self.sandbox_options(options)
         sandbox = await start_sandbox(
             self.services.runtime, job_id=self.job.job_id, paths=self.paths, **merged
         )

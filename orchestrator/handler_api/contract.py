@@ -60,6 +60,13 @@ class AgentHandler(abc.ABC):
         """Raise ValueError naming the problem when `instance` cannot run. Called at submit time,
         after the instance schema's check (see `check_instance`)."""
 
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        """The sandbox options a job of this row will ask `ctx.open_sandbox` for, beyond the run's
+        defaults (image, network, binds, limits...): `submit` refuses the row when the run's policy
+        (run.toml [sandbox], orchestrator/sandbox/policy.py) does not allow them, and a worker checks
+        again before INIT. Whatever a handler really asks for is checked when it opens a sandbox."""
+        return {}
+
     @abc.abstractmethod
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         """Prepare the job (start its sandbox through `ctx.open_sandbox`) and return its state."""

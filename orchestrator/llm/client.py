@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 MAX_TOKENS_KEYS = ("max_tokens", "max_new_tokens")
 DEFAULT_MAX_TOKENS = 256
 NO_ANSWER = "no answer within"   # how a timed-out request is described (and recognised when probing)
+HEALTH_DEADLINE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class RetryPolicy:
     attempts: int = 3            # total tries on one backend before it counts as failed
     backoff_s: float = 0.25      # doubled after each failure
     max_backoff_s: float = 4.0
-    timeout_s: float = 300.0     # one request, generation included
+    timeout_s: float = 300.0     # one request, generation included: a total deadline, not per read
     connect_timeout_s: float = 5.0
 
 
@@ -136,9 +137,10 @@ class BackendClient(abc.ABC):
 
     async def health(self) -> bool:
         try:
-            response = await self.http.get(endpoint(self.backend.url, "/health"), timeout=5.0)
+            async with asyncio.timeout(HEALTH_DEADLINE_S):
+                response = await self.http.get(endpoint(self.backend.url, "/health"), timeout=HEALTH_DEADLINE_S)
             return response.status_code == 200
-        except httpx.HTTPError:
+        except (httpx.HTTPError, TimeoutError):
             return False
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -149,12 +151,15 @@ class BackendClient(abc.ABC):
         problem = ""
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                response = await self.http.request(method, url, json=body, timeout=timeout)
-            except httpx.TimeoutException as exc:
-                # A server that takes this long is hung or overloaded: asking it again only
-                # makes the task wait longer. The backend is marked down by the session.
+                # The deadline is for the whole exchange: httpx's timeout is per read, and a server
+                # sending a byte a second would never trip it.
+                async with asyncio.timeout(self.retry.timeout_s):
+                    response = await self.http.request(method, url, json=body, timeout=timeout)
+            except (httpx.TimeoutException, TimeoutError) as exc:
+                # A server that takes this long is hung, overloaded or trickling: asking it again
+                # only makes the task wait longer. The backend is marked down by the session.
                 raise BackendFailed(self.backend.url, f"{NO_ANSWER} {self.retry.timeout_s:g} s "
-                                                      f"({type(exc).__name__}, request timeout)") from None
+                                                      f"({type(exc).__name__}, request deadline)") from None
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
             else:

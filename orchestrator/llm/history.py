@@ -7,12 +7,14 @@ to it while they hold the registry lock, so its lines are in the order of the ch
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
 
 
@@ -44,8 +46,8 @@ def append_changes(paths: SpoolPaths, before: Any, after: Any) -> None:
     if not lines:
         return
     path = paths.backends_history
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab", buffering=0) as handle:  # one write: readers never see half a change
+    fsops.create_dirs(path.parent)
+    with os.fdopen(fsops.open_append(path), "ab", buffering=0) as handle:  # one write: readers never see half a change
         handle.write(b"".join(orjson.dumps(line) + b"\n" for line in lines))
 
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from orchestrator.spool import fsops
+from orchestrator.spool import access, fsops
 from orchestrator.llm.errors import RegistryCorrupt, RegistryError
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 LOCK_TIMEOUT_S = 30.0
+SET_ASIDE_LOCK_TIMEOUT_S = 2.0   # a reader setting an unusable registry aside does not wait long
 # A registry write takes milliseconds: a lock that stayed the same this long (as a waiting writer
 # saw it, spool/lease.py) belongs to a writer that died. Shorter than LOCK_TIMEOUT_S, so a
 # writer waiting on a dead one's lock breaks it within its wait.
@@ -174,9 +175,9 @@ def parse_snapshot(raw: bytes, path: Path) -> Snapshot:
                         int(data.get("min_policy_version", 0)))
     except (ValueError, KeyError, TypeError, RegistryError) as exc:
         raise RegistryCorrupt(
-            f"backend registry {path} is corrupt ({exc}); no task is routed until it is fixed: "
-            f"repair it by hand or run `hpc-rollout backend clear {path.parent} --force` "
-            f"and add the backends again"
+            f"backend registry {path} is corrupt ({exc}); no task is routed until it is fixed (tasks wait "
+            f"as in an outage, and workers move the file to quarantine/): `hpc-rollout backend add "
+            f"{path.parent} URL` writes a new one (or `backend clear {path.parent} --force`)"
         ) from exc
 
 
@@ -188,6 +189,12 @@ class BackendRegistry:
     # What vouches for the file's (inode, mtime_ns, size) without a stat (a large run's cluster
     # summary: a change is then noticed within two rebuild periods); None: stat at every read.
     vouch: Callable[[], tuple[int, int, int] | None] | None = field(default=None, repr=False)
+    # Workers: a registry that cannot be used (corrupt, or written by a user the run does not
+    # trust: orchestrator/spool/access.py) is moved to quarantine/ with its reason, and the hook is
+    # told; it then reads as empty, so tasks wait as in an outage until `backend add` writes a new
+    # one. Other readers (`backend list`, `status`) only report it. Writers always replace it.
+    quarantine_unusable: bool = field(default=False, repr=False)
+    on_quarantine: Callable[[str], None] | None = field(default=None, repr=False)
     _cache_key: tuple[int, int, int] | None = field(default=None, repr=False)
     _cache: Snapshot = field(default_factory=Snapshot, repr=False)
 
@@ -211,9 +218,52 @@ class BackendRegistry:
             return self._cache
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._cache_key:
-            self._cache = parse_snapshot(fsops.read_bytes(path), path)
+            try:
+                self._cache = self._parse(path)
+            except RegistryCorrupt as exc:
+                if self.quarantine_unusable:
+                    self._set_aside(key, str(exc))
+                raise
             self._cache_key = key
         return self._cache
+
+    def _parse(self, path: Path) -> Snapshot:
+        """The registry in `path`, or RegistryCorrupt when it cannot be parsed or its owner is
+        not one the run trusts (the owner of exactly the file read)."""
+        data, uid = fsops.read_bytes_owned(path)
+        owners = access.owners_of(self.paths)
+        refusal = owners.refusal(uid, path) if owners is not None else None
+        if refusal:
+            raise RegistryCorrupt(f"backend registry {refusal}")
+        return parse_snapshot(data, path)
+
+    def _set_aside(self, key: tuple[int, int, int], reason: str) -> None:
+        """Quarantine the unusable registry, under the writers' lock and only if it is still the
+        file judged (a writer may have replaced it meanwhile); a held lock means a writer is at
+        work: it replaces the file itself, or the next read tries again."""
+        try:
+            lock = acquire(self.paths.backends_lock, SET_ASIDE_LOCK_TIMEOUT_S, STALE_LOCK_S)
+        except LockTimeout:
+            return
+        try:
+            self._set_aside_locked(key, reason)
+        finally:
+            lock.release()
+
+    def _set_aside_locked(self, key: tuple[int, int, int] | None, reason: str) -> None:
+        path = self.paths.backends
+        try:
+            st = path.stat()
+            if key is not None and (st.st_ino, st.st_mtime_ns, st.st_size) != key:
+                return
+            kept = fsops.quarantine(path, self.paths.quarantine, f"{reason}; moved here from {path}: "
+                                    f"`hpc-rollout backend add {self.paths.root} URL` writes a new registry")
+        except FileNotFoundError:
+            return
+        self._cache_key, self._cache = None, Snapshot()
+        log.warning("backend registry unusable, moved to %s: %s", kept, reason)
+        if self.on_quarantine is not None:
+            self.on_quarantine(f"moved to {kept}: {reason}")
 
     # -- writing ------------------------------------------------------------------------
     @contextmanager
@@ -228,7 +278,13 @@ class BackendRegistry:
             ) from None
         try:
             self._cache_key = None
-            yield self.read()
+            try:
+                current = self.read()
+            except RegistryCorrupt as exc:   # the writer replaces it: `backend add` rebuilds the registry
+                self._set_aside_locked(None, str(exc))
+                log.warning("starting a new backend registry: %s", exc)
+                current = Snapshot()
+            yield current
         finally:
             lock.release()
 
@@ -286,21 +342,9 @@ class BackendRegistry:
 
     def clear(self) -> int:
         """Remove every backend (the policy version is kept). Also repairs a corrupt file."""
-        with self._locked_tolerant() as snap:
+        with self._locked() as snap:
             self._write(snap, Snapshot(snap.policy_version, (), min_policy_version=snap.min_policy_version))
         return len(snap.backends)
-
-    @contextmanager
-    def _locked_tolerant(self) -> Iterator[Snapshot]:
-        try:
-            with self._locked() as snap:
-                yield snap
-        except RegistryCorrupt:
-            log.warning("replacing corrupt registry %s", self.paths.backends)
-            quarantine = self.paths.backends.with_name(f"backends.json.corrupt-{int(time.time())}")
-            os.replace(self.paths.backends, quarantine)
-            with self._locked() as snap:
-                yield snap
 
     def swap(
         self,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
-from orchestrator.llm.errors import LLMError, NoBackendAvailable
+from orchestrator.llm.errors import LLMError, NoBackendAvailable, RegistryCorrupt
 from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
 from orchestrator.spool.cluster_summary import DEFAULT_VIEW_S, ClusterView
 from orchestrator.llm.load_view import LoadView
@@ -115,15 +115,18 @@ class Router:
         started = time.monotonic()
         delay = OUTAGE_BACKOFF_S[0]
         waiting = False
+        unusable = ""   # an unusable registry is an outage too (a worker's reader quarantines it)
         while True:
             try:
                 return await self._acquire_now(exclude, force_probe=waiting)
-            except NoBackendAvailable as exc:
+            except (NoBackendAvailable, RegistryCorrupt) as exc:
+                if isinstance(exc, RegistryCorrupt):
+                    unusable = f"; earlier, {exc}"
                 waited = time.monotonic() - started
                 if waited + delay > wait_s:
                     if wait_s <= 0:
                         raise
-                    raise NoBackendAvailable(f"{exc} (waited {waited:.0f} s for one to come back)") from None
+                    raise NoBackendAvailable(f"{exc} (waited {waited:.0f} s for one to come back){unusable}") from None
                 if not waiting:
                     log.warning("no usable LLM backend; waiting up to %.0f s: %s", wait_s, exc)
                 waiting = True
@@ -168,9 +171,20 @@ class Router:
         """The task on `url` finished or moved away."""
         self.board.change(url, -1)
 
+    def min_policy_version(self) -> int:
+        """The oldest policy still trained on (0 while the registry is unusable: nothing is judged stale)."""
+        try:
+            return self.registry.read().min_policy_version
+        except RegistryCorrupt:
+            return 0
+
     def current(self, url: str) -> Backend | None:
-        """The registry's entry for `url` now (its policy version may have been swapped)."""
-        return self.registry.read().find(url)
+        """The registry's entry for `url` now (its policy version may have been swapped); None when
+        it is gone, or the registry is unusable: a task in flight keeps its backend either way."""
+        try:
+            return self.registry.read().find(url)
+        except RegistryCorrupt:
+            return None
 
     # -- health ---------------------------------------------------------------------------
     def mark_down(self, url: str, reason: str) -> None:
@@ -236,9 +250,12 @@ async def probe(http: httpx.AsyncClient, backend: Backend) -> bool:
 
 
 async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | None:
-    """None when GET /health answers 200, else what went wrong."""
+    """None when GET /health answers 200 within HEALTH_TIMEOUT_S in all, else what went wrong."""
     try:
-        response = await http.get(health_url(backend.url))
+        async with asyncio.timeout(HEALTH_TIMEOUT_S):   # in all: the client's timeout is per read
+            response = await http.get(health_url(backend.url))
+    except TimeoutError:
+        return f"GET /health: {NO_ANSWER} {HEALTH_TIMEOUT_S:g} s"
     except httpx.HTTPError as exc:
         return f"{type(exc).__name__}: {exc}".rstrip(": ")
     return None if response.status_code == 200 else f"GET /health answered HTTP {response.status_code}"

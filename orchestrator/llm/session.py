@@ -150,7 +150,7 @@ class LLMSession:
         while True:
             sent_at = time.time()
             backend = await self.ensure_backend()
-            reason = stale_reason(self.oldest_version, self.router.registry.read().min_policy_version)
+            reason = stale_reason(self.oldest_version, self.router.min_policy_version())
             if reason is not None:
                 raise StalePolicy(f"task {self.job_id}: {reason}")
             client = self.client(backend)

@@ -3,6 +3,7 @@ inspect files of example jobs into RUN/report/ (each written to a temporary name
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ class ReportFiles:
 def make_report(paths: SpoolPaths, out_dir: Path | None = None, since_s: float | None = None,
                 pass_reward: float = 1.0) -> ReportFiles:
     out = out_dir or paths.root / "report"
-    (out / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    _own_directory(out, paths)
+    _own_directory(out / JOBS_DIR, paths)
     report = load_report(paths, since_s, pass_reward)
     report = replace(report, examples=_write_examples(paths, out, report))
     figures = draw_all(report, out)
@@ -49,7 +51,21 @@ def make_report(paths: SpoolPaths, out_dir: Path | None = None, since_s: float |
 
 
 def _write(path: Path, data: bytes) -> None:
+    """Written new, then renamed over: a link planted at `path` is replaced, its target untouched."""
     fsops.write_atomic(path, data, durability=fsops.Durability.NONE)
+
+
+class ReportError(ValueError):
+    """The report cannot be written where it should go (the message says why and what to do)."""
+
+
+def _own_directory(directory: Path, paths: SpoolPaths) -> None:
+    """Make `directory` if needed; refuse one that is a symbolic link (files would land where it points)."""
+    if directory.is_symlink():
+        shown = directory.relative_to(paths.root) if directory.is_relative_to(paths.root) else directory
+        raise ReportError(f"{shown} is a symbolic link (to {os.readlink(directory)}): the report writes no file "
+                          f"through a link; remove it (`rm {directory}`) and run the report again")
+    fsops.create_dirs(directory)
 
 
 def _write_examples(paths: SpoolPaths, out: Path, report: RunReport) -> dict[str, str]:

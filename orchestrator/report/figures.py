@@ -8,6 +8,7 @@ Every figure is always written: with no data it says so, so a page never has a b
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,6 +22,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from orchestrator.report.activity import LANES_LAID_OUT, PLACES, STAGES
+from orchestrator.spool import fsops
 from orchestrator.report.model import RunReport
 
 STAGE_COLORS = {"init": "#4C72B0", "run": "#DD8452", "eval": "#55A868", "queue": "#8172B3", "llm turn": "#C44E52"}
@@ -50,7 +52,11 @@ def draw_all(report: RunReport, directory: Path) -> list[FigureFile]:
     for name, title, draw in drawers:
         figure, caption = draw(report)
         # zlib level 1: a third of the encoding time of the default for files about 20% larger.
-        figure.savefig(directory / name, dpi=DPI, pil_kwargs={"compress_level": 1})
+        # Drawn into memory and written new, then renamed over: savefig(path) would follow a
+        # link planted in report/ and overwrite whatever it points at.
+        png = io.BytesIO()
+        figure.savefig(png, format="png", dpi=DPI, pil_kwargs={"compress_level": 1})
+        fsops.write_atomic(directory / name, png.getvalue(), durability=fsops.Durability.NONE)
         made.append(FigureFile(name, title, caption))
     return made
 

@@ -27,24 +27,32 @@ class Bind:
         """`src:dst[:ro|rw]`, or {"source", "target", "read_only"}; read-only by default."""
         if isinstance(value, Bind):
             return value
-        if isinstance(value, dict):
-            source, target = value.get("source"), value.get("target", value.get("source"))
-            read_only = bool(value.get("read_only", True))
-        else:
-            parts = str(value).split(":")
-            if len(parts) not in (1, 2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-                raise SandboxConfigError(f"bind {value!r} must look like SRC[:DST[:ro|rw]]")
-            source = parts[0]
-            target = parts[1] if len(parts) > 1 else parts[0]
-            read_only = len(parts) < 3 or parts[2] == "ro"
-        if not source or not target or not str(target).startswith("/"):
-            raise SandboxConfigError(f"bind {value!r}: target must be an absolute path")
-        if str(target).startswith(CONTROL_DIR):
-            raise SandboxConfigError(f"bind {value!r}: {CONTROL_DIR} is reserved for the runtime")
-        path = Path(str(source)).absolute()
+        source, target, read_only = bind_parts(value)
+        path = Path(source).absolute()
         if not path.exists():
             raise SandboxConfigError(f"bind source {path} does not exist; create it or fix the path")
-        return cls(path, str(target), read_only)
+        return cls(path, target, read_only)
+
+
+def bind_parts(value: "Bind | str | dict[str, Any]") -> tuple[str, str, bool]:
+    """(source, target, read_only) of a bind as written, checked for form only (not on disk)."""
+    if isinstance(value, Bind):
+        return str(value.source), value.target, value.read_only
+    if isinstance(value, dict):
+        source, target = value.get("source"), value.get("target", value.get("source"))
+        read_only = bool(value.get("read_only", True))
+    else:
+        parts = str(value).split(":")
+        if len(parts) not in (1, 2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise SandboxConfigError(f"bind {value!r} must look like SRC[:DST[:ro|rw]]")
+        source = parts[0]
+        target = parts[1] if len(parts) > 1 else parts[0]
+        read_only = len(parts) < 3 or parts[2] == "ro"
+    if not source or not target or not str(target).startswith("/"):
+        raise SandboxConfigError(f"bind {value!r}: target must be an absolute path")
+    if str(target).startswith(CONTROL_DIR):
+        raise SandboxConfigError(f"bind {value!r}: {CONTROL_DIR} is reserved for the runtime")
+    return str(source), str(target), read_only
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,20 @@ The claim's lease is the worker's heartbeat file; see orchestrator/spool/recover
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
 from pathlib import Path
+from typing import Callable
 
 from orchestrator.spool import fsops
+from orchestrator.spool.access import read_trusted
 from orchestrator.spool.batches import decode_batch
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.tickets import CorruptTicket, Ticket
 
+log = logging.getLogger(__name__)
 
 # Workers start claiming at a random point among the oldest START_WINDOW tickets, and jump
 # ahead after losing a race, so that they rarely fight over the same ticket.
@@ -106,33 +110,56 @@ class Claimer:
 
 
 class ClaimBox:
-    """A worker's claim directory (active/W/) and the transitions of the tickets in it."""
+    """A worker's claim directory (active/W/) and the transitions of the tickets in it.
 
-    def __init__(self, paths: SpoolPaths, worker_id: str) -> None:
+    A claimed file is decoded only when its owner is one the run trusts (orchestrator/spool/access.py);
+    it is quarantined, never deleted, when it is not or cannot be decoded, and `on_quarantine` is told why.
+    """
+
+    def __init__(self, paths: SpoolPaths, worker_id: str,
+                 on_quarantine: Callable[[str, str], None] | None = None) -> None:
         self.paths = paths
         self.dir = paths.claims(worker_id)
+        self.on_quarantine = on_quarantine
         fsops.ensure_dir(self.dir)
 
     def claimer(self, queue: Path) -> Claimer:
         return Claimer(queue, self.dir)
 
     def load(self, name: str) -> Ticket | None:
-        """Decode a claimed ticket; a corrupt one (or a directory) is quarantined and None returned."""
-        path = self.dir / name
+        """Decode a claimed ticket; a corrupt or untrusted one (or a directory) is quarantined and None returned."""
+        data = self._read(name)
         try:
-            return Ticket.decode(fsops.read_bytes(path), name)
-        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
-            fsops.quarantine(path, self.paths.quarantine, f"{path}: {exc}")
+            return None if data is None else Ticket.decode(data, name)
+        except (CorruptTicket, UnicodeError) as exc:
+            self._quarantine(name, f"{self.dir / name}: {exc}")
             return None
 
     def load_batch(self, name: str) -> list[Ticket] | None:
-        """Decode a claimed batch file; a corrupt one is quarantined (never deleted) and None returned."""
+        """Decode a claimed batch file; a corrupt or untrusted one is quarantined (never deleted) and None returned."""
+        data = self._read(name)
+        try:
+            return None if data is None else decode_batch(data, name)
+        except (CorruptTicket, UnicodeError) as exc:
+            self._quarantine(name, f"{self.dir / name}: {exc}")
+            return None
+
+    def _read(self, name: str) -> bytes | None:
         path = self.dir / name
         try:
-            return decode_batch(fsops.read_bytes(path), name)
-        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
-            fsops.quarantine(path, self.paths.quarantine, f"{path}: {exc}")
+            data, refusal = read_trusted(self.paths, path)
+        except IsADirectoryError as exc:
+            refusal = f"{path}: {exc}"
+        if refusal:
+            self._quarantine(name, refusal)
             return None
+        return data
+
+    def _quarantine(self, name: str, reason: str) -> None:
+        fsops.quarantine(self.dir / name, self.paths.quarantine, reason)
+        log.warning("quarantined %s: %s", name, reason)
+        if self.on_quarantine is not None:
+            self.on_quarantine(name, reason)
 
     def save(self, ticket: Ticket) -> None:
         """Replace the claimed copy with `ticket`'s current content (atomic)."""

@@ -7,6 +7,7 @@ metadata server nothing, while a file per job would cost a create per job.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -29,7 +30,7 @@ class EventLog:
         self.worker_id = worker_id
         self.dropped = 0
         fsops.count("open")
-        self._file: IO[bytes] = open(paths.worker_events(worker_id), "ab", buffering=0)
+        self._file: IO[bytes] = os.fdopen(fsops.open_append(paths.worker_events(worker_id)), "ab", buffering=0)
 
     def emit(self, job_id: str, event: str, fields: dict[str, Any] | None = None) -> None:
         """Append one event; never raises: a timeline is worth less than the work it describes."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import ctypes
+import dataclasses
 import enum
 import errno
 import os
@@ -38,6 +39,28 @@ BY_DUTY: Counter[str] = Counter()
 DATA: Counter[str] = Counter()
 JOB_DUTY = "job"
 _duty: contextvars.ContextVar[str] = contextvars.ContextVar("fsops_duty", default=JOB_DUTY)
+
+
+@dataclasses.dataclass(frozen=True)
+class Modes:
+    """Permission bits of what the spool creates. Explicit, so that the umask of whoever runs a
+    command never widens them: owner-only unless the run is shared with a group (run.toml
+    [access] group; orchestrator/spool/access.py sets them when a run is opened)."""
+
+    file: int = 0o600
+    dir: int = 0o700
+
+
+_modes = Modes()
+
+
+def set_modes(modes: Modes) -> None:
+    global _modes
+    _modes = modes
+
+
+def modes() -> Modes:
+    return _modes
 
 
 def count(kind: str, n: int = 1) -> None:
@@ -84,7 +107,7 @@ class Durability(enum.Enum):
 
 
 def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None,
-                 durability: Durability = Durability.DATA, mode: int = 0o644) -> None:
+                 durability: Durability = Durability.DATA, mode: int | None = None) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one.
 
     The one atomic-write primitive of the project (spool files, the backend registry, sandbox
@@ -117,12 +140,13 @@ def point_symlink(link: Path, target: str) -> None:
     count("rename")
 
 
-def write_new(path: Path, data: bytes, sync: bool = False, mode: int = 0o644) -> None:
+def write_new(path: Path, data: bytes, sync: bool = False, mode: int | None = None) -> None:
     """Create `path` (it must not exist) and write `data` to it; with `sync`, flush it to disk.
 
-    A failed write (ENOSPC, EIO) removes the partial file before raising.
+    `mode`: the run's file mode unless given. A failed write (ENOSPC, EIO) removes the partial
+    file before raising.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _modes.file if mode is None else mode)
     count("create")
     try:
         view = memoryview(data)
@@ -208,6 +232,21 @@ def read_bytes(path: Path) -> bytes:
         return handle.read()
 
 
+def read_bytes_owned(path: Path) -> tuple[bytes, int]:
+    """The content of `path` and the uid owning the file that was read. The owner comes from the
+    open file (fstat: the attributes the open brought back), so checking it costs no metadata
+    operation beyond the open, and it is the owner of exactly what was read."""
+    count("open")
+    with open(path, "rb") as handle:
+        owner = os.fstat(handle.fileno()).st_uid
+        return handle.read(), owner
+
+
+def open_append(path: Path) -> int:
+    """A descriptor appending to `path` (created with the run's file mode when missing)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _modes.file)
+
+
 def rename(source: Path, target: Path) -> bool:
     """Atomically move `source` to `target`; False when `source` is gone (somebody else won)."""
     count("rename")
@@ -288,7 +327,7 @@ def identity(path: Path) -> tuple[int, int, int] | None:
 def make_dir(path: Path) -> None:
     """Create the directory `path` (it must not exist)."""
     count("mkdir")
-    os.mkdir(path)
+    os.mkdir(path, _modes.dir)
 
 
 def rename_dir(source: Path, target: Path) -> bool:
@@ -318,12 +357,28 @@ def touch(path: Path) -> None:
 
 def ensure_dir(path: Path) -> None:
     count("mkdir")
-    path.mkdir(parents=True, exist_ok=True)
+    create_dirs(path)
+
+
+def create_dirs(path: Path) -> None:
+    """`mkdir -p` with the run's directory mode for every directory it creates, in the system
+    calls Path.mkdir(parents=True, exist_ok=True) makes (not counted: callers that are part of a
+    job's cost use ensure_dir)."""
+    try:
+        os.mkdir(path, _modes.dir)
+    except FileNotFoundError:
+        if path.parent == path:
+            raise
+        create_dirs(path.parent)
+        create_dirs(path)
+    except OSError:
+        if not path.is_dir():
+            raise
 
 
 def quarantine(path: Path, quarantine_dir: Path, reason: str) -> Path:
     """Move a corrupt file (or directory) aside, never deleting it, with a note saying why."""
-    quarantine_dir.mkdir(parents=True, exist_ok=True)
+    create_dirs(quarantine_dir)
     target = quarantine_dir / f"{path.name}.{secrets.token_hex(3)}"
     os.rename(path, target)
     count("rename")

@@ -43,7 +43,7 @@ class HandoffLog:
     def record(self, job_id: str) -> None:
         """Durably note that `job_id` is about to leave as its own ticket (call before the rename)."""
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = fsops.open_append(self.path)
             fsops.count("create")
         # A leading newline ends any line a failed append (a full disk) left half-written, so
         # this record is read whole whatever came before it.

@@ -218,7 +218,7 @@ class Journal:
             self._fd = None
 
     def _create(self, path: Path) -> int:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, fsops.modes().file)
         fsops.count("create")
         return fd
 

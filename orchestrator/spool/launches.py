@@ -21,7 +21,7 @@ def new_launch_id(prefix: str) -> str:
 def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
     """logs/LAUNCH/, with logs/latest pointing at it."""
     log_dir = paths.logs / launch_id
-    log_dir.mkdir(parents=True, exist_ok=True)
+    fsops.create_dirs(log_dir)
     latest = paths.logs / "latest"
     fsops.point_symlink(latest, launch_id)
     return log_dir

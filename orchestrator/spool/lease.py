@@ -265,7 +265,7 @@ def acquire(path: Path, timeout_s: float, stale_s: float, holder: str | None = N
 
     Raises LockTimeout. A holder is judged on this process's clock, so `stale_s` must be shorter
     than `timeout_s` for a crashed holder's lock to be broken within the wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    fsops.create_dirs(path.parent)
     deadline = time.monotonic() + timeout_s
     delay = FIRST_POLL_S
     while True:

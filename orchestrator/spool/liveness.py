@@ -114,7 +114,7 @@ def read_workers(paths: SpoolPaths, lease_s: float, sightings: Sightings | None 
 def retire(paths: SpoolPaths, worker_id: str) -> None:
     """Move a heartbeat to workers/gone/ (kept for `status`, out of the live set)."""
     gone = paths.workers / "gone"
-    gone.mkdir(exist_ok=True)
+    fsops.create_dirs(gone)
     fsops.rename(paths.heartbeat(worker_id), gone / f"{worker_id}.json")
 
 

@@ -29,6 +29,7 @@ from typing import Callable
 import orjson
 
 from orchestrator.spool import fsops
+from orchestrator.spool.access import read_trusted
 from orchestrator.spool.batches import decode_batch, is_batch
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.spool.jobs import StageError
@@ -286,7 +287,11 @@ def _expand_batches(paths: SpoolPaths, reap_dir: Path, batches: list[str], singl
     for name in batches:
         path = reap_dir / name
         try:
-            jobs = decode_batch(fsops.read_bytes(path), name)
+            data, refusal = read_trusted(paths, path)
+            if refusal:   # never turned into tickets of ours: that would launder a stranger's jobs
+                fsops.quarantine(path, paths.quarantine, f"{reason}; its batch {refusal}")
+                continue
+            jobs = decode_batch(data, name)
         except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
             fsops.quarantine(path, paths.quarantine, f"{reason}; its batch {name} is corrupt: {exc}")
             continue
@@ -309,7 +314,12 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
     `lost_with`: the worker whose lease expired with the claim (see `_count_loss`)."""
     name = name or path.name
     try:
-        ticket = Ticket.decode(fsops.read_bytes(path), name)
+        data, refusal = read_trusted(paths, path)
+        if refusal:   # requeued, it would be rewritten as ours: a stranger's ticket must not be
+            fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {refusal}")
+            emit(name, "quarantined", {"reason": refusal})
+            return 0
+        ticket = Ticket.decode(data, name)
     except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0

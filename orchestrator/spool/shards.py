@@ -8,6 +8,7 @@ a per-writer cursor (orchestrator/spool/shardlog.py, orchestrator/trainer/tail.p
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +186,7 @@ def write_durably(table: pa.Table, path: Path) -> None:
     """Write `table` as Parquet to the new file `path` and flush it; no partial file is left."""
     fsops.count("create")
     try:
-        with open(path, "xb") as handle:
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, fsops.modes().file), "wb") as handle:
             pq.write_table(table, handle, compression="zstd")
             handle.flush()
             fsops.sync_file(handle.fileno())

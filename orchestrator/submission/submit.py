@@ -30,6 +30,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.handler_api.contract import AgentHandler, HandlerError, check_instance, load_handler
+from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.submission.sampling import sampling_problem
@@ -182,7 +183,8 @@ def submit_rows(
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise SubmitError(f"batch size {batch_size} is outside [1, {MAX_BATCH_SIZE}]")
     report = SubmitReport(new_submission_id(), source)
-    tasks = _validated_tasks(rows, handler, report, mapping)
+    allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults())
+    tasks = _validated_tasks(rows, handler, report, mapping, allowed)
     if strict and report.rejected:
         _record(paths, report)
         return report
@@ -274,8 +276,20 @@ def _run_config(paths: SpoolPaths) -> Any:
         raise SubmitError(str(exc)) from None
 
 
+@dataclass(frozen=True)
+class SandboxChoices:
+    """What the run's operator lets a row ask of its sandbox (run.toml [sandbox])."""
+
+    policy: SandboxPolicy
+    defaults: dict[str, Any]
+
+    def check(self, handler: AgentHandler, task: Task) -> None:
+        """SandboxPolicyError (a ValueError: the row is rejected) naming what is not allowed."""
+        self.policy.decide(self.defaults, handler.sandbox_request(task.instance), handler=task.handler)
+
+
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport,
-                     source_handlers: Mapping[str, str]) -> list[Task]:
+                     source_handlers: Mapping[str, str], allowed: SandboxChoices) -> list[Task]:
     handlers: dict[str, AgentHandler | HandlerError] = {}
 
     def find(name: str) -> AgentHandler | HandlerError:
@@ -306,6 +320,7 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
                     )
                 raise ValueError(str(found))
             check_instance(found, task.instance)
+            allowed.check(found, task)
             _check_storable(task.instance)
             tasks.append(task)
         except Exception as exc:  # a handler's validation may raise anything: the row is what is wrong

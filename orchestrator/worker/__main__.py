@@ -14,6 +14,7 @@ import sys
 import click
 
 from orchestrator.metrics.prometheus import MetricsUnavailable
+from orchestrator.spool.access import AccessError
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.config import RUNTIME_NAMES
 from orchestrator.worker.main import run_worker
@@ -57,7 +58,7 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
         raise click.UsageError(str(exc)) from None
     try:
         code = run_worker(SpoolPaths.of(run_dir), options)
-    except MetricsUnavailable as exc:
+    except (MetricsUnavailable, AccessError) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
 

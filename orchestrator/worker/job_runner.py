@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from orchestrator.handler_api.context import JobContext
 from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_handler
+from orchestrator.sandbox.policy import SandboxPolicyError
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import JobStatus, Stage, StageError
 from orchestrator.spool.rows import build_row
@@ -123,10 +124,26 @@ class JobRunner:
         if self.state.cancels.is_cancelled(ticket.job):
             await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, "cancelled", "cancelled before it started"), {})
             return None
+        if stage is Stage.INIT and (refusal := self._sandbox_refusal(handler, ticket)):
+            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "SandboxPolicyError", refusal), {})
+            return None
         if stage is Stage.EVAL and (stale := self._stale(_previous_output(ticket, stage))):
             await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, STALE_KIND, stale), {})
             return None
         return handler
+
+    def _sandbox_refusal(self, handler: AgentHandler, ticket: Ticket) -> str | None:
+        """Why the run's sandbox policy refuses what the job's row asks for, before INIT runs any of
+        it (a ticket planted without `submit`); None: allowed, or left to INIT, which checks again."""
+        services = self.state.services
+        try:
+            services.sandbox_policy.decide(services.sandbox_defaults, handler.sandbox_request(ticket.job.instance),
+                                           handler=ticket.job.handler, job_dir=self.state.paths.job_dir(ticket.name))
+        except SandboxPolicyError as exc:
+            return str(exc)
+        except Exception:  # a row the handler cannot read: INIT fails with the handler's own reason  # noqa: BLE001
+            return None
+        return None
 
     async def _execute(self, handler: AgentHandler, ticket: Ticket, ctx: JobContext) -> StageOutcome:
         """Call the handler within the job's remaining budget; record its output and timings."""

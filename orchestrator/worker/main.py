@@ -8,6 +8,7 @@ import signal
 import threading
 
 from orchestrator.config import RunConfig
+from orchestrator.spool import access
 from orchestrator.spool.paths import SpoolPaths
 from dataclasses import replace
 
@@ -58,6 +59,7 @@ def run_worker(
 ) -> int:
     """Run one worker until it is stopped; 0 after a clean stop, 1 when an essential part failed,
     3 (EXIT_LEASE_LOST) when it lost its lease more than MAX_REJOINS times."""
+    access.own_process()   # a worker process: its umask follows the run's modes too
     config = RunConfig.load(paths.run_config)
 
     async def main() -> int:

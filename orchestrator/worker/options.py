@@ -78,3 +78,41 @@ class WorkerOptions:
         if self.launcher_pid is not None:
             args += ["--launcher-pid", str(self.launcher_pid)]
         return args
+
+
+@dataclass(frozen=True)
+class PoolVerdict:
+    """Whether workers with these pools can finish a job: `refusal` when they never can (the
+    command stops, saying why), `warning` when that needs other workers too (it names them)."""
+
+    refusal: str | None = None
+    warning: str | None = None
+
+
+def pool_verdict(options: WorkerOptions) -> PoolVerdict:
+    """The verdict on resolved options (every pool a number): a job needs INIT and RUN on one node,
+    then EVAL anywhere."""
+    sizes = f"init = {options.pool_size(Stage.INIT)}, run = {options.pool_size(Stage.RUN)}, " \
+            f"eval = {options.pool_size(Stage.EVAL)}"
+    served = {stage for stage in Stage if options.pool_size(stage) > 0}
+    if not served:
+        return PoolVerdict(refusal=(
+            f"these workers would claim nothing (stages {','.join(sorted(s.value for s in options.stages))}; {sizes}): "
+            f"give the stages they run slots with run.toml [pools] or --init-pool/--run-pool/--eval-pool above 0"))
+    if Stage.INIT in served and Stage.RUN not in served:
+        return PoolVerdict(refusal=(
+            f"run = 0 ({sizes}): INIT prepares jobs for RUN on its own node, so nothing these workers prepare "
+            f"would ever run; give RUN slots (run.toml [pools] run, or --run-pool)"))
+    if Stage.RUN in served and Stage.INIT in options.stages and Stage.INIT not in served:
+        return PoolVerdict(refusal=(
+            f"init = 0 ({sizes}): RUN takes only jobs INIT prepared on the same node, and these workers prepare none; "
+            f"give INIT slots (run.toml [pools] init, or --init-pool), or leave INIT out with --stages run,eval"))
+    warnings = []
+    if Stage.RUN in served and Stage.INIT not in options.stages:
+        warnings.append("these workers run only jobs that INIT workers on their own nodes prepare: start workers "
+                        "with INIT there as well")
+    if Stage.RUN in served and Stage.EVAL not in served:
+        warnings.append(f"eval = 0 here ({sizes}): finished RUNs wait in queue/eval until workers with EVAL slots "
+                        f"run too, e.g. `hpc-rollout launch RUN_DIR --stages eval --eval-pool 4` (or --nodes N "
+                        f"--partition cpu)")
+    return PoolVerdict(warning="; ".join(warnings) or None)

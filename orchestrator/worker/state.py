@@ -23,7 +23,8 @@ from orchestrator.config import RunConfig
 from orchestrator.handler_api.context import WorkerServices
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
-from orchestrator.spool import fsops
+from orchestrator.sandbox.policy import SandboxPolicy
+from orchestrator.spool import access, fsops
 from orchestrator.spool.cancel import CancelWatch
 from orchestrator.spool.claims import ClaimBox, Claimer
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView
@@ -101,6 +102,11 @@ class WorkerState:
         self.config = config
         self.options = options.resolve(config)
         self.node = current_node()
+        # The run's modes for everything this worker creates, and whose files it acts on.
+        access.use(config.access)
+        owners = access.Owners.of(paths, config.access)
+        owners.check_self(paths)
+        access.trust(paths, owners)
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
         self.info = base_info(self.node, self.options.launch_id)
         # A stop request is one made after this worker started: another identity of control/stop
@@ -110,7 +116,7 @@ class WorkerState:
         # The heartbeat exists before the claim directory, so recovery never takes a starting
         # worker's directory for an abandoned one.
         write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})
-        self.box = ClaimBox(paths, self.worker_id)
+        self.box = ClaimBox(paths, self.worker_id, on_quarantine=self.quarantined)
         # RUN outputs this worker evaluates itself are appended here, not saved in their claims.
         self.journal = Journal.open(self.box.dir)
         self.run_queue = paths.run_queue(self.node)
@@ -126,9 +132,13 @@ class WorkerState:
         self.registry = BackendRegistry(paths, vouch=self.cluster.registry_key)
         self.services = WorkerServices(
             paths=paths, worker_id=self.worker_id, node=self.node, runtime=str(self.options.runtime),
-            sandbox_defaults=config.sandbox.defaults(), emit=self.events.emit,
+            sandbox_defaults=config.sandbox.defaults(), sandbox_policy=SandboxPolicy.of(config.sandbox),
+            emit=self.events.emit,
             llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster), proxy=config.proxy,
         )
+        for registry in (self.registry, *([self.services.llm_router.registry] if self.services.llm_router else [])):
+            registry.quarantine_unusable = True      # an unusable registry goes to quarantine/: an outage, not a crash
+            registry.on_quarantine = self.registry_quarantined
         self.pools = Pools.sized(self.options)
         self.claimers = {s: Claimer(self.queue_of(s), self.box.dir) for s in Stage}
         self.jobs = HeldJobs()
@@ -142,6 +152,12 @@ class WorkerState:
         # (one at a time), heartbeats in another (never queued behind a slow commit).
         self.spool_io = ThreadPoolExecutor(1, thread_name_prefix="spool-io")
         self.heartbeat_io = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+
+    def quarantined(self, name: str, reason: str) -> None:
+        self.events.emit(name, "quarantined", {"reason": reason})
+
+    def registry_quarantined(self, reason: str) -> None:
+        self.events.emit("-", "registry_quarantined", {"reason": reason})
 
     def queue_of(self, stage: Stage) -> Path:
         return {Stage.INIT: self.paths.init_queue, Stage.RUN: self.run_queue, Stage.EVAL: self.paths.eval_queue}[stage]

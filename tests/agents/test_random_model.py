@@ -27,7 +27,7 @@ def test_random_model_every_job_ends_with_a_row_and_a_stop_reason(
         return {**row, "agent": tight}
 
     with local_server(tiny=True) as url:
-        paths = new_run(tmp_path, task_image, url)
+        paths = new_run(tmp_path, task_image, url, **{"sandbox.allowed_binds": [str(bundled.mirrors)]})
         jobs = 0
         for family, count in (("math", 1), ("code", 1), ("swe", 1)):
             subset = select(bundled.tasks(family), tmp_path / f"{family}.jsonl", count, limited)

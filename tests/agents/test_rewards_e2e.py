@@ -70,7 +70,7 @@ def scripted_run(tmp_path_factory: pytest.TempPathFactory, task_image: Path, bun
     record = tmp / "record.jsonl"
     server = start_server(tiny=True, record=record, extra_args=["--scripted", str(scripts), "--max-model-len", "32768"])
     try:
-        paths = new_run(tmp, task_image, server.url)
+        paths = new_run(tmp, task_image, server.url, **{"sandbox.allowed_binds": [str(bundled.mirrors)]})
         submit(paths, select(bundled.math, tmp / "math.jsonl", 7), "math", max_tokens=512)
         submit(paths, select(bundled.code, tmp / "code.jsonl", 5), "code", max_tokens=512)
         submit(paths, select(bundled.swe, tmp / "swe.jsonl"), "swe", max_tokens=512)

@@ -32,7 +32,9 @@ def test_bundled_tasks_pass_and_planted_bad_ones_are_listed(tmp_path: Path, task
     trivial = {**third, "instance_id": "planted-trivial", "FAIL_TO_PASS": third["PASS_TO_PASS"][:1]}
     tasks = tmp_path / "swe.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in (good, broken, trivial)))
-    done = check(tasks, "swe", task_image)
+    refused = check(tasks, "swe", task_image)   # rows' repo_mirrors are binds: allowed only when said so
+    assert refused.returncode == 1 and "sandbox.allowed_binds" in refused.stdout, refused.stdout + refused.stderr
+    done = check(tasks, "swe", task_image, "--allow-bind", str(bundled.mirrors))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "3 tasks checked: 1 ok, 2 failing" in done.stdout
     assert f"{tasks}:2 (planted-broken)" in done.stdout and "golden" in done.stdout

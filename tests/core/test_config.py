@@ -19,8 +19,12 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
     _, sandboxed = init_run(tmp_path / "r", {"sandbox.network": "true", "sandbox.image": "/images/swe"})
     assert sandboxed.sandbox.defaults() == {
         "network": True, "fakeroot": False, "image": "/images/swe", "keep_workspace": False,
-        "limits": {"total_memory_mb": 8192, "workspace_mb": 2048},
+        "limits": {"total_memory_mb": 8192, "workspace_mb": 2048, "processes": 256},
     }
+    _, allowing = init_run(tmp_path / "r", {"sandbox.allowed_binds": "/data/mirrors,/opt/harness",
+                                            "sandbox.network_handlers": ["shell"]})
+    assert allowing.sandbox.allowed_binds == ("/data/mirrors", "/opt/harness")
+    assert RunConfig.load(paths.run_config).sandbox.network_handlers == ("shell",)
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -30,6 +34,9 @@ def test_round_trip_and_overrides(tmp_path: Path) -> None:
     ("jobs.timeout_s", "soon", "not a number"),
     ("sandbox.runtime", "docker", "valid: auto, apptainer, bwrap, local"),
     ("sandbox.network", "yes", "true or false"),
+    ("sandbox.allowed_images", ["images"], "must be an absolute path"),
+    ("sandbox.allowed_binds", ["/"], "would allow the whole host"),
+    ("sandbox.network_handlers", [1], "list of non-empty strings"),
 ])
 def test_bad_settings_name_the_problem(key: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

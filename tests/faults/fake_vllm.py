@@ -8,7 +8,9 @@ It prints `serving on http://127.0.0.1:PORT/v1` and answers:
   POST /v1/completions  `ok`: ids continuing the prompt ((last + k) % 1000 + 100);
                         `poison`: ids [5, N] (N does not fit the int32 column of a row),
                         also in `ok` mode for a request whose sampling seed is POISON_SEED;
-                        `hang`: never answers
+                        `hang`: never answers;
+                        `trickle`: answers at once but sends one byte a second, taking
+                        TRICKLE_S in all (a backend a per-read timeout never gives up on)
   POST /control         {"mode": ...} switches the mode of the running server
 
 A separate process, so a test can kill it (a real outage) and start it again on the same port.
@@ -28,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
-MODES = ("ok", "poison", "hang")
+MODES = ("ok", "poison", "hang", "trickle")
 POISON_SEED = 666
+TRICKLE_S = 30
 
 
 def build_app(mode: str, poison_token: int) -> Any:
@@ -38,10 +42,12 @@ def build_app(mode: str, poison_token: int) -> Any:
 
     state = {"mode": mode}
 
-    async def completions(request: web.Request) -> web.Response:
+    async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if state["mode"] == "hang":
             await asyncio.sleep(3600)
+        if state["mode"] == "trickle":
+            return await trickle(request, body)
         prompt = body["prompt"]
         count = min(int(body.get("max_tokens", 8)), 8)
         if state["mode"] == "poison" or body.get("seed") == POISON_SEED:
@@ -53,6 +59,20 @@ def build_app(mode: str, poison_token: int) -> Any:
             "logprobs": {"token_logprobs": [-0.5] * len(ids), "tokens": [f"token_id:{i}" for i in ids]},
         }
         return web.json_response({"id": "c", "object": "text_completion", "choices": [choice]})
+
+    async def trickle(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """Whitespace (valid JSON padding), one byte a second, then a real answer."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        for _ in range(TRICKLE_S):
+            await response.write(b" ")
+            await asyncio.sleep(1.0)
+        ids = [(body["prompt"][-1] + 1) % 1000 + 100]
+        await response.write(orjson.dumps({"id": "c", "object": "text_completion", "choices": [{
+            "index": 0, "text": "", "token_ids": ids, "finish_reason": "length",
+            "logprobs": {"token_logprobs": [-0.5], "tokens": [f"token_id:{i}" for i in ids]}}]}))
+        await response.write_eof()
+        return response
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(status=200)

@@ -57,22 +57,27 @@ def test_swap_replaces_the_set_and_bumps_the_version(tmp_path: Path) -> None:
     assert [b.url for b in registry.read().backends] == ["http://c:1/v1"]
 
 
-def test_corrupt_registry_is_a_clear_error(tmp_path: Path) -> None:
+def test_corrupt_registry_is_a_clear_error_and_a_writer_rebuilds_it(tmp_path: Path) -> None:
     init_run(tmp_path)  # the CLI works on run directories only
     (tmp_path / "backends.json").write_text('{"backends": [ {"url": ')
     registry = BackendRegistry.of(tmp_path)
-    with pytest.raises(RegistryCorrupt, match="backend clear .* --force"):
+    with pytest.raises(RegistryCorrupt, match="backend add .* writes a new one"):
         registry.read()
-    with pytest.raises(RegistryCorrupt):
-        registry.add("http://a:1/v1")
     runner = CliRunner()
     result = runner.invoke(cli, ["backend", "list", str(tmp_path)])
     assert result.exit_code != 0 and "corrupt" in result.output
     assert runner.invoke(cli, ["backend", "clear", str(tmp_path)]).exit_code != 0
+    assert (tmp_path / "backends.json").exists(), "a reader (list) moved nothing"
+    registry.add("http://a:1/v1")   # a writer starts a new registry; the bad one is kept aside
+    assert [b.url for b in registry.read().backends] == ["http://a:1/v1"]
+    [kept] = [p for p in (tmp_path / "quarantine").iterdir() if p.name.startswith("backends.json.")
+              and not p.name.endswith(".reason")]
+    assert kept.read_text() == '{"backends": [ {"url": '
+    assert "corrupt" in kept.with_name(kept.name + ".reason").read_text()
+    (tmp_path / "backends.json").write_text("[]")
     result = runner.invoke(cli, ["backend", "clear", str(tmp_path), "--force"])
     assert result.exit_code == 0, result.output
     assert registry.read().backends == ()
-    assert list(tmp_path.glob("backends.json.corrupt-*"))  # kept aside, never deleted
 
 
 def _writer(run_dir: str, worker: int, count: int) -> None:

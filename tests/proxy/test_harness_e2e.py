@@ -39,7 +39,8 @@ HARNESS_DIR = Path(__file__).with_name("harness")
 @pytest.fixture(scope="module")
 def harness_run(backend: Backend, task_image: Path) -> dict[str, Any]:
     tmp = backend.paths.root.parent
-    paths, _ = init_run(backend.paths.root, {"sandbox.image": str(task_image), "sandbox.runtime": "bwrap"})
+    paths, _ = init_run(backend.paths.root, {"sandbox.image": str(task_image), "sandbox.runtime": "bwrap",
+                                             "sandbox.allowed_binds": [str(HARNESS_DIR)]})   # the operator's choice
     tasks = tmp / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({
         "instance_id": name, "problem": f"Harness {name}.", "answer": "391",

@@ -49,6 +49,7 @@ def test_a_backend_gone_mid_run_fails_the_job_cleanly_keeping_its_calls(task_ima
     try:
         paths, _ = init_run(tmp_path / "run", {
             "sandbox.image": str(task_image), "sandbox.runtime": "bwrap", "llm.outage_wait_s": 1.0,
+            "sandbox.allowed_binds": [str(HARNESS_DIR), str(gate)],
             "shards.idle_flush_s": 0.1, "shards.max_age_s": 0.5})
         BackendRegistry.of(paths).add(server.url, protocol="vllm", version=3)
         tasks = tmp_path / "tasks.jsonl"

@@ -38,6 +38,7 @@ def harness_rows(tmp: Path, runtime: Path, image: Path, swe_row: dict[str, Any],
     server = start_server(tiny=True, record=record, extra_args=[*server_args, "--max-model-len", "32768"])
     try:
         paths, _ = init_run(tmp / "run", {"sandbox.image": str(image), "sandbox.runtime": "bwrap",
+                                          "sandbox.allowed_binds": [str(venv), str(Path(swe_row["repo_mirror"]).parent)],
                                           "shards.idle_flush_s": 0.1, "shards.max_age_s": 0.5})
         BackendRegistry.of(paths).add(server.url, protocol="vllm", version=1)
         task = {**swe_row, "harness": {"command": mini_swe_agent.command(), "binds": [mini_swe_agent.bind(venv)],

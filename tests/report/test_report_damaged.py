@@ -90,3 +90,47 @@ def test_since_open_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "duration 'soon' not understood: use e.g. 90s, 30m, 1h" in bad.stderr
     not_a_run = cli("report", str(tmp_path), check=False)
     assert not_a_run.returncode == 1 and "hpc-rollout init" in not_a_run.stderr
+
+
+def test_report_replaces_planted_links_and_leaves_their_targets_untouched(tmp_path: Path) -> None:
+    """Every file of report/ is written new and renamed over: a link planted in its place is
+    replaced, what it pointed at is not written through (savefig alone follows links)."""
+    paths = make_run(tmp_path / "run")
+    submit_rows(paths, [(i, {"handler": "sleep", "instance": {"run": 0.01, "fail": {"run": 0.5}}}) for i in range(1, 7)])
+    worker = start_worker(paths)
+    try:
+        wait_drained(paths)
+    finally:
+        assert stop_worker(worker) == 0
+    out = paths.root / "report"
+    (out / "jobs").mkdir(parents=True)
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    planted = {}
+    for name in [*FIGURES, "report.html", "numbers.json"]:
+        victim = victims / name.replace("/", "_")
+        victim.write_text(f"precious {name}\n")
+        (out / name).symlink_to(victim)
+        planted[name] = victim
+    cli("report", str(paths.root))
+    examples = sorted((out / "jobs").glob("*.json"))
+    assert examples, "the failed jobs should have example files"
+    for name, victim in planted.items():
+        assert victim.read_text() == f"precious {name}\n", f"report wrote through the link report/{name}"
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 100, name
+    # A second report with links planted at the example files, and at the jobs/ directory itself.
+    for example in examples:
+        victim = victims / example.name
+        victim.write_text("precious example\n")
+        example.unlink()
+        example.symlink_to(victim)
+    cli("report", str(paths.root))
+    for example in examples:
+        assert (victims / example.name).read_text() == "precious example\n"
+        assert not example.is_symlink()
+    (out / "jobs").rename(out / "jobs-before")
+    (out / "jobs").symlink_to(victims)
+    refused = cli("report", str(paths.root), check=False)
+    assert refused.returncode == 1 and "report/jobs is a symbolic link" in refused.stderr, refused.stderr
+    assert sorted(p.name for p in victims.iterdir()) == sorted([*(v.name for v in planted.values()),
+                                                                *(e.name for e in examples)])

@@ -83,7 +83,7 @@ def test_run_toml_sets_the_totals_and_they_reach_every_sandbox(tmp_path: Path) -
     paths = make_run(tmp_path / "run", **{"sandbox.runtime": "bwrap", "sandbox.workspace_mb": 4,
                                           "sandbox.total_memory_mb": 256})
     config = RunConfig.load(paths.run_config)
-    assert config.sandbox.defaults()["limits"] == {"workspace_mb": 4, "total_memory_mb": 256}
+    assert config.sandbox.defaults()["limits"] == {"workspace_mb": 4, "total_memory_mb": 256, "processes": 256}
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "shell", "instance": {
         "commands": ["dd if=/dev/zero of=big bs=1M count=16 2>&1"], "expect": "No space left"}}]))
     worker = start_worker(paths)

@@ -32,7 +32,7 @@ AGENT = {"max_turns": 2, "max_context_tokens": MAX_MODEL_LEN - 24, "max_wall_s":
 
 def test_random_model_on_stock_vllm_every_agent_job_ends_cleanly(
         tmp_path: Path, task_image: Path, bundled: Bundled, relay: RecordingRelay) -> None:  # noqa: F811
-    paths = new_run(tmp_path, task_image, relay.url)
+    paths = new_run(tmp_path, task_image, relay.url, **{"sandbox.allowed_binds": [str(bundled.mirrors)]})
     jobs = 0
     for family in ("math", "code", "swe"):
         subset = select(bundled.tasks(family), tmp_path / f"{family}.jsonl", 1, lambda row: {**row, "agent": AGENT})

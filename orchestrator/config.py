@@ -10,6 +10,7 @@ from typing import Any
 
 import tomli_w
 
+from orchestrator.errors import HpcRolloutError
 
 
 class Runtime(str, enum.Enum):
@@ -24,7 +25,7 @@ class Runtime(str, enum.Enum):
 RUNTIME_NAMES: tuple[str, ...] = tuple(runtime.value for runtime in Runtime)
 
 
-class ConfigError(ValueError):
+class ConfigError(HpcRolloutError, ValueError):
     """run.toml (or an override) holds an unknown key or a value out of bounds."""
 
 

@@ -1,9 +1,10 @@
 """The last line of defence of the command line: one line naming the problem, never a traceback.
 
 Commands turn the errors they expect into click errors themselves; whatever escapes them ends
-here. The project's own error classes carry messages that name the fix; operating-system errors
-are described (a full disk says so); anything else is reported as an internal error, with the
-traceback available through HPC_ROLLOUT_TRACEBACK=1.
+here. Every expected error derives from HpcRolloutError (orchestrator/errors.py) and carries a
+message that names the fix; operating-system errors are described (a full disk says so);
+anything else is reported as an internal error, with the traceback available through
+HPC_ROLLOUT_TRACEBACK=1.
 """
 
 from __future__ import annotations
@@ -15,19 +16,9 @@ from typing import Callable, NoReturn
 
 import click
 
+from orchestrator.errors import HpcRolloutError
+
 TRACEBACK_ENV = "HPC_ROLLOUT_TRACEBACK"
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from orchestrator.config import ConfigError
-    from orchestrator.handler_api.contract import HandlerError
-    from orchestrator.llm.errors import LLMError
-    from orchestrator.sandbox.errors import SandboxError
-    from orchestrator.slurm.errors import SlurmError
-    from orchestrator.submission.submit import SubmitError
-    from orchestrator.worker.options import OptionsError
-
-    return (ConfigError, HandlerError, LLMError, SandboxError, SlurmError, SubmitError, OptionsError)
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -48,7 +39,7 @@ def run_guarded(command: Callable[[], object]) -> None:
         return
     try:
         command()
-    except _known_errors() as exc:
+    except HpcRolloutError as exc:
         _fail(str(exc))
     except OSError as exc:
         _fail(describe_os_error(exc))

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.observation_pieces import ObservationPieces
 
 SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
 VERIFY_EVERY = 32
 
 
-class TemplateError(ValueError):
+class TemplateError(HpcRolloutError, ValueError):
     """The chat template cannot be extended by a delta (it rewrites earlier turns)."""
 
 

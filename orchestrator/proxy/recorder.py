@@ -20,13 +20,14 @@ from typing import Any, Callable
 
 from orchestrator.agent.messages import reply_text
 from orchestrator.agent.parsers import Parser
+from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.conversation import Conversation
 from orchestrator.proxy.wire import ChatRequest, message_key, reply_message, template_message
 
 RENDER_WINDOW = 2   # as the agent loop: deltas rendered after the last 2 messages (checked by Conversation)
 
 
-class LimitReached(Exception):
+class LimitReached(HpcRolloutError):
     """The job's turn or context limit: the call is refused and the harness should stop."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -34,7 +35,7 @@ class LimitReached(Exception):
         self.reason = reason            # a StopReason value: max_turns | context_full
 
 
-class BackendGone(Exception):
+class BackendGone(HpcRolloutError):
     """The job's backend failed for good (the session waited and switched as long as it may)."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from orchestrator.agent.calls import ParsedReply, ToolCall
+from orchestrator.errors import HpcRolloutError
 
 # Sampling parameters a harness may set; the job's own sampling parameters win over them.
 PASSED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
@@ -28,7 +29,7 @@ PASSED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "pr
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-class BadRequest(ValueError):
+class BadRequest(HpcRolloutError, ValueError):
     """A request the proxy cannot serve; answered with HTTP 400 and this text."""
 
 

@@ -17,6 +17,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
@@ -164,13 +165,13 @@ class Batch:
     first_at: float
 
 
-class UnflushedShard(RuntimeError):
+class UnflushedShard(HpcRolloutError, RuntimeError):
     """The shard was renamed into shards/ (its rows ARE committed) but the directory flush failed:
     its tickets may be dropped only after a flush succeeds. Not an OSError, so that no caller
     mistakes it for a failed write and writes the rows again."""
 
 
-class FencedOut(RuntimeError):
+class FencedOut(HpcRolloutError, RuntimeError):
     """The claims a shard would finish are no longer this worker's: nothing was committed."""
 
 

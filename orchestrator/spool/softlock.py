@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ FIRST_POLL_S = 0.005
 MAX_POLL_S = 0.1
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(HpcRolloutError, TimeoutError):
     """The lock stayed held for the whole timeout."""
 
 
@@ -60,7 +61,7 @@ def acquire_soft_lock(path: Path, timeout_s: float, stale_s: float) -> SoftLock:
             return held
         _break_if_stale(path, stale_s)
         if time.monotonic() >= deadline:
-            raise LockTimeout(str(path))
+            raise LockTimeout(f"{path} stayed locked for {timeout_s:g} s: retry, or remove it if no process holds it")
         time.sleep(delay)
         delay = min(delay * 2, MAX_POLL_S)
 

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 import pyarrow.parquet as pq
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
@@ -39,7 +40,7 @@ VERL_KEYS = ("data_source", "prompt")
 MAX_SAMPLES = 9999
 
 
-class SubmitError(ValueError):
+class SubmitError(HpcRolloutError, ValueError):
     """The submission as a whole cannot be accepted (unreadable file, bad options)."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 import orchestrator
+from orchestrator.config import RunConfig
 from orchestrator.spool.launches import launch_log_dir, new_launch_id
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
@@ -164,8 +165,7 @@ def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: Work
            dry_run: bool = False) -> LaunchResult:
     """Submit `options.nodes` node workers on the run (or only write their scripts with dry_run)."""
     paths = SpoolPaths.of(run_dir)
-    if not paths.is_run_dir():
-        raise LaunchError(f"{paths.root} is not a run directory (no run.toml): hpc-rollout init {run_dir}")
+    RunConfig.load(paths.run_config)   # a run directory, with settings a worker can start from
     if not dry_run and not slurm_available():
         raise SlurmUnavailable("no Slurm here (sbatch/srun/squeue not on PATH): use launch --local")
     launch_id = worker.launch_id or new_launch_id("dryrun" if dry_run else "slurm")

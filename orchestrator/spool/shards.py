@@ -22,7 +22,8 @@ from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
-from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard_exists, shard_name, writers_of_worker
+from orchestrator.spool.shardlog import (WriterDirectory, foreign_shard_name, parse_shard_name, shard_exists, shard_name,
+                                        writers_of_worker)
 
 
 @dataclass
@@ -195,10 +196,22 @@ def write_durably(table: pa.Table, path: Path) -> None:
         raise
 
 
+@dataclass(frozen=True)
+class ShardListing:
+    committed: list[str]    # by writer then sequence
+    foreign: list[str]      # *.parquet files that are not named as shards (shardlog.foreign_shard_name)
+
+
+def list_shards(paths: SpoolPaths) -> ShardListing:
+    """One listing of shards/ (the whole directory: not for polling)."""
+    names = fsops.list_names(paths.shards)
+    named = [(parsed, n) for n in names if (parsed := parse_shard_name(n))]
+    return ShardListing([n for _, n in sorted(named)], sorted(n for n in names if foreign_shard_name(n)))
+
+
 def shard_names(paths: SpoolPaths) -> list[str]:
     """Committed shards, by writer then sequence (lists the whole directory: not for polling)."""
-    named = [(parsed, n) for n in fsops.list_names(paths.shards) if (parsed := parse_shard_name(n))]
-    return [n for _, n in sorted(named)]
+    return list_shards(paths).committed
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any] | None = None) -> set[str]:

@@ -16,7 +16,6 @@ Every bad row is reported with its line number and reason; the good ones are que
 from __future__ import annotations
 
 import errno
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -27,7 +26,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from orchestrator.errors import HpcRolloutError
-from orchestrator.spool import fsops
+from orchestrator.spool import fsops, job_ids
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_handler
@@ -135,22 +134,6 @@ def parse_task(line: int, row: Any, default_handler: str | None, source_handlers
     return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source, fallback)
 
 
-_last_submission_ms = 0
-
-
-def new_submission_id() -> str:
-    """Sortable by submission time (to the millisecond), unique by its random suffix.
-
-    Within one process the millisecond never repeats: two submissions in the same
-    millisecond would otherwise sort by their random suffixes, not in the order made.
-    """
-    global _last_submission_ms
-    ms = max(int(time.time() * 1000), _last_submission_ms + 1)
-    _last_submission_ms = ms
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ms / 1000))
-    return f"{stamp}{ms % 1000:03d}-{secrets.token_hex(2)}"
-
-
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
@@ -172,17 +155,15 @@ def submit_rows(
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
-    if not paths.is_run_dir():
-        raise SubmitError(f"{paths.root} is not a run directory: create it with `hpc-rollout init {paths.root}`")
+    config = _run_config(paths)
     problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
     if problem:
         raise SubmitError(problem)
-    config = _run_config(paths)
     mapping = {**config.data_sources, **(source_handlers or {})}
     batch_size = config.jobs.batch_size if batch_size is None else batch_size
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise SubmitError(f"batch size {batch_size} is outside [1, {MAX_BATCH_SIZE}]")
-    report = SubmitReport(new_submission_id(), source)
+    report = SubmitReport(job_ids.new_submission_id(), source)
     tasks = _validated_tasks(rows, handler, report, mapping)
     if strict and report.rejected:
         _record(paths, report)
@@ -208,11 +189,11 @@ def submit_rows(
 def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any]) -> Iterator[Ticket]:
     now = time.time()
     for index, task in enumerate(tasks):
-        group_id = f"{report.submission_id}-{index:07d}"
+        group = job_ids.group_id(report.submission_id, index)
         for sample in range(samples):
             job = JobSpec(
-                job_id=f"{group_id}-{sample:04d}", group_id=group_id,
-                instance_id=task.instance_id or group_id, sample_index=sample, handler=task.handler,
+                job_id=job_ids.job_id(report.submission_id, index, sample), group_id=group,
+                instance_id=task.instance_id or group, sample_index=sample, handler=task.handler,
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
             )

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from orchestrator.metrics.prometheus import MetricsUnavailable
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.config import RUNTIME_NAMES
 from orchestrator.worker.main import run_worker
@@ -54,7 +54,7 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
         raise click.UsageError(str(exc)) from None
     try:
         code = run_worker(SpoolPaths.of(run_dir), options)
-    except MetricsUnavailable as exc:
+    except HpcRolloutError as exc:   # a run directory without run.toml, metrics that cannot start, ...
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
 

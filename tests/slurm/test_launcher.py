@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import cli
+from orchestrator.config import ConfigError
 from orchestrator.slurm import cluster, launcher, queries
 from orchestrator.slurm.errors import LaunchError, SlurmClientMissing, SlurmCommandFailed, SlurmUnavailable
 from orchestrator.slurm.node_job import NodeWorker
@@ -101,7 +102,7 @@ def test_launch_without_slurm_or_run_dir_is_a_clear_error(tmp_path: Path, monkey
     paths = make_run(tmp_path / "run")
     with pytest.raises(SlurmUnavailable, match="launch --local"):
         launcher.launch(paths.root, LaunchOptions(nodes=1), WorkerOptions())
-    with pytest.raises(LaunchError, match="hpc-rollout init"):
+    with pytest.raises(ConfigError, match="not a run directory .*hpc-rollout init"):   # the one answer (RunConfig.load)
         launcher.launch(tmp_path / "nothing", LaunchOptions(nodes=1), WorkerOptions(), dry_run=True)
 
 

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, median, percentile, print_table
+from benchmarks.common import emit_json, median, parse_args, percentile, print_table
 from hpc_rollout.handlers.bundled.math_problems import PROBLEMS
 from orchestrator.agent.parsers import get_parser
 from orchestrator.devserver.local_server import start_server
@@ -232,11 +232,11 @@ async def overhead(paths: SpoolPaths, tmp: Path, calls: int, client: Client,
     return added, [c["proxy_ms"] for c in recorder.calls]
 
 
-async def harness_runs(paths: SpoolPaths, tmp: Path) -> list[dict[str, Any]]:
-    """Each bundled math problem through the toy harness, as is and with a dropped exchange."""
+async def harness_runs(paths: SpoolPaths, tmp: Path, problems: int) -> list[dict[str, Any]]:
+    """The first `problems` bundled math problems through the toy harness, as is and with a dropped exchange."""
     router = router_for(paths, "bench-merge")
     runs = []
-    for index, (problem, *_rest) in enumerate(PROBLEMS):
+    for index, (problem, *_rest) in enumerate(PROBLEMS[:problems]):
         for drop in (False, True):
             async with LLMSession(router, job_id=f"merge-{index}-{drop}") as llm:
                 recorder = new_recorder(llm, await llm.tokenizer())
@@ -256,6 +256,10 @@ async def harness_runs(paths: SpoolPaths, tmp: Path) -> list[dict[str, Any]]:
     return runs
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"calls": 4, "rounds": 1, "problems": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="The recording proxy: overhead per call and merge ratio.")
     parser.add_argument("--calls", type=int, default=40, help="calls of each overhead conversation")
@@ -263,7 +267,8 @@ def main() -> None:
     parser.add_argument("--clients", default=",".join(c.value for c in Client),
                         help=f"client kinds to measure, comma-separated: {', '.join(c.value for c in Client)}")
     parser.add_argument("--no-merge", action="store_true", help="skip the merge_ratio runs")
-    args = parser.parse_args()
+    parser.add_argument("--problems", type=int, default=len(PROBLEMS), help="bundled math problems of the merge_ratio runs")
+    args = parse_args(parser, QUICK)
     kinds = [Client(k) for k in args.clients.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-proxy-"))
     script_file = tmp / "scripts.jsonl"
@@ -285,7 +290,7 @@ def main() -> None:
                 inside[kind] += more_inside
                 instant[kind] += asyncio.run(instant_path(tmp, args.calls, tokenizer, kind))
             loads.append(os.getloadavg()[0])
-        runs = [] if args.no_merge else asyncio.run(harness_runs(paths, tmp))
+        runs = [] if args.no_merge else asyncio.run(harness_runs(paths, tmp, args.problems))
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)

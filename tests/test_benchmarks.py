@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_probe import cluster_problem
+from tests.slurm_probe import require
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
@@ -48,12 +48,15 @@ def benchmarks() -> dict[str, tuple[str, ...]]:
     return found
 
 
-def missing(requirement: str) -> str | None:
+def check(requirement: str, benchmark: str) -> None:
+    """Skip (the Slurm probe: fail where the project's cluster is required) when it is absent."""
     if requirement == "slurm":
-        return cluster_problem()
-    if requirement in ("bwrap", "tmux"):
-        return None if shutil.which(requirement) else f"{requirement} is not installed (scripts/test.sh installs it)"
-    return f"unknown requirement {requirement!r}: name one of slurm, bwrap, tmux"
+        require(nodes=2)   # benchmarks.scaling --quick launches 1 and 2 nodes
+    elif requirement in ("bwrap", "tmux"):
+        if not shutil.which(requirement):
+            pytest.skip(f"benchmarks.{benchmark} needs {requirement}: not installed (scripts/test.sh installs it)")
+    else:
+        pytest.fail(f"benchmarks.{benchmark}: unknown requirement {requirement!r}; name one of slurm, bwrap, tmux")
 
 
 def params() -> list[object]:
@@ -70,9 +73,7 @@ def test_the_walk_finds_the_benchmarks_and_only_them() -> None:
 @pytest.mark.parametrize("name, needs", params())
 def test_benchmark_runs_quick_and_prints_its_json_line(name: str, needs: tuple[str, ...]) -> None:
     for requirement in needs:
-        problem = missing(requirement)
-        if problem:
-            pytest.skip(f"benchmarks.{name} needs {requirement}: {problem}")
+        check(requirement, name)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--quick"], cwd=REPO,
                           capture_output=True, text=True, timeout=TIMEOUT_S)

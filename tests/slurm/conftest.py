@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.slurm_probe import cluster_problem
+from tests.slurm_probe import Cluster, require
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    problem = cluster_problem()
-    if problem:
-        # CI runs as root with scripts/slurm-up.sh: there a missing cluster is a failure, not a skip.
-        if os.environ.get("CI") or os.geteuid() == 0:
-            pytest.fail(f"the Slurm tests must run here (CI or root): {problem}")
-        pytest.skip(f"{problem} (needs root; skipped for a normal user)")
+@pytest.fixture
+def slurm_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The cluster, when it has what the test's `slurm` marks ask for (module mark first, the
+    test's own last: `@pytest.mark.slurm(nodes=4)`); else a skip naming what is missing."""
+    needs: dict[str, object] = {}
+    for marker in reversed(list(request.node.iter_markers("slurm"))):
+        needs.update(marker.kwargs)
+    return require(**needs)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marked_tests_check_the_cluster(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("slurm"):
+        request.getfixturevalue("slurm_cluster")
 
 
 class JobJanitor:
@@ -38,7 +43,7 @@ class JobJanitor:
 
 
 @pytest.fixture
-def janitor(slurm_cluster: None) -> Iterator[JobJanitor]:
+def janitor(slurm_cluster: Cluster) -> Iterator[JobJanitor]:
     jobs = JobJanitor()
     yield jobs
     jobs.cleanup()

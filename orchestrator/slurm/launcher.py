@@ -90,7 +90,7 @@ def setup_lines(options: LaunchOptions) -> list[str]:
     if source is not None and options.python is None:
         lines.append(f"export PYTHONPATH={shlex.quote(str(source))}${{PYTHONPATH:+:$PYTHONPATH}}")
     if options.signal != "USR2":
-        # submitit's job side reads it to know which signal means "checkpoint and requeue".
+        # submitit's job side listens for it until NodeWorker takes the signals over (node_job.py).
         lines.append(f"export SUBMITIT_PREEMPT_SIGNAL={options.signal}")
     for key, value in options.extra_env:
         lines.append(f"export {key}={shlex.quote(value)}")
@@ -179,7 +179,8 @@ def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: Work
             arrays.append(ArraySubmission("", first, size, script))
             continue
         executor = _executor(log_dir, options, size, offline=False)
-        workers = [NodeWorker(str(paths.root), worker, first + i) for i in range(size)]
+        submitted_at = time.time()
+        workers = [NodeWorker(str(paths.root), worker, first + i, submitted_at, options.signal) for i in range(size)]
         try:
             jobs = executor.submit_array(workers)
         except (FailedJobError, FailedSubmissionError, OSError) as exc:

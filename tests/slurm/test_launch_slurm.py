@@ -64,9 +64,10 @@ def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Pa
     janitor.add(array)
     wait_until(lambda: len(events(paths, "finished")) >= 30, 180, "30 finished jobs")
     if how == "site-signal":
-        # A site that warns with USR1: the task checkpoints on USR1 (and would ignore USR2).
+        # A site that warns with USR1: the task returns its claims and requeues on USR1 (and would ignore USR2).
         subprocess.run(["scancel", "--signal=USR1", f"{array}_2"], check=True, timeout=30)
-        wait_until(lambda: bool(logs_containing(paths, "Caught signal SIGUSR1")), 120, "the USR1 checkpoint")
+        wait_until(lambda: bool(logs_containing(paths, f"warning signal USR1: claims returned, requeueing {array}_2")),
+                   120, "the USR1 requeue")
     elif how == "preempt":
         # Its nodes are held exclusively: a job in the higher-tier partition, on one of them, preempts one task.
         high_tier = slurm_cluster.preempting_partition(slurm_cluster.default_partition)
@@ -76,7 +77,8 @@ def test_a_task_requeued_midway_loses_nothing_and_resumes(how: str, run_root: Pa
                                "--wrap", "sleep 2"],
                               capture_output=True, text=True, check=True).stdout.strip()
         janitor.add(high.split(";")[0])
-        wait_until(lambda: bool(logs_containing(paths, "this job is preempted")), 120, "a preempted task")
+        wait_until(lambda: bool(logs_containing(paths, "warning signal USR2: claims returned, requeueing")), 120,
+                   "a preempted task")
     else:
         subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True, timeout=30)
         wait_until(lambda: bool(logs_containing(paths, "SIGTERM, returning claims now")), 120, "the SIGTERM")
@@ -212,11 +214,11 @@ def test_a_task_reaching_its_time_limit_requeues_itself(run_root: Path, janitor:
     out = cli("launch", str(paths.root), "--nodes", "1", "--shared", "--cpus-per-node", "1",
               "--time", "1", "--signal-delay", "50").stdout
     array = janitor.add(out.split("Slurm array ")[1].split()[0])
-    # The warning comes ~50 s before the 1-minute limit: submitit counts it as a time-out,
-    # the worker checkpoints and the task comes back with a fresh time limit.
+    # The warning comes ~50 s before the 1-minute limit: the worker returns its claims, the task
+    # requeues itself and comes back with a fresh time limit.
     wait_until(lambda: any(int(b.get("slurm_restart_count", 0)) >= 1 and b.get("state") == "running"
                            for b in heartbeats(paths)), 150, "the task to come back after its time limit")
-    assert logs_containing(paths, "this job is timed-out")
+    assert logs_containing(paths, f"warning signal USR2: claims returned, requeueing {array}")
     cli("stop", str(paths.root), "--cancel")
     assert queued(array) == []
 

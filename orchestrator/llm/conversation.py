@@ -183,16 +183,6 @@ class Conversation:
         self.logprobs.extend([0.0] * len(ids))
         return ids
 
-    def closing_text(self) -> str:
-        """What the template writes after an assistant reply that the model did not sample."""
-        history = self.messages[:-1] + [{"role": "assistant", "content": SENTINEL}]
-        rendered = self.render(history, generation_prompt=False)
-        suffix = rendered[rendered.rindex(SENTINEL) + len(SENTINEL):]
-        stop = self._last_stop_text
-        if stop and suffix.startswith(stop):
-            return suffix[len(stop):]
-        return suffix
-
     def delta_text(self, new: list[dict[str, Any]]) -> str:
         """Template text of `new` messages (+ generation prompt) as the template appends it."""
         history = self.messages[:-1] + [{"role": "assistant", "content": SENTINEL}]

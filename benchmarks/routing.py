@@ -26,6 +26,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
@@ -95,7 +96,8 @@ def decision_cost(workers: int, backends: int, picks: int, pace_ms: float) -> tu
 
 
 def collect(queue: "multiprocessing.Queue[tuple[list[float], list[float]]]",
-            procs: list[multiprocessing.process.BaseProcess], timeout_s: float) -> list[tuple[list[float], list[float]]]:
+            procs: Sequence[multiprocessing.process.BaseProcess],
+            timeout_s: float) -> list[tuple[list[float], list[float]]]:
     """One result per process; raises at once when one of them died (its traceback is above)."""
     results: list[tuple[list[float], list[float]]] = []
     deadline = time.monotonic() + timeout_s

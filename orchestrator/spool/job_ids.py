@@ -92,6 +92,7 @@ def submitted_at(any_id: str) -> float:
     when there is none (such an id is never older than a time)."""
     head = any_id.split("-", 1)[0]
     try:
-        return calendar.timegm(time.strptime(head[:_STAMP_CHARS], _STAMP)) + int(head[_STAMP_CHARS:_STAMP_CHARS + 3]) / 1000
+        seconds = calendar.timegm(time.strptime(head[:_STAMP_CHARS], _STAMP))
+        return seconds + int(head[_STAMP_CHARS:_STAMP_CHARS + 3]) / 1000
     except (ValueError, IndexError):
         return float("inf")

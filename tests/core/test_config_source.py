@@ -69,7 +69,8 @@ def repeated_defaults(path: Path, tree: ast.Module, knobs: dict[str, Any]) -> li
             found.append(where(path, node))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             positional = node.args.posonlyargs + node.args.args
-            pairs = list(zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults))
+            pairs: list[tuple[ast.arg, ast.expr | None]] = list(
+                zip(positional[len(positional) - len(node.args.defaults):], node.args.defaults))
             pairs += list(zip(node.args.kwonlyargs, node.args.kw_defaults))
             found += [f"{where(path, node.args)} in {node.name}()" for arg, default in pairs if same(arg.arg, default)]
     return found
@@ -182,13 +183,14 @@ def test_the_job_id_format_is_written_and_read_in_one_module() -> None:
 
 
 def test_job_ids_round_trip_and_sort_in_submission_order() -> None:
-    from orchestrator.spool.job_ids import (JobId, group_id, group_of, job_id, new_submission_id, parse_group_id,
+    from orchestrator.spool.job_ids import (GroupId, JobId, group_id, group_of, job_id, new_submission_id, parse_group_id,
                                             parse_job_id, submitted_at)
 
     first, second = new_submission_id(), new_submission_id()
     assert job_id(first, 9, 3) < job_id(first, 10, 0) < job_id(second, 0, 0)
     assert parse_job_id(job_id(first, 12, 7)) == JobId(first, 12, 7)
-    assert group_of(job_id(first, 12, 7)) == group_id(first, 12) and parse_group_id(group_id(first, 12)).task == 12
+    assert group_of(job_id(first, 12, 7)) == group_id(first, 12)
+    assert parse_group_id(group_id(first, 12)) == GroupId(first, 12)
     assert parse_job_id("j1") is None and group_of("j1") is None and submitted_at("j1") == float("inf")
     assert abs(submitted_at(job_id(first, 0, 0)) - time_of(first)) < 0.002
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from orchestrator.spool.events import events_named
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.launches import request_stop
@@ -198,6 +198,11 @@ def run_adapt(root: Path, args: argparse.Namespace, worker: WorkerOptions, jobs_
     return figures(paths, first, end, args.bursts * jobs_per_burst)
 
 
+REQUIRES = ("slurm",)   # what tests/test_benchmarks.py checks for before running it
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"nodes": 1, "bursts": 1, "period_s": 5.0, "run_s": 0.2, "waves": 1, "pool": 1, "idle_exit_s": 1.0, "interval_s": 0.5, "cooldown_s": 0.5, "timeout_s": 120.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=4, help="fixed launch size, and adapt's --max")
@@ -211,7 +216,7 @@ def main() -> None:
     parser.add_argument("--cooldown-s", type=float, default=2.0)
     parser.add_argument("--timeout-s", type=float, default=300)
     parser.add_argument("--keep", action="store_true", help="keep the run directories (printed) for a closer look")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     if not slurm_available() or subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
         print("no Slurm cluster here: start one with `sudo SLURM_NODES=4 scripts/slurm-up.sh`")
         emit_json({"idle_node_seconds_ratio": None, "makespan_ratio": None, "error": "no slurm"})

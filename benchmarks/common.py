@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from typing import Any, Sequence
@@ -35,3 +36,14 @@ def median(values: Sequence[float]) -> float:
 def emit_json(figures: dict[str, Any]) -> None:
     """The last line of every benchmark: one JSON object with its figures."""
     print(json.dumps(figures, sort_keys=True))
+
+
+def parse_args(parser: argparse.ArgumentParser, quick: dict[str, Any],
+               argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The options, plus `--quick`: the tiny size `quick` gives (option dest -> value) for the
+    smoke test (tests/test_benchmarks.py); an option given explicitly still wins over it."""
+    sizes = " ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in quick.items())
+    parser.add_argument("--quick", action="store_true", help=f"a tiny run for the smoke test ({sizes})")
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from orchestrator.trainer.api import Spool
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.report.status import pending_count
@@ -121,13 +121,17 @@ def run(base: Path, name: str, slots: int, method: Any, args: argparse.Namespace
     return spool, figures
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"batches": 1, "informative": 2, "samples": 2, "slots": 4}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--informative", type=int, default=8, help="K: informative groups per batch")
     parser.add_argument("--samples", type=int, default=4, help="G: samples per group")
     parser.add_argument("--slots", type=int, default=16, help="RUN slots of the worker")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="bench-dapo-"))
     try:
         _, baseline = run(base, "batch", args.slots, batch_by_batch, args)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from benchmarks.pipeline import RUN_SLOTS, SANDBOXES, profile
 from orchestrator.spool import fsops
 from orchestrator.app.local_launch import start_local_workers
@@ -119,12 +119,16 @@ def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WOR
     return figures
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"jobs": 16}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--scale", type=float, default=0.05, help="multiplies every stage duration")
     parser.add_argument("--batch-sizes", default="1,8", help="jobs per queue/init entry, measured in turn")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     sizes = [int(size) for size in args.batch_sizes.split(",")]
     base = Path(tempfile.mkdtemp(prefix="bench-job-ops-"))
     try:

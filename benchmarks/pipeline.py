@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from hpc_rollout.handlers.sleep import SleepHandler
 from orchestrator.handler_api.context import JobContext, WorkerServices
 from orchestrator.spool.jobs import JobSpec, Stage
@@ -111,11 +111,15 @@ def pipeline(base: Path, jobs: int, scale: float) -> dict[str, float]:
     return {"seconds": elapsed, "jobs_per_s": jobs / elapsed, "run_utilization": utilization}
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"jobs": 16}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--scale", type=float, default=0.05, help="Multiplies every stage duration.")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="hpc-rollout-pipeline-"))
     try:
         ours = pipeline(base, args.jobs, args.scale)

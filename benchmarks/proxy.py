@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_host import prepare
-from benchmarks.common import emit_json, median, percentile, print_table
+from benchmarks.common import emit_json, median, parse_args, percentile, print_table
 from hpc_rollout.handlers.bundled.math_problems import PROBLEMS
 from hpc_rollout.handlers.harness_clis import PRESETS, CliSettings
 from orchestrator.agent.parsers import get_parser
@@ -309,6 +309,12 @@ async def cli_runs(paths: SpoolPaths, tmp: Path, image: Path, problems: int) -> 
     return runs
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+# Its smoke test also checks every figure by name (per API, per harness), with the harness image.
+SMOKE_TESTED_IN = "tests/proxy/test_benchmark_smoke.py"
+QUICK = {"calls": 8, "rounds": 1, "clients": "process", "problems": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="The recording proxy: overhead per call and merge ratio.")
     parser.add_argument("--calls", type=int, default=40, help="calls of each overhead conversation")
@@ -319,11 +325,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=len(PROBLEMS), help="bundled math problems per harness (merge)")
     parser.add_argument("--no-merge", action="store_true", help="skip the merge_ratio runs")
     parser.add_argument("--no-clis", action="store_true", help="merge_ratio of the toy harness only (no harness image)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 8 calls, 1 round, the process client, "
-                                                             "2 problems per harness")
-    args = parser.parse_args()
-    if args.quick:
-        args.calls, args.rounds, args.clients, args.problems = 8, 1, Client.PROCESS.value, 2
+    args = parse_args(parser, QUICK)
     kinds = [Client(k) for k in args.clients.split(",")]
     image = None
     if not (args.no_merge or args.no_clis):

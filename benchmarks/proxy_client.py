@@ -40,6 +40,9 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(self.unix_path)
 
+# tests/test_benchmarks.py runs every program here but this one (it is a part of another)
+NOT_A_BENCHMARK = "the harness-side client process that benchmarks.proxy starts"
+
 
 def tool_output(index: int) -> str:
     return f"total {index}\n" + "-rw-r--r-- 1 agent agent 4096 file\n" * 8

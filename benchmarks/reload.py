@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.common import emit_json, median, percentile, print_table
+from benchmarks.common import emit_json, median, parse_args, percentile, print_table
 from orchestrator.trainer.api import Spool
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
@@ -56,10 +56,14 @@ class Load:
         self.thread.join(60)
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"swaps": 2}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--swaps", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="bench-reload-"))
     server = start_server(tiny=True)
     try:

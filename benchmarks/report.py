@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from benchmarks.synthetic_run import synthesize
 
 TARGET_S = 10.0
@@ -31,10 +31,14 @@ def _cpu_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"jobs": 500}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="bench-report-"))
     try:
         started = time.perf_counter()

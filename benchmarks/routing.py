@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import multiprocessing
 import random
 import statistics
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty
 
+from benchmarks.common import emit_json, parse_args
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
 
 
 def touch_heartbeat(paths: SpoolPaths, worker_id: str) -> None:
@@ -76,7 +79,7 @@ def _acquire_sync(router: Router) -> str:
 def decision_cost(workers: int, backends: int, picks: int, pace_ms: float) -> tuple[list[float], list[float]]:
     """Wall-clock and CPU milliseconds per pick, over every pick of every process."""
     with tempfile.TemporaryDirectory(prefix="routing-bench-") as root:
-        paths = SpoolPaths.of(root)
+        paths, _ = init_run(root)   # a real run directory: past 16 workers the cluster summary needs control/
         registry = BackendRegistry(paths)
         registry.swap([f"http://node{i:03d}:8000/v1" for i in range(backends)], version=1)
         ctx = multiprocessing.get_context("fork")
@@ -86,10 +89,28 @@ def decision_cost(workers: int, backends: int, picks: int, pace_ms: float) -> tu
                  for i in range(workers)]
         for p in procs:
             p.start()
-        results = [queue.get(timeout=300) for _ in procs]  # raises rather than hangs
+        results = collect(queue, procs, timeout_s=300)
         for p in procs:
             p.join(60)
         return [c for r in results for c in r[0]], [c for r in results for c in r[1]]
+
+
+def collect(queue: "multiprocessing.Queue[tuple[list[float], list[float]]]",
+            procs: Sequence[multiprocessing.process.BaseProcess],
+            timeout_s: float) -> list[tuple[list[float], list[float]]]:
+    """One result per process; raises at once when one of them died (its traceback is above)."""
+    results: list[tuple[list[float], list[float]]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(results) < len(procs):
+        try:
+            results.append(queue.get(timeout=0.5))
+        except Empty:
+            failed = [p for p in procs if p.exitcode not in (None, 0)]
+            if failed:
+                raise RuntimeError(f"{len(failed)} picking process(es) failed (exit code {failed[0].exitcode})") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(procs) - len(results)} picking process(es) silent for {timeout_s:.0f} s") from None
+    return results
 
 
 # -- 2. balance ------------------------------------------------------------------------------------
@@ -127,7 +148,7 @@ class OurPolicy:
     """The real Router, one per simulated worker, sharing counts through a spool directory."""
 
     def __init__(self, root: Path, workers: int) -> None:
-        self.paths = SpoolPaths.of(root)
+        self.paths, _ = init_run(root)
         self.registry = BackendRegistry(self.paths)
         self.routers = []
         for w in range(workers):
@@ -206,6 +227,10 @@ def run_balance(scenario: Scenario) -> tuple[BalanceResult, BalanceResult]:
     return ours, heap
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"workers": 18, "backends": 8, "picks": 3, "pace_ms": 20.0, "tasks": 64}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=32, help="contending worker processes")
@@ -214,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pace-ms", type=float, default=100.0,
                         help="mean pause between two picks of one process (0: tight loop)")
     parser.add_argument("--tasks", type=int, default=512, help="tasks in the balance simulation")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, QUICK, argv)
 
     costs, cpu = decision_cost(args.workers, args.backends, args.picks, args.pace_ms)
     tight, _ = decision_cost(args.workers, args.backends, max(args.picks // 4, 10), 0.0)
@@ -241,13 +266,13 @@ def main(argv: list[str] | None = None) -> None:
     print("-" * (width + 22))
     for name, ours, heap in rows:
         print(f"{name:<{width}}  {ours:>9}  {heap:>9}")
-    print(json.dumps({
+    emit_json({
         "pick_median_ms": round(median, 4),
         "ours_max_over_mean": round(steady_ours.max_over_mean, 4),
         "heap_max_over_mean": round(steady_heap.max_over_mean, 4),
         "ours_added_mid_run_share": round(added_ours.added_share or 0.0, 4),
         "heap_added_mid_run_share": round(added_heap.added_share or 0.0, 4),
-    }))
+    })
 
 
 if __name__ == "__main__":

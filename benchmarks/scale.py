@@ -1,6 +1,6 @@
 """Metadata load at 1,000 nodes: operations per recurring call, measured with fsops' own counters.
 
-    python -m benchmarks.scale [--quick]
+    python -m benchmarks.scale [--queued 100000] [--shards 100000] [--workers 1000] [--quick]
 
 Every recurring operation of the engine is run for real on local disk at several sizes --
 workers W (simulated with heartbeat and in-flight files), queued jobs Q, shards S -- and the
@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.common import emit_json, median, print_table
+from benchmarks.common import emit_json, median, parse_args, print_table
 from benchmarks.job_ops import NAMES_PER_OP, pipeline_mix
 from benchmarks.overhead import end_to_end
 from benchmarks.tail import poll_cost
@@ -329,19 +329,32 @@ def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunC
     return terms
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py); --queued 10000 --shards 10000
+# --workers 300 is a medium size (about a minute on an idle machine)
+QUICK = {"queued": 400, "shards": 200, "workers": 120, "mix_jobs": 16, "slow_jobs": 4, "e2e_jobs": 40,
+         "bare_jobs": 200}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute instead of several)")
+    parser.add_argument("--queued", type=int, default=100_000, help="Q: the long queue measured (beside 100)")
+    parser.add_argument("--shards", type=int, default=100_000, help="S: the many shards measured (beside 100)")
+    parser.add_argument("--workers", type=int, default=1000, help="W: the many workers measured (beside 10, 100; > 100)")
+    parser.add_argument("--mix-jobs", type=int, default=400, help="jobs of the pipeline mix at durations x0.05")
+    parser.add_argument("--slow-jobs", type=int, default=200, help=f"jobs of the pipeline mix at durations x{SLOW_SCALE:g}")
+    parser.add_argument("--e2e-jobs", type=int, default=2000, help="echo jobs through 4 real workers")
+    parser.add_argument("--bare-jobs", type=int, default=2000, help="jobs through the bare queue")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the run directories (local disk)")
-    args = parser.parse_args()
-    big_q, big_s, big_w = (10_000, 10_000, 300) if args.quick else (100_000, 100_000, 1000)
+    args = parse_args(parser, QUICK)
+    big_q, big_s, big_w = args.queued, args.shards, args.workers
     base = Path(tempfile.mkdtemp(prefix="bench-scale-", dir=args.dir))
     try:
         table: list[list[Any]] = []
         per_call: dict[str, float] = {}
 
         # each claimer takes up to 3 (Q=100) or 50 tickets (a worker's cached listing lasts that long)
-        claims = {(q, w): claim_cost(base, q, w, 3 if q == 100 else 50) for q in (100, big_q) for w in (1, 10, 100)}
+        claims = {(q, w): claim_cost(base, q, w, 3 if q == 100 else min(50, max(1, big_q // 200))) for q in (100, big_q)
+                  for w in (1, 10, 100)}
         for (q, w), ops in claims.items():
             table.append(["claim (rename; relist when dry)", f"Q={q} W={w}", ops])
         per_call["claim"] = claims[(big_q, 100)]   # a long queue, the most claimers measured
@@ -374,23 +387,24 @@ def main() -> None:
         status = {(q, s): status_cost(base, q, s) for q, s in ((100, 100), (big_q, 100), (100, big_s))}
         for (q, s), st in status.items():
             table.append(["status (sampled shards)", f"Q={q} S={s}", st["ops"]])
-        status_exact = status_cost(base, 100, 1000, exact=True)
-        table.append(["status --exact", "Q=100 S=1000", status_exact["ops"]])
+        exact_s = min(1000, big_s)
+        status_exact = status_cost(base, 100, exact_s, exact=True)
+        table.append(["status --exact", f"Q=100 S={exact_s}", status_exact["ops"]])
         polls = {s: poll_cost(base, s, 100, 50) for s in (100, big_s)}
         for s, poll in polls.items():
             table.append(["reader poll (100 open writers)", f"S={s}", poll["ops_per_poll"]])
         print_table("metadata operations per call (fsops counters; listings + 1 per 1,000 names)",
                     ["operation", "size", "ops/call"], table)
 
-        mix = pipeline_mix(base, 200 if args.quick else 400, 0.05)
+        mix = pipeline_mix(base, args.mix_jobs, 0.05)
         print_table("the pipeline mix through a real worker (benchmarks.job_ops), operations by duty",
                     ["duty", "ops"], [[k, v] for k, v in mix.items()])
         # idle episodes come as often as jobs end: at x0.05 twenty times as often as for real
-        slow = pipeline_mix(base, 60 if args.quick else 200, SLOW_SCALE)
+        slow = pipeline_mix(base, args.slow_jobs, SLOW_SCALE)
         print_table(f"the same at durations x{SLOW_SCALE:g}: idle polls per worker-second",
                     ["duty", "ops"], [[k, v] for k, v in slow.items() if k.endswith("_per_s") or k == "seconds"])
-        e2e = end_to_end(base, 600 if args.quick else 2000, 4)
-        bare = bare_queue_s_per_job(base, 2000)
+        e2e = end_to_end(base, args.e2e_jobs, 4)
+        bare = bare_queue_s_per_job(base, args.bare_jobs)
         e2e_s_per_job = e2e["seconds"] / e2e["jobs"]
         print_table("echo jobs through real workers vs a bare queue, same disk, same run",
                     ["path", "jobs/s", "ms/job", "metadata ops/job"],

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, print_table
+from benchmarks.common import emit_json, parse_args, print_table
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
@@ -88,6 +88,11 @@ def measure(root: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+REQUIRES = ("slurm",)   # what tests/test_benchmarks.py checks for before running it
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"nodes": "1,2", "waves": 1, "pool": 1, "run_s": 0.2, "timeout_s": 120.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run-s", type=float, default=2.0, help="RUN seconds of each sleep job")
@@ -96,7 +101,7 @@ def main() -> None:
     parser.add_argument("--nodes", default="1,2,4", help="array sizes to measure")
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("--keep", action="store_true", help="keep the run directories")
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     if not slurm_available() or subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
         print("no Slurm cluster here: start one with `sudo SLURM_NODES=4 scripts/slurm-up.sh`")
         emit_json({"ratio_4_to_1": None, "launch_to_first_claim_s": None, "error": "no slurm"})

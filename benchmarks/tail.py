@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, median, percentile, print_table
+from benchmarks.common import emit_json, median, parse_args, percentile, print_table
 from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.trainer.cursor import Cursor
@@ -175,6 +175,10 @@ def poll_cost(base: Path, shards: int, writers: int, polls: int) -> dict[str, fl
             "old_list_s": median(old)}
 
 
+# --quick: the smoke test's size (tests/test_benchmarks.py)
+QUICK = {"writers": 2, "seconds": 1.0, "rows": 2000, "big": 2000, "polls": 20}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writers", type=int, default=4)
@@ -182,7 +186,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--polls", type=int, default=200)
-    args = parser.parse_args()
+    args = parse_args(parser, QUICK)
     base = Path(tempfile.mkdtemp(prefix="bench-tail-"))
     try:
         latency = tail_latency(base, args.writers, args.seconds)

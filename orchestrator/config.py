@@ -11,6 +11,7 @@ from typing import Any
 
 import tomli_w
 
+from orchestrator.errors import HpcRolloutError
 
 
 class Runtime(str, enum.Enum):
@@ -25,7 +26,7 @@ class Runtime(str, enum.Enum):
 RUNTIME_NAMES: tuple[str, ...] = tuple(runtime.value for runtime in Runtime)
 
 
-class ConfigError(ValueError):
+class ConfigError(HpcRolloutError, ValueError):
     """run.toml (or an override) holds an unknown key or a value out of bounds."""
 
 
@@ -185,12 +186,13 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
+        """The settings of a run from its run.toml: the one loader, and the one answer when it is
+        missing (ConfigError: not a run directory, with the command that makes one)."""
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(
-                f"{path} not found: is {path.parent} a run directory? Create one with "
-                f"`hpc-rollout init {path.parent}`"
+                f"{path.parent} is not a run directory (no {path.name}): create it with `hpc-rollout init {path.parent}`"
             ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
@@ -242,6 +244,10 @@ class RunConfig:
     def to_toml(self) -> str:
         return tomli_w.dumps(asdict(self))
 
+
+# The defaults, for code that needs a value before (or without) a run: a bare Router, a sandbox
+# started by hand. Everything else reads the run's own RunConfig.
+DEFAULTS = RunConfig()
 
 MIN_BEATS_PER_LEASE = 3   # one late or lost heartbeat must not cost a worker its claims
 

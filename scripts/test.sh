@@ -112,6 +112,9 @@ if [[ -n $system_pid ]]; then
   fi
   cat "$system_log"
 fi
+# Root has the project's own cluster now (started above, or already running): there every Slurm
+# test must run, so one the cluster cannot serve fails instead of skipping (tests/slurm_probe.py).
+if [[ $(id -u) == 0 ]]; then export HPC_ROLLOUT_SLURM_REQUIRED=1; fi
 
 # The sandbox image of the math/code/swe tests (python3, numpy, sympy, pytest, git): built once
 # into the cache (about a minute on an idle machine), reused while images/tasks.def.j2 is

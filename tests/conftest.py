@@ -1,7 +1,9 @@
 """Scheduling of the whole suite for parallel runs (scripts/test.sh: `pytest -n 2 --dist loadgroup`).
 
 Every test gets an `xdist_group`, the unit a worker runs whole:
-- the Slurm tests share one cluster (and expect its nodes to be theirs): one group, one worker;
+- the Slurm tests share one cluster (and expect its nodes to be theirs): one group, one worker
+  (tests/slurm/ and any test marked `slurm`, such as a benchmark launching arrays);
+- each benchmark of tests/test_benchmarks.py is a unit of its own (minutes of waiting in all);
 - the tests on the session's stock vLLM server: one group, so that one server is started;
 - every other test: its module, so that a module-scoped fixture (a server, a finished run) is
   set up once, on one worker.
@@ -25,8 +27,10 @@ LONG_MODULES = ("tests/trainer/test_closed_loop.py", "tests/report/test_report_r
 
 def group_of(item: pytest.Item) -> str:
     path = item.path.as_posix()
-    if "/tests/slurm/" in path:
+    if "/tests/slurm/" in path or item.get_closest_marker("slurm"):
         return SLURM_GROUP
+    if path.endswith("/tests/test_benchmarks.py"):
+        return item.nodeid   # each benchmark alone: the two workers share them
     if "vllm_server" in getattr(item, "fixturenames", ()):
         return VLLM_SERVER_GROUP
     return item.nodeid.split("::", 1)[0]

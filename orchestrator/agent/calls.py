@@ -28,7 +28,3 @@ class ParsedReply:
     content: str
     calls: tuple[ToolCall, ...] = ()
     errors: tuple[str, ...] = field(default=())
-
-    @property
-    def has_calls(self) -> bool:
-        return bool(self.calls or self.errors)

@@ -60,7 +60,7 @@ async def _check_one(handler: AgentHandler, services: WorkerServices, line: int,
         return check
 
     async def grade(which: str, wanted: float) -> None:
-        ctx = _context(handler, services, instance, f"check-{line:07d}-{which}")
+        ctx = _context(handler, services, instance, f"check-line{line}-{which}")
         try:
             scored = await handler.eval(ctx, references[which])
         except ImportError:

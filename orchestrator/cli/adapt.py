@@ -17,11 +17,9 @@ from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
 from orchestrator.config import ConfigError
 from orchestrator.spool.jobs import Stage
 from orchestrator.slurm.scaling import Bounds
-from orchestrator.slurm.adapt import AdaptError, AdaptSettings, Controller, kind_of, lease_path, state_path
+from orchestrator.slurm.adapt import IDLE_EXIT_S, AdaptError, AdaptSettings, Controller, kind_of, lease_path, state_path
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.spool.rundir import open_run
-
-DEFAULT_IDLE_EXIT_S = 300.0
 
 
 
@@ -62,7 +60,7 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
     launch_options = slurm_launch_options(1, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                           array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                           signal_delay)
-    idle = idle_exit_s if idle_exit_s is not None else (config.workers.idle_exit_s or DEFAULT_IDLE_EXIT_S)
+    idle = idle_exit_s if idle_exit_s is not None else (config.workers.idle_exit_s or IDLE_EXIT_S)
     try:
         kind_of(worker.stages)
         slots = worker.pool_size(Stage.RUN if Stage.RUN in worker.stages else Stage.EVAL)

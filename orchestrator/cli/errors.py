@@ -1,11 +1,12 @@
 """The last line of defence of the command line: one line naming the problem, never a traceback.
 
 Commands turn the errors they expect into click errors themselves; whatever escapes them ends
-here. The project's own error classes carry messages that name the fix; operating-system errors
-are described (a full disk says so); anything else is reported as an internal error, with the
-traceback available through HPC_ROLLOUT_TRACEBACK=1. The exit status follows
-orchestrator/cli/exit_codes.py: 2 for a wrong command line, 130 for Ctrl-C, 1 for the rest.
-Messages are printed as they are (click.echo: no markup is read in them).
+here. Every expected error derives from HpcRolloutError (orchestrator/errors.py) and carries a
+message that names the fix; operating-system errors are described (a full disk says so);
+anything else is reported as an internal error, with the traceback available through
+HPC_ROLLOUT_TRACEBACK=1. The exit status follows orchestrator/cli/exit_codes.py: 2 for a wrong
+command line, 130 for Ctrl-C, 1 for the rest. Messages are printed as they are (click.echo: no
+markup is read in them).
 """
 
 from __future__ import annotations
@@ -18,20 +19,9 @@ from typing import Callable, NoReturn
 import click
 
 from orchestrator.cli.exit_codes import ExitCode
+from orchestrator.errors import HpcRolloutError
 
 TRACEBACK_ENV = "HPC_ROLLOUT_TRACEBACK"
-
-
-def _known_errors() -> tuple[type[BaseException], ...]:
-    from orchestrator.config import ConfigError
-    from orchestrator.handler_api.contract import HandlerError
-    from orchestrator.llm.errors import LLMError
-    from orchestrator.sandbox.errors import SandboxError
-    from orchestrator.slurm.errors import SlurmError
-    from orchestrator.submission.submit import SubmitError
-    from orchestrator.worker.options import OptionsError
-
-    return (ConfigError, HandlerError, LLMError, SandboxError, SlurmError, SubmitError, OptionsError)
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -65,7 +55,7 @@ def run_guarded(command: Callable[[], object]) -> None:
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, _known_errors()):
+    if isinstance(exc, HpcRolloutError):
         return str(exc)
     if isinstance(exc, OSError):
         return describe_os_error(exc)

@@ -14,7 +14,6 @@ from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
 from orchestrator.llm.router import run_lease_s
 from orchestrator.cli.serve_llm import serve_llm
-from orchestrator.config import ConfigError
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import open_run
 
@@ -30,14 +29,8 @@ TOKENIZER = click.option("--tokenizer", default=None,
 
 
 def registry_of(run_dir: Path) -> BackendRegistry:
-    """The registry of a run directory (one with run.toml), or a one-line error saying how to make one."""
-    if not SpoolPaths.of(run_dir).is_run_dir():
-        raise click.ClickException(f"{run_dir} is not a run directory (no run.toml): create it with "
-                                   f"`hpc-rollout init {run_dir}`")
-    try:
-        paths, _ = open_run(run_dir)   # the run's modes for what the command writes, its owners trusted
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    """The registry of a run directory (one with run.toml), or ConfigError saying how to make one."""
+    paths, _ = open_run(run_dir)   # the run's modes for what the command writes, its owners trusted
     return BackendRegistry.of(paths)
 
 
@@ -201,15 +194,12 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: 
 
 
 def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_policy_lag: int | None) -> "SwapReport":
-    from orchestrator.config import ConfigError, RunConfig
+    from orchestrator.config import RunConfig
     from orchestrator.llm.weights import swap_weights
 
     paths = SpoolPaths.of(run_dir)
     if max_policy_lag is None:
-        try:
-            max_policy_lag = RunConfig.load(paths.run_config).trainer.max_policy_lag
-        except ConfigError:
-            max_policy_lag = -1
+        max_policy_lag = RunConfig.load(paths.run_config).trainer.max_policy_lag
     target = registry_of(run_dir).read().policy_version + 1 if version is None else version
     return swap_weights(paths, checkpoint, target, max_policy_lag)
 

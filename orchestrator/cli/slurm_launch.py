@@ -154,8 +154,8 @@ def run_job_ids(paths: SpoolPaths) -> list[str]:
     return sorted(ids)
 
 
-def _any_alive(paths: SpoolPaths) -> bool:
-    return any(r.alive for r in read_workers(paths, lease_s=30.0) if r.info.get("state") != "stopped")
+def _any_alive(paths: SpoolPaths, lease_s: float) -> bool:
+    return any(r.alive for r in read_workers(paths, lease_s=lease_s) if r.info.get("state") != "stopped")
 
 
 def cancel_run_arrays(paths: SpoolPaths, pending_only: bool) -> list[str]:
@@ -169,8 +169,9 @@ def cancel_run_arrays(paths: SpoolPaths, pending_only: bool) -> list[str]:
     if pending_only:
         cancel(ids, pending_only=True)
         return []
+    lease_s = RunConfig.load(paths.run_config).leases.lease_s
     deadline = time.monotonic() + EXIT_WAIT_S
-    while queued and time.monotonic() < deadline and not _any_alive(paths):
+    while queued and time.monotonic() < deadline and not _any_alive(paths, lease_s):
         time.sleep(0.5)
         queued = still_queued(ids)
     if not queued:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(HpcRolloutError, ValueError):
     """A checkpoint directory cannot be loaded into the served model."""
 
 

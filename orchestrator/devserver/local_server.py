@@ -24,11 +24,12 @@ from pathlib import Path
 import httpx
 
 import orchestrator
+from orchestrator.errors import HpcRolloutError
 
 REPO_ROOT = Path(orchestrator.__file__).resolve().parent.parent
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(HpcRolloutError, RuntimeError):
     """serve-llm exited or stayed silent before it was healthy."""
 
 

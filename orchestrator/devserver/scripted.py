@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.devserver.generation import GenRequest, GenResult
+from orchestrator.errors import HpcRolloutError
 
 
-class ScriptError(ValueError):
+class ScriptError(HpcRolloutError, ValueError):
     """A scripts file that cannot be used, or a prompt no script matches."""
 
 

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
+
 MISSING = ("the math handler needs the math-verify package: pip install 'hpc-rollout[agents]' "
            "(or pip install math-verify)")
 
 
-class MathVerifyMissing(ImportError):
+class MathVerifyMissing(HpcRolloutError, ImportError):
     """math-verify is not installed (an ImportError: a missing package, the same for every answer)."""
 
 

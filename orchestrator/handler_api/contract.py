@@ -26,6 +26,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.schema import InstanceSchema
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.jobs import StageError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "hpc_rollout.handlers"
 
-class HandlerError(Exception):
+class HandlerError(HpcRolloutError):
     """A handler cannot be found or loaded."""
 
 

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.observation_pieces import ObservationPieces
 
 SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
 VERIFY_EVERY = 32
 
 
-class TemplateError(ValueError):
+class TemplateError(HpcRolloutError, ValueError):
     """The chat template cannot be extended by a delta (it rewrites earlier turns)."""
 
 
@@ -181,16 +182,6 @@ class Conversation:
         self.response_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
         return ids
-
-    def closing_text(self) -> str:
-        """What the template writes after an assistant reply that the model did not sample."""
-        history = self.messages[:-1] + [{"role": "assistant", "content": SENTINEL}]
-        rendered = self.render(history, generation_prompt=False)
-        suffix = rendered[rendered.rindex(SENTINEL) + len(SENTINEL):]
-        stop = self._last_stop_text
-        if stop and suffix.startswith(stop):
-            return suffix[len(stop):]
-        return suffix
 
     def delta_text(self, new: list[dict[str, Any]]) -> str:
         """Template text of `new` messages (+ generation prompt) as the template appends it."""

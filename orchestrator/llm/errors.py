@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from orchestrator.errors import HpcRolloutError
 
-class LLMError(Exception):
+
+class LLMError(HpcRolloutError):
     """Base class of every error raised by orchestrator.llm."""
 
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import orjson
 
+from orchestrator.config import DEFAULTS
 from orchestrator.spool import fsops
 from orchestrator.spool.lease import SIGHTINGS
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.spool.paths import SpoolPaths, safe_name
 
 log = logging.getLogger(__name__)
-DEFAULT_LEASE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class InflightBoard:
     paths: SpoolPaths
     worker_id: str
     node: str = ""
-    lease_s: float = DEFAULT_LEASE_S
+    lease_s: float = DEFAULTS.leases.lease_s
     inflight: Counter[str] = field(default_factory=Counter)
     assigned: Counter[str] = field(default_factory=Counter)
     # 0: publish every change (small runs: others read the boards at every decision). inf on a
@@ -125,7 +125,7 @@ class WorkerCounts:
     alive: bool
 
 
-def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULTS.leases.lease_s, *, now: float | None = None,
                 skip: str = "") -> dict[str, WorkerCounts]:
     """Every worker's board (one open and one heartbeat stat each): 2 W + 1 metadata operations.
     (`now` is not used: liveness is judged by change, not by this node's clock.)
@@ -180,7 +180,7 @@ def total_load(workers: dict[str, WorkerCounts], own: InflightBoard | None = Non
 
 
 def read_load(
-    paths: SpoolPaths, lease_s: float = DEFAULT_LEASE_S, *, now: float | None = None,
+    paths: SpoolPaths, lease_s: float = DEFAULTS.leases.lease_s, *, now: float | None = None,
     own: InflightBoard | None = None,
 ) -> Load:
     """The exact cluster view: every worker's board read now (2 W + 1 operations)."""

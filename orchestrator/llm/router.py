@@ -22,28 +22,21 @@ import random
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import httpx
 
 from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
 from orchestrator.llm.errors import LLMError, NoBackendAvailable, RegistryCorrupt
-from orchestrator.llm.inflight import DEFAULT_LEASE_S, InflightBoard
-from orchestrator.spool.cluster_summary import DEFAULT_VIEW_S, ClusterView
+from orchestrator.config import DEFAULTS, RunConfig
+from orchestrator.llm.inflight import InflightBoard
+from orchestrator.spool.cluster_summary import ClusterView
 from orchestrator.llm.load_view import LoadView
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Snapshot
 from orchestrator.llm.urls import health_url
 from orchestrator.spool.paths import SpoolPaths, current_node
 
-if TYPE_CHECKING:
-    from orchestrator.config import RunConfig
-
 log = logging.getLogger(__name__)
 
-DEFAULT_PROBE_AFTER_S = 15.0
-DEFAULT_HEALTH_CHECK_S = 30.0
-DEFAULT_REQUEST_TIMEOUT_S = 120.0
-DEFAULT_OUTAGE_WAIT_S = 300.0
 HEALTH_TIMEOUT_S = 2.0
 GENERATION_PROBE_TIMEOUT_S = 10.0
 OUTAGE_BACKOFF_S = (0.5, 8.0)
@@ -54,13 +47,13 @@ class Router:
     paths: SpoolPaths
     worker_id: str
     node: str = field(default_factory=current_node)
-    lease_s: float = DEFAULT_LEASE_S
-    probe_after_s: float = DEFAULT_PROBE_AFTER_S
+    lease_s: float = DEFAULTS.leases.lease_s
+    probe_after_s: float = DEFAULTS.llm.probe_after_s
     # 0 = never check before a pick (a bare Router, as in simulations); router_for() turns it on.
     health_check_s: float = 0.0
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    request_timeout_s: float = DEFAULTS.llm.request_timeout_s
     outage_wait_s: float = 0.0       # 0: fail at once when no backend is usable (router_for: run.toml)
-    view_s: float = DEFAULT_VIEW_S   # on a large run, other workers' counts are re-read this often
+    view_s: float = DEFAULTS.llm.view_s   # on a large run, other workers' counts are re-read this often
     registry: BackendRegistry = field(init=False)
     board: InflightBoard = field(init=False)
     # The cluster summary, when the worker engine keeps it (None: this router keeps its own).
@@ -275,7 +268,7 @@ async def generation_problem(http: httpx.AsyncClient, backend: Backend,
     return None
 
 
-def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "RunConfig",
+def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: RunConfig,
                        cluster: ClusterView | None = None) -> Router:
     """The router a worker builds once from its RunConfig and hands to its jobs (WorkerServices).
 
@@ -299,42 +292,20 @@ def router_from_config(paths: SpoolPaths, worker_id: str, node: str, config: "Ru
 _routers: dict[tuple[str, str], Router] = {}
 
 
-def router_for(
-    paths: SpoolPaths, worker_id: str, node: str | None = None, lease_s: float | None = None
-) -> Router:
+def router_for(paths: SpoolPaths, worker_id: str, node: str | None = None) -> Router:
     """The one router of this process for (run dir, worker id), for callers that are not a worker.
 
     Settings come from the run's run.toml like router_from_config (lease, health timings, outage
-    handling, the cluster view [llm] view_s); a directory without run.toml gets the defaults, a
-    broken run.toml raises ConfigError.
+    handling, the cluster view [llm] view_s); a missing or broken run.toml raises ConfigError.
     """
     key = (str(paths.root), worker_id)
     router = _routers.get(key)
     if router is None:
-        config = _run_config(paths)
-        router = Router(
-            paths, worker_id, node or current_node(),
-            lease_s=(config.leases.lease_s if config else DEFAULT_LEASE_S) if lease_s is None else lease_s,
-            probe_after_s=config.llm.probe_after_s if config else DEFAULT_PROBE_AFTER_S,
-            health_check_s=config.llm.health_check_s if config else DEFAULT_HEALTH_CHECK_S,
-            request_timeout_s=config.llm.request_timeout_s if config else DEFAULT_REQUEST_TIMEOUT_S,
-            outage_wait_s=config.llm.outage_wait_s if config else DEFAULT_OUTAGE_WAIT_S,
-            view_s=config.llm.view_s if config else DEFAULT_VIEW_S,
-        )
+        router = router_from_config(paths, worker_id, node or current_node(), RunConfig.load(paths.run_config))
         _routers[key] = router
     return router
 
 
-def _run_config(paths: SpoolPaths) -> "RunConfig | None":
-    """The run's settings; None for a bare directory (no run.toml). A broken run.toml raises ConfigError."""
-    from orchestrator.config import RunConfig
-
-    if not paths.run_config.exists():
-        return None
-    return RunConfig.load(paths.run_config)
-
-
 def run_lease_s(paths: SpoolPaths) -> float:
     """The run's worker lease (run.toml [leases] lease_s): in-flight counts expire with it."""
-    config = _run_config(paths)
-    return config.leases.lease_s if config else DEFAULT_LEASE_S
+    return RunConfig.load(paths.run_config).leases.lease_s

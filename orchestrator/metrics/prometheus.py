@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from orchestrator.config import RunConfig
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.paths import SpoolPaths
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'hpc-rollout[metrics]' (prometheus-client)"
 
 
-class MetricsUnavailable(RuntimeError):
+class MetricsUnavailable(HpcRolloutError, RuntimeError):
     """[metrics] prometheus_dir is set but prometheus-client is not installed."""
 
 

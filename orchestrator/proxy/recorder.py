@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from orchestrator.agent.messages import reply_text
 from orchestrator.agent.parsers import Parser
+from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.conversation import Conversation
 from orchestrator.proxy.chat_form import ChatRequest, Reply, message_key, reply_message
 
@@ -31,7 +32,7 @@ RENDER_WINDOW = 2   # as the agent loop: deltas rendered after the last 2 messag
 OFF_LOOP_CHARS = 32_000
 
 
-class LimitReached(Exception):
+class LimitReached(HpcRolloutError):
     """The job's turn or context limit: the call is refused and the harness should stop."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -39,7 +40,7 @@ class LimitReached(Exception):
         self.reason = reason            # a StopReason value: max_turns | context_full
 
 
-class BackendGone(Exception):
+class BackendGone(HpcRolloutError):
     """The job's backend failed for good (the session waited and switched as long as it may)."""
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pyarrow.dataset as ds
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import decode_batch, is_batch, jobs_in, may_hold_job
 from orchestrator.spool.events import events_of
@@ -18,7 +19,7 @@ from orchestrator.spool.journal import read as read_journal, resume_journaled
 from orchestrator.spool.tickets import CorruptTicket, Ticket
 
 
-class JobNotFound(LookupError):
+class JobNotFound(HpcRolloutError, LookupError):
     """No ticket, row or event mentions the job id."""
 
 

@@ -2,14 +2,14 @@
 
 Only the columns asked for are decoded (Parquet is columnar: reward and status of 1e5 rows
 are a few hundred kilobytes), nested turn fields included (`turns.list.element.backend`).
-Shards are found by listing the directory (names starting with `_` or `.` are in progress),
-never by their name order. A column missing from an older shard reads as nulls.
+Shards are found by listing the directory and keeping the names `spool/shards.py:list_shards`
+accepts (the one filter of committed shard names); other *.parquet files there are named as
+skipped. A column missing from an older shard reads as nulls.
 """
 
 from __future__ import annotations
 
 import bisect
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shards import list_shards, shard_names
 from orchestrator.spool.rows import SCHEMA, TURN_TYPE
 
 READ_THREADS = 4
@@ -44,13 +45,8 @@ class ShardData:
 
 
 def shard_files(paths: SpoolPaths) -> list[Path]:
-    """Committed shards in directory order (the order does not matter to any reader here)."""
-    try:
-        names = [entry.name for entry in os.scandir(paths.shards)]
-    except FileNotFoundError:
-        return []
-    fsops.listed(len(names))
-    return [paths.shards / n for n in names if n.endswith(".parquet") and not n.startswith(("_", "."))]
+    """Committed shards (one listing), by writer and sequence."""
+    return [paths.shards / name for name in shard_names(paths)]
 
 
 def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence[str] = (),
@@ -62,10 +58,15 @@ def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence
     unknown += [f for f in turn_fields if f not in TURN_TYPES and f != OUTPUT_TOKENS]
     if unknown:
         raise ValueError(f"unknown shard column(s) {unknown}; valid: {', '.join(SCHEMA.names)}")
-    files = shard_files(paths) if files is None else list(files)
+    skipped: list[str] = []
+    if files is None:
+        listing = list_shards(paths)
+        files = [paths.shards / name for name in listing.committed]
+        skipped += [f"shards/{name}: not named as a shard (WRITER-SEQ.parquet): not read" for name in listing.foreign]
+    files = list(files)
     with ThreadPoolExecutor(READ_THREADS) as pool:
         parts = list(pool.map(lambda f: _read_one(f, wanted, tuple(turn_fields), since), files))
-    row_tables, turn_tables, skipped, read, firsts = [], [], [], [], []
+    row_tables, turn_tables, read, firsts = [], [], [], []
     base = 0
     for path, part in zip(files, parts):
         if isinstance(part, str):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import calendar
+import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import orjson
 from orchestrator.llm.errors import RegistryCorrupt
 from orchestrator.llm.history import read_history
 from orchestrator.llm.registry import Backend, parse_snapshot
+from orchestrator.spool.job_ids import submitted_at
 from orchestrator.spool.paths import SpoolPaths
 
 
@@ -112,22 +112,13 @@ def _quarantined(paths: SpoolPaths) -> list[str]:
     return found
 
 
-def submission_time(submission_id: str) -> float | None:
-    """Epoch seconds encoded in a submission id (`20250101T120000123-ab12`), None if it has none."""
-    stamp = submission_id.split("-", 1)[0]
-    try:
-        parsed = time.strptime(stamp[:15], "%Y%m%dT%H%M%S")
-        return calendar.timegm(parsed) + int(stamp[15:18]) / 1000
-    except ValueError:
-        return None
-
-
 def _read_submissions(paths: SpoolPaths, problems: list[str]) -> list[Submission]:
     found = []
     for path in _json_files(paths.submissions):
         try:
             info = orjson.loads(path.read_bytes())
-            at = submission_time(str(info["submission_id"])) or path.stat().st_mtime
+            stamped = submitted_at(str(info["submission_id"]))
+            at = stamped if math.isfinite(stamped) else path.stat().st_mtime
             found.append(Submission(str(info["submission_id"]), at, int(info.get("jobs", 0))))
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             problems.append(f"{path.relative_to(paths.root)}: unreadable submission record ({exc})")

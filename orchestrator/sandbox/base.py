@@ -115,9 +115,6 @@ class Sandbox(abc.ABC):
         return ToolResult(output=f"{len(data)} bytes from {reply.get('path')}", error=None,
                           data=reply, content=data)
 
-    async def ping(self) -> dict[str, Any]:
-        return await self.call("ping", {})
-
     async def __aenter__(self) -> "Sandbox":
         return self
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from orchestrator.errors import HpcRolloutError
 
-class SandboxError(Exception):
+
+class SandboxError(HpcRolloutError):
     """Base class of every sandbox failure."""
 
 

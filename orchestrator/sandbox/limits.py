@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from orchestrator.config import DEFAULTS
 from orchestrator.sandbox.errors import SandboxConfigError
 
 MiB = 1 << 20
@@ -39,8 +40,8 @@ FLOAT_LIMITS = {"wall_clock_s", "command_timeout_s"}
 @dataclass(frozen=True)
 class Limits:
     memory_mb: int = 4096
-    total_memory_mb: int = 8192
-    workspace_mb: int = 2048
+    total_memory_mb: int = DEFAULTS.sandbox.total_memory_mb
+    workspace_mb: int = DEFAULTS.sandbox.workspace_mb
     cpu_seconds: int = 900
     file_size_mb: int = 1024
     processes: int = 256

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config import DEFAULTS
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
 
@@ -58,13 +59,13 @@ def bind_parts(value: "Bind | str | dict[str, Any]") -> tuple[str, str, bool]:
 @dataclass(frozen=True)
 class SandboxOptions:
     image: Path | None = None
-    network: bool = False
+    network: bool = DEFAULTS.sandbox.network
     binds: tuple[Bind, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     limits: Limits = field(default_factory=Limits)
-    fakeroot: bool = False
+    fakeroot: bool = DEFAULTS.sandbox.fakeroot
     workspace: Path | None = None      # a host directory to bind; default: see workspace.py
-    keep_workspace: bool = False       # keep the workspace after the job (copied out at close)
+    keep_workspace: bool = DEFAULTS.sandbox.keep_workspaces  # keep the workspace after the job (copied out at close)
     start_timeout_s: float = 30.0
     cgroup: bool = True                # use a cgroup for the process limit when one is writable
 

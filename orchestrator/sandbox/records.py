@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.sandbox import cgroups
 from orchestrator.sandbox.errors import SandboxConfigError
@@ -152,7 +153,7 @@ class SandboxRecord:
         return record
 
 
-class UntrustedRecord(ValueError):
+class UntrustedRecord(HpcRolloutError, ValueError):
     """A sandbox directory or record this user did not create (or that points elsewhere)."""
 
 

@@ -7,7 +7,8 @@ One concept per module:
     queries.py    squeue/sacct states, warnings for `status`; degrade when absent
     templates.py  Jinja2 sbatch templates in the `sbatch` package, quoted and validated
     options.py    LaunchOptions: what `launch --nodes` asks Slurm for
-    node_job.py   NodeWorker: the checkpointable callable each array task runs
+    node_job.py   NodeWorker: what each array task runs (launch's and the template's), its signals
+    node_task.py  `python -m orchestrator.slurm.node_task`: the template's command for it
     launcher.py   submit (or dry-run) the array(s) through submitit
 """
 

@@ -30,6 +30,7 @@ import orjson
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import count_jobs
 from orchestrator.spool.jobs import Stage
+from orchestrator.spool.launches import new_launch_id
 from orchestrator.spool.lease import Lease, Sightings, holder_alive, new_holder
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.scaling import Action, Bounds, Decision, Observation, decide
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 DECISIONS_KEPT = 20
 LAUNCH_PREFIX = "adapt"
+# Workers adapt launches above --min leave after this long idle, unless run.toml sets [workers] idle_exit_s.
+IDLE_EXIT_S = 300.0
 
 
 class AdaptError(SlurmError):
@@ -70,7 +73,7 @@ def lease_path(paths: SpoolPaths, kind: str) -> Path:
 @dataclass(frozen=True)
 class AdaptSettings:
     bounds: Bounds
-    idle_exit_s: float = 300.0    # of the workers above --min
+    idle_exit_s: float = IDLE_EXIT_S   # of the workers above --min
     interval_s: float = 10.0      # between two looks at the queues
     lease_stale_s: float = 60.0   # a controller silent this long is replaced by a standby
 
@@ -189,7 +192,7 @@ class Controller:
         if decision.action is Action.GROW:
             self.launches += 1
             mode = "keep" if decision.keep else "idle"
-            launch_id = f"{LAUNCH_PREFIX}-{self.kind}-{mode}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{self.launches}"
+            launch_id = f"{new_launch_id(f'{LAUNCH_PREFIX}-{self.kind}-{mode}')}-{self.launches}"
             worker = replace(self.worker, launch_id=launch_id, idle_exit_s=0.0 if decision.keep else self.settings.idle_exit_s)
             result = launch(self.paths.root, replace(self.launch_options, nodes=decision.count), worker)
             log.warning("adapt: +%d worker(s) (%s): arrays %s", decision.count, decision.reason, " ".join(result.array_ids))

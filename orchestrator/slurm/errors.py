@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from orchestrator.errors import HpcRolloutError
 
-class SlurmError(Exception):
+
+class SlurmError(HpcRolloutError):
     """Base class: anything that went wrong talking to Slurm or preparing what it runs."""
 
 

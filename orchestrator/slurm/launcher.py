@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 import orchestrator
+from orchestrator.config import RunConfig
 from orchestrator.spool.launches import launch_log_dir, new_launch_id
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
@@ -89,7 +90,7 @@ def setup_lines(options: LaunchOptions) -> list[str]:
     if source is not None and options.python is None:
         lines.append(f"export PYTHONPATH={shlex.quote(str(source))}${{PYTHONPATH:+:$PYTHONPATH}}")
     if options.signal != "USR2":
-        # submitit's job side reads it to know which signal means "checkpoint and requeue".
+        # submitit's job side listens for it until NodeWorker takes the signals over (node_job.py).
         lines.append(f"export SUBMITIT_PREEMPT_SIGNAL={options.signal}")
     for key, value in options.extra_env:
         lines.append(f"export {key}={shlex.quote(value)}")
@@ -164,8 +165,7 @@ def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: Work
            dry_run: bool = False) -> LaunchResult:
     """Submit `options.nodes` node workers on the run (or only write their scripts with dry_run)."""
     paths = SpoolPaths.of(run_dir)
-    if not paths.is_run_dir():
-        raise LaunchError(f"{paths.root} is not a run directory (no run.toml): hpc-rollout init {run_dir}")
+    RunConfig.load(paths.run_config)   # a run directory, with settings a worker can start from
     if not dry_run and not slurm_available():
         raise SlurmUnavailable("no Slurm here (sbatch/srun/squeue not on PATH): use launch --local")
     launch_id = worker.launch_id or new_launch_id("dryrun" if dry_run else "slurm")
@@ -179,7 +179,8 @@ def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: Work
             arrays.append(ArraySubmission("", first, size, script))
             continue
         executor = _executor(log_dir, options, size, offline=False)
-        workers = [NodeWorker(str(paths.root), worker, first + i) for i in range(size)]
+        submitted_at = time.time()
+        workers = [NodeWorker(str(paths.root), worker, first + i, submitted_at, options.signal) for i in range(size)]
         try:
             jobs = executor.submit_array(workers)
         except (FailedJobError, FailedSubmissionError, OSError) as exc:

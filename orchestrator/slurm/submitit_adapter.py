@@ -1,8 +1,8 @@
 """Every submitit name this project uses that is not submitit's public API, in one place.
 
-submitit has no public call for "the batch script you would submit" nor for "the warning
-signal the job side listens to", and its SlurmExecutor asks `srun` for the CPU affinity even
-when it only renders a script. These three private uses are checked against CHECKED_RANGE
+submitit has no public call for "the batch script you would submit", and its SlurmExecutor
+asks `srun` for the CPU affinity even when it only renders a script. These private uses are
+checked against CHECKED_RANGE
 (tests/core/test_submitit_adapter.py); pyproject.toml pins the same range, so a new
 submitit is adopted only after the test passes on it.
 """
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from submitit import SlurmExecutor
 from submitit.core.utils import FailedJobError, FailedSubmissionError
-from submitit.slurm.slurm import SlurmJobEnvironment
 
 CHECKED_RANGE = ">=1.5.4,<1.6"
 
 __all__ = ["CHECKED_RANGE", "FailedJobError", "FailedSubmissionError", "OfflineExecutor",
-           "SlurmExecutor", "job_warning_signal", "submission_script"]
+           "SlurmExecutor", "submission_script"]
 
 
 class OfflineExecutor(SlurmExecutor):
@@ -30,8 +29,3 @@ class OfflineExecutor(SlurmExecutor):
 def submission_script(executor: SlurmExecutor) -> str:
     """The batch script text submitit would hand to sbatch for this executor's parameters."""
     return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
-
-
-def job_warning_signal() -> str:
-    """The signal name (e.g. "USR2") submitit's job side treats as "checkpoint and requeue"."""
-    return str(SlurmJobEnvironment.USR_SIG)

@@ -21,15 +21,14 @@ from typing import Any, Iterable
 
 import orjson
 
+from orchestrator.config import BOUNDS
 from orchestrator.spool import fsops
+from orchestrator.spool.job_ids import parse_job_id
 from orchestrator.spool.tickets import CorruptTicket, Ticket
 
 BATCH_MARK = "+"
-DEFAULT_BATCH_SIZE = 8
-MAX_BATCH_SIZE = 256
+MAX_BATCH_SIZE = int(BOUNDS["jobs.batch_size"][1])
 _BATCH_NAME = re.compile(r"^(?P<first>.+)\+(?P<count>[1-9][0-9]*)$")
-# <submission>-<task:07d>-<sample:04d> (orchestrator/submission/submit.py)
-_JOB_PARTS = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})-(?P<sample>\d{4})$")
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,10 @@ def may_hold_task(name: str, submission: str, task: int) -> bool:
     (or a claim), never a miss.
     """
     parsed = parse_batch_name(name)
-    first = _JOB_PARTS.match(parsed.first_job if parsed else name)
-    if first is None or first.group("submission") != submission:
+    first = parse_job_id(parsed.first_job if parsed else name)
+    if first is None or first.submission != submission:
         return False
-    first_task = int(first.group("task"))
+    first_task = first.task
     return first_task <= task <= first_task + (parsed.count if parsed else 1) - 1
 
 
@@ -87,9 +86,8 @@ def may_hold_job(name: str, job_id: str) -> bool:
     parsed = parse_batch_name(name)
     if parsed is None:
         return name == job_id
-    parts = _JOB_PARTS.match(job_id)
-    return parts is not None and job_id >= parsed.first_job and \
-        may_hold_task(name, parts.group("submission"), int(parts.group("task")))
+    parts = parse_job_id(job_id)
+    return parts is not None and job_id >= parsed.first_job and may_hold_task(name, parts.submission, parts.task)
 
 
 def first_job_of(name: str) -> str:

@@ -13,14 +13,14 @@ clock runs two minutes slow would otherwise have its next submission cancelled a
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import first_job_of, is_batch, may_hold_job, may_hold_task
+from orchestrator.spool.job_ids import GroupId, JobId, group_of, parse_group_id, parse_job_id
 from orchestrator.spool.jobs import JobSpec
 from orchestrator.spool.paths import SpoolPaths, safe_name
 
@@ -41,9 +41,9 @@ def request_cancel(
     """
     if check:
         for job_id in job_ids:
-            _check_known(paths, job_id, JOB_ID, "job")
+            _check_known(paths, job_id, parse_job_id, "job")
         for group in groups:
-            _check_known(paths, group, GROUP_ID, "group")
+            _check_known(paths, group, parse_group_id, "group")
     fsops.ensure_dir(paths.cancel)
     written = []
     for job_id in job_ids:
@@ -68,24 +68,19 @@ def recorded_submissions(paths: SpoolPaths) -> set[str]:
 
 def submission_of(job_id: str) -> str:
     """The submission a job id belongs to ("" when it is not a job id of ours)."""
-    match = JOB_ID.match(job_id)
-    return match.group("submission") if match else ""
+    parsed = parse_job_id(job_id)
+    return parsed.submission if parsed else ""
 
 
-JOB_ID = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})-(?P<sample>\d{4})$")
-GROUP_ID = re.compile(r"^(?P<submission>.+)-(?P<task>\d{7})$")
-
-
-def _check_known(paths: SpoolPaths, name: str, shape: re.Pattern[str], what: str) -> None:
+def _check_known(paths: SpoolPaths, name: str, parse: Callable[[str], JobId | GroupId | None], what: str) -> None:
     if name == ALL:
         raise ValueError(f"'{ALL}' is not a {what} id: to cancel every job submitted so far use --all")
-    match = shape.match(name)
-    record = _submission(paths, match.group("submission")) if match else None
-    if match is not None and record is not None:
+    parsed = parse(name)
+    record = _submission(paths, parsed.submission) if parsed else None
+    if parsed is not None and record is not None:
         tasks = int(record.get("tasks") or 0)
         samples = int(record.get("jobs") or 0) // tasks if tasks else 0
-        task_ok = int(match.group("task")) < tasks
-        if task_ok and (what == "group" or int(match.group("sample")) < samples):
+        if parsed.task < tasks and (not isinstance(parsed, JobId) or parsed.sample < samples):
             return
     example = "SUBMISSION-TASK-SAMPLE" if what == "job" else "SUBMISSION-TASK"
     raise ValueError(f"no {what} {name!r} in {paths.root}: {what} ids look like {example} (see `hpc-rollout "
@@ -156,7 +151,7 @@ class CancelWatch:
         one of its jobs may be cancelled: a false positive costs the sweeper a claim, never a miss.
         """
         if not is_batch(name):
-            if name in self.jobs or name.rsplit("-", 1)[0] in self.groups:
+            if name in self.jobs or group_of(name) in self.groups:
                 return True
             return bool(self.submissions) and submission_of(name) in self.submissions
         if self.submissions and submission_of(first_job_of(name)) in self.submissions:
@@ -164,8 +159,8 @@ class CancelWatch:
         if any(may_hold_job(name, job_id) for job_id in self.jobs):
             return True
         for group in self.groups:
-            parts = GROUP_ID.match(group)
-            if parts is not None and may_hold_task(name, parts.group("submission"), int(parts.group("task"))):
+            parts = parse_group_id(group)
+            if parts is not None and may_hold_task(name, parts.submission, parts.task):
                 return True
         return False
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from orchestrator.config import DEFAULTS
 from orchestrator.spool import fsops
 from orchestrator.spool.cancel import read_requests
 from orchestrator.spool.lease import SIGHTINGS, Sightings, break_if_stale, new_holder, try_lock
@@ -48,7 +49,6 @@ from orchestrator.spool.paths import SpoolPaths
 log = logging.getLogger(__name__)
 
 LARGE_RUN_WORKERS = 16      # beyond this many live workers a run reads the summary instead of the spool
-DEFAULT_VIEW_S = 1.0        # a process re-reads the summary at most this often
 REBUILD_OPS_PER_S = 250.0   # what the whole run spends on rebuilding the summary, at most
 # A rebuild takes milliseconds to a few seconds: a lock unchanged for a few rebuild periods belongs to
 # a dead (or paused) rebuilder. Under half a lease, so the next rebuild comes before readers find the
@@ -267,7 +267,7 @@ class ClusterView:
 
     paths: SpoolPaths
     lease_s: float
-    view_s: float = DEFAULT_VIEW_S
+    view_s: float = DEFAULTS.llm.view_s   # re-read the summary at most this often ([llm] view_s)
     clock: Callable[[], float] = time.monotonic
     sightings: Sightings = field(default_factory=lambda: SIGHTINGS, repr=False)
     summary: Summary | None = field(default=None, repr=False)

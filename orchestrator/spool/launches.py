@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from orchestrator.spool import fsops
-from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.paths import SpoolPaths, safe_name
 
 
 def new_launch_id(prefix: str) -> str:
@@ -31,3 +31,19 @@ def request_stop(paths: SpoolPaths) -> None:
     """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
     fsops.ensure_dir(paths.control)
     fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)
+
+
+def array_started_at(paths: SpoolPaths, array_id: str) -> float:
+    """When the first task of Slurm array `array_id` started on this run: the first task to ask
+    records it (control/array-ID.started, created exclusively), later ones read it. A task submitted
+    by hand has no launch record, and Slurm resets a requeued job's SubmitTime."""
+    marker = paths.control / f"array-{safe_name(array_id, 'Slurm array id')}.started"
+    now = time.time()
+    fsops.ensure_dir(paths.control)
+    if fsops.create_exclusive(marker, f"{now:.6f}\n".encode()):
+        return now
+    try:
+        return float(fsops.read_bytes(marker) or now)
+    except (OSError, ValueError):
+        return now
+

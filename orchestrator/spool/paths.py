@@ -182,6 +182,3 @@ class SpoolPaths:
             self.jobs, self.submissions, self.shards, self.cancel, self.control,
             self.quarantine, self.logs, self.tmp, self.backends_inflight,
         ]
-
-    def is_run_dir(self) -> bool:
-        return self.run_config.is_file()

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.spool import access, fsops
-from orchestrator.config import ConfigError, RunConfig
+from orchestrator.config import RunConfig
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.run_toml import commented_toml
 
@@ -31,8 +31,6 @@ def planned_config(root: str | Path, overrides: dict[str, Any] | None = None) ->
 def open_run(root: str | Path) -> tuple[SpoolPaths, RunConfig]:
     """An existing run directory and its configuration, or ConfigError saying how to make one."""
     paths = SpoolPaths.of(root)
-    if not paths.is_run_dir():
-        raise ConfigError(f"{paths.root} is not a run directory (no run.toml): create it with `hpc-rollout init {root}`")
     config = RunConfig.load(paths.run_config)
     access.open_for(paths, config.access)
     return paths, config

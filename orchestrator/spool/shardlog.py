@@ -48,6 +48,12 @@ def parse_shard_name(name: str) -> tuple[str, int] | None:
     return writer, int(seq)
 
 
+def foreign_shard_name(name: str) -> bool:
+    """A visible *.parquet name in shards/ that is not a committed shard's (a file someone put
+    there): pyarrow, DuckDB and `shards/*.parquet` would read it; our readers skip it and say so."""
+    return name.endswith(SUFFIX) and not name.startswith(("_", ".")) and parse_shard_name(name) is None
+
+
 def writers_of_worker(worker_id: str, writers: list[str]) -> list[str]:
     """The writer names a worker id used (itself, and its incarnations after restarts)."""
     return [w for w in writers if w == worker_id or w.startswith(worker_id + INCARNATION_SEP)]

@@ -18,11 +18,13 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
-from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard_exists, shard_name, writers_of_worker
+from orchestrator.spool.shardlog import (WriterDirectory, foreign_shard_name, parse_shard_name, shard_exists, shard_name,
+                                        writers_of_worker)
 
 
 @dataclass
@@ -165,13 +167,13 @@ class Batch:
     first_at: float
 
 
-class UnflushedShard(RuntimeError):
+class UnflushedShard(HpcRolloutError, RuntimeError):
     """The shard was renamed into shards/ (its rows ARE committed) but the directory flush failed:
     its tickets may be dropped only after a flush succeeds. Not an OSError, so that no caller
     mistakes it for a failed write and writes the rows again."""
 
 
-class FencedOut(RuntimeError):
+class FencedOut(HpcRolloutError, RuntimeError):
     """The claims a shard would finish are no longer this worker's: nothing was committed."""
 
 
@@ -195,10 +197,22 @@ def write_durably(table: pa.Table, path: Path) -> None:
         raise
 
 
+@dataclass(frozen=True)
+class ShardListing:
+    committed: list[str]    # by writer then sequence
+    foreign: list[str]      # *.parquet files that are not named as shards (shardlog.foreign_shard_name)
+
+
+def list_shards(paths: SpoolPaths) -> ShardListing:
+    """One listing of shards/ (the whole directory: not for polling)."""
+    names = fsops.list_names(paths.shards)
+    named = [(parsed, n) for n in names if (parsed := parse_shard_name(n))]
+    return ShardListing([n for _, n in sorted(named)], sorted(n for n in names if foreign_shard_name(n)))
+
+
 def shard_names(paths: SpoolPaths) -> list[str]:
     """Committed shards, by writer then sequence (lists the whole directory: not for polling)."""
-    named = [(parsed, n) for n in fsops.list_names(paths.shards) if (parsed := parse_shard_name(n))]
-    return [n for _, n in sorted(named)]
+    return list_shards(paths).committed
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any] | None = None) -> set[str]:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
+
 STALE_KIND = "stale_policy"
 
 
-class StalePolicy(Exception):
+class StalePolicy(HpcRolloutError):
     """Raised inside a job whose samples are older than the registry's min_policy_version."""
 
 

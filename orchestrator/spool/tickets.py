@@ -13,11 +13,12 @@ from typing import Any
 
 import orjson
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
 from orchestrator.spool.paths import SAFE_NAME
 
 
-class CorruptTicket(ValueError):
+class CorruptTicket(HpcRolloutError, ValueError):
     """A ticket file cannot be decoded; it is quarantined, never deleted."""
 
 

@@ -16,7 +16,6 @@ Every bad row is reported with its line number and reason; the good ones are que
 from __future__ import annotations
 
 import errno
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 import pyarrow.parquet as pq
 
-from orchestrator.spool import fsops
+from orchestrator.errors import HpcRolloutError
+from orchestrator.spool import fsops, job_ids
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.handler_api.contract import AgentHandler, HandlerError, check_instance, load_handler
@@ -40,7 +40,7 @@ VERL_KEYS = ("data_source", "prompt")
 MAX_SAMPLES = 9999
 
 
-class SubmitError(ValueError):
+class SubmitError(HpcRolloutError, ValueError):
     """The submission as a whole cannot be accepted (unreadable file, bad options)."""
 
 
@@ -135,22 +135,6 @@ def parse_task(line: int, row: Any, default_handler: str | None, source_handlers
     return Task(line, handler, instance, str(instance_id) if instance_id is not None else "", data_source, fallback)
 
 
-_last_submission_ms = 0
-
-
-def new_submission_id() -> str:
-    """Sortable by submission time (to the millisecond), unique by its random suffix.
-
-    Within one process the millisecond never repeats: two submissions in the same
-    millisecond would otherwise sort by their random suffixes, not in the order made.
-    """
-    global _last_submission_ms
-    ms = max(int(time.time() * 1000), _last_submission_ms + 1)
-    _last_submission_ms = ms
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ms / 1000))
-    return f"{stamp}{ms % 1000:03d}-{secrets.token_hex(2)}"
-
-
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
@@ -172,17 +156,15 @@ def submit_rows(
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
-    if not paths.is_run_dir():
-        raise SubmitError(f"{paths.root} is not a run directory: create it with `hpc-rollout init {paths.root}`")
+    config = _run_config(paths)
     problem = sampling_problem(dict(sampling or {}), sampling_unchecked)
     if problem:
         raise SubmitError(problem)
-    config = _run_config(paths)
     mapping = {**config.data_sources, **(source_handlers or {})}
     batch_size = config.jobs.batch_size if batch_size is None else batch_size
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise SubmitError(f"batch size {batch_size} is outside [1, {MAX_BATCH_SIZE}]")
-    report = SubmitReport(new_submission_id(), source)
+    report = SubmitReport(job_ids.new_submission_id(), source)
     allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults())
     tasks = _validated_tasks(rows, handler, report, mapping, allowed)
     if strict and report.rejected:
@@ -209,11 +191,11 @@ def submit_rows(
 def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any]) -> Iterator[Ticket]:
     now = time.time()
     for index, task in enumerate(tasks):
-        group_id = f"{report.submission_id}-{index:07d}"
+        group = job_ids.group_id(report.submission_id, index)
         for sample in range(samples):
             job = JobSpec(
-                job_id=f"{group_id}-{sample:04d}", group_id=group_id,
-                instance_id=task.instance_id or group_id, sample_index=sample, handler=task.handler,
+                job_id=job_ids.job_id(report.submission_id, index, sample), group_id=group,
+                instance_id=task.instance_id or group, sample_index=sample, handler=task.handler,
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
             )
@@ -231,7 +213,7 @@ def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[T
     """
     staging = paths.tmp / f".submit-{submission_id}"
     fsops.ensure_dir(staging)
-    job_ids: list[str] = []
+    queued: list[str] = []
     entries: list[tuple[str, list[str]]] = []
     published = 0
     try:
@@ -239,7 +221,7 @@ def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[T
             name = entry_name(batch)
             fsops.write_new(staging / name, entry_content(batch))
             entries.append((name, [ticket.name for ticket in batch]))
-            job_ids.extend(ticket.name for ticket in batch)
+            queued.extend(ticket.name for ticket in batch)
         fsops.sync_filesystem(staging)  # one flush for the whole submission, before any becomes visible
         for name, _ in entries:
             fsops.replace(staging / name, paths.init_queue / name)
@@ -250,7 +232,7 @@ def stage_and_publish(paths: SpoolPaths, submission_id: str, tickets: Iterable[T
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return job_ids, len(entries)
+    return queued, len(entries)
 
 
 def _withdraw(paths: SpoolPaths, staging: Path, published: list[tuple[str, list[str]]]) -> None:

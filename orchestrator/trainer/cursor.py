@@ -20,12 +20,14 @@ from typing import Any
 
 import orjson
 
+from orchestrator.errors import HpcRolloutError
+
 FORMAT = 1
 
 RowKey = tuple[str, int, int]   # (writer, shard seq, row index in the shard)
 
 
-class CursorError(ValueError):
+class CursorError(HpcRolloutError, ValueError):
     """A cursor string or file cannot be parsed."""
 
 

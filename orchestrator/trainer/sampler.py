@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.spool.job_ids import group_id
 from orchestrator.spool.staleness import row_is_stale
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
@@ -234,7 +235,7 @@ class DynamicSampler:
             problems = "; ".join(f"prompt {p.line}: {p.reason}" for p in report.rejected[:3])
             raise ValueError(f"{len(report.rejected)} prompt(s) refused by submit: {problems}")
         for index, prompt in enumerate(prompts):
-            self._outstanding[f"{report.submission_id}-{index:07d}"] = prompt
+            self._outstanding[group_id(report.submission_id, index)] = prompt
         stats.submitted_groups += len(prompts)
 
     def _exhausted(self) -> bool:

@@ -195,11 +195,6 @@ class RowReader:
                 return None
             time.sleep(min(self.poll_s, left))
 
-    def ready_groups(self) -> int:
-        if not self._grouping:
-            self._start_grouping()
-        return len(self._ready_set)
-
     # -- fetching -------------------------------------------------------------------------------
     def poll(self) -> int:
         """Fetch every shard committed since the last poll; the number of rows fetched."""

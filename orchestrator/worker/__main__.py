@@ -13,8 +13,7 @@ import sys
 
 import click
 
-from orchestrator.metrics.prometheus import MetricsUnavailable
-from orchestrator.spool.access import AccessError
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.config import RUNTIME_NAMES
 from orchestrator.worker.main import run_worker
@@ -47,20 +46,30 @@ def main(run_dir: str, stages: str, init_pool: int | None, run_pool: int | None,
     SIGUSR1: stop at once, every claim back to its queue (what the sbatch template sends when
     the task is preempted).
     """
+    options = options_from_cli(stages, init_pool, run_pool, eval_pool, max_prepared, max_sandboxes, runtime,
+                               idle_exit_s, launch_id, worker_id, verbose, launcher_pid=launcher_pid)
+    try:
+        code = run_worker(SpoolPaths.of(run_dir), options)
+    except HpcRolloutError as exc:   # a run directory without run.toml, metrics that cannot start, ...
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
+
+
+def options_from_cli(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
+                     max_prepared: int | None, max_sandboxes: int | None, runtime: str | None,
+                     idle_exit_s: float | None, launch_id: str, worker_id: str | None, verbose: int,
+                     launcher_pid: int | None = None) -> WorkerOptions:
+    """The options above as WorkerOptions (and the log level): shared with the Slurm node task's
+    command line (orchestrator/slurm/node_task.py), which takes the same options."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        options = WorkerOptions(
+        return WorkerOptions(
             stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool, eval_pool=eval_pool,
             max_prepared=max_prepared, max_sandboxes=max_sandboxes, runtime=runtime, idle_exit_s=idle_exit_s,
             launch_id=launch_id, worker_id=worker_id, launcher_pid=launcher_pid,
         )
     except OptionsError as exc:
         raise click.UsageError(str(exc)) from None
-    try:
-        code = run_worker(SpoolPaths.of(run_dir), options)
-    except (MetricsUnavailable, AccessError) as exc:
-        raise click.ClickException(str(exc)) from None
-    sys.exit(code)
 
 
 if __name__ == "__main__":

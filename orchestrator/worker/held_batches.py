@@ -125,11 +125,6 @@ class BatchClaims:
     def holds(self, job_id: str) -> bool:
         return self.held.batch_of(job_id) is not None
 
-    def saved(self, job_id: str) -> None:
-        """The job's ticket was saved in the claim directory (before EVAL): it goes at commit."""
-        if self.holds(job_id):
-            self.own_files.add(job_id)
-
     def leave(self, ticket: Ticket, queue: Path) -> None:
         """Save the job as its own ticket, record the hand-off, then rename it into `queue`."""
         self.box.save(ticket)

@@ -23,13 +23,14 @@ MAX_REJOINS = 5
 
 
 class WorkerController:
-    """Stop a worker from another thread (e.g. submitit's checkpoint on preemption)."""
+    """Stop a worker from another thread (e.g. a Slurm node task's warning signal: slurm/node_job.py)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Worker | None = None
         self._pending: float | None = None
+        self._reason: str | None = None
         self._requested = False
         self.worker_id: str | None = None
 
@@ -41,14 +42,15 @@ class WorkerController:
         with self._lock:
             self._loop, self._worker, self.worker_id = loop, worker, worker.worker_id
             if self._requested:
-                loop.call_soon_threadsafe(worker.request_stop, self._pending)
+                loop.call_soon_threadsafe(_stop, worker, self._pending, self._reason)
 
-    def stop(self, grace_s: float | None = None) -> None:
-        """Stop claiming; with grace_s=0 return every claim at once and exit."""
+    def stop(self, grace_s: float | None = None, reason: str | None = None) -> None:
+        """Stop claiming; with grace_s=0 return every claim at once and exit. `reason`: the signal
+        that asked for it, recorded in the worker's events as a signal the worker caught itself."""
         with self._lock:
-            self._requested, self._pending = True, grace_s
+            self._requested, self._pending, self._reason = True, grace_s, reason
             if self._loop is not None and self._worker is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._worker.request_stop, grace_s)
+                self._loop.call_soon_threadsafe(_stop, self._worker, grace_s, reason)
 
 
 def run_worker(
@@ -91,6 +93,12 @@ def run_worker(
         return EXIT_LEASE_LOST
 
     return asyncio.run(main())
+
+
+def _stop(worker: Worker, grace_s: float | None, reason: str | None) -> None:
+    if reason is not None:
+        worker.events.emit("-", "signal", {"signal": reason})
+    worker.request_stop(grace_s)
 
 
 def _on_signal(worker: Worker, signum: int) -> None:

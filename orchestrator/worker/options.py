@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from orchestrator.config import RunConfig
+from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.jobs import Stage
 
 ALL_STAGES = frozenset(Stage)
 
 
-class OptionsError(ValueError):
+class OptionsError(HpcRolloutError, ValueError):
     """A worker option is invalid."""
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import orjson
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.handler_api.context import JobContext
 from orchestrator.handler_api.contract import AgentHandler, merge_stage_outputs
 from orchestrator.spool.jobs import StageError
@@ -73,7 +74,7 @@ async def execute_stage(
         return StageOutcome(_hook(handler, ctx, error), JobStatus.FAILED, error)
 
 
-class UnstorableOutput(TypeError):
+class UnstorableOutput(HpcRolloutError, TypeError):
     """A stage returned something a ticket (JSON) cannot carry to the next stage."""
 
 

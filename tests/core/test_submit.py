@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import queued_tickets
-from orchestrator.submission.submit import SubmitError, new_submission_id, parse_sampling, submit_file
+from orchestrator.spool.job_ids import new_submission_id
+from orchestrator.submission.submit import SubmitError, parse_sampling, submit_file
 from orchestrator.spool.tickets import Ticket
 from tests.core.util import cli, make_run, write_jsonl
 

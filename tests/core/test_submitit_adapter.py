@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -50,13 +47,3 @@ def test_the_offline_executor_renders_an_array_script_without_srun(tmp_path: Pat
     assert "#SBATCH --array=0-3%4" in script
     assert "#SBATCH --signal=USR1@60" in script
     assert "submitit.core._submit" in script
-
-
-def test_the_job_side_warning_signal_follows_the_environment() -> None:
-    code = "from orchestrator.slurm.submitit_adapter import job_warning_signal; print(job_warning_signal())"
-    for value, expected in ((None, "USR2"), ("USR1", "USR1")):
-        env = {k: v for k, v in os.environ.items() if k != "SUBMITIT_PREEMPT_SIGNAL"}
-        if value:
-            env["SUBMITIT_PREEMPT_SIGNAL"] = value
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
-        assert out.stdout.strip() == expected

@@ -10,6 +10,7 @@ from typing import Any
 from orchestrator.handler_api.context import JobContext, WorkerServices
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.rundir import init_run
 
 
 def heartbeat(paths: SpoolPaths, worker_id: str, age_s: float = 0.0) -> None:
@@ -45,6 +46,6 @@ def chat_instance(n_user_turns: int = 2) -> dict[str, Any]:
 
 
 def run_dir(tmp_path: Path) -> SpoolPaths:
-    paths = SpoolPaths.of(tmp_path / "run")
-    paths.root.mkdir(parents=True)
+    """A run directory with its default run.toml (a job context outside a worker loads it)."""
+    paths, _ = init_run(tmp_path / "run")
     return paths

@@ -12,7 +12,7 @@ from orchestrator.llm.errors import NoBackendAvailable
 from orchestrator.llm.inflight import read_load
 from orchestrator.spool import lease
 from orchestrator.llm.registry import BackendRegistry, BackendState
-from orchestrator.llm.router import DEFAULT_HEALTH_CHECK_S, Router, router_for
+from orchestrator.llm.router import Router, router_for
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.engine import Worker
 from orchestrator.worker.options import WorkerOptions
@@ -133,7 +133,8 @@ def test_health_checks_follow_run_toml(tmp_path: Path) -> None:
         BackendRegistry.of(paths).add(sick.url)
         asyncio.run(router.acquire())  # checks off: the pick trusts the registry
         assert sick.health_checks == 0
-    assert router_for(SpoolPaths.of(tmp_path / "bare"), "w-bare").health_check_s == DEFAULT_HEALTH_CHECK_S
+    with pytest.raises(ConfigError, match="not a run directory"):   # no silent defaults for a bare directory
+        router_for(SpoolPaths.of(tmp_path / "bare"), "w-bare")
 
 
 def test_a_broken_run_toml_is_an_error_not_silent_defaults(tmp_path: Path) -> None:

@@ -2,45 +2,29 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from orchestrator.slurm.cluster import slurm_available
-
-NODES_NEEDED = 4
+from tests.slurm_probe import Cluster, require
 
 
-def _cluster_problem() -> str | None:
-    if not slurm_available():
-        return "no Slurm client on PATH: start the cluster with `sudo SLURM_NODES=4 scripts/slurm-up.sh`"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=15)
-        nodes = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t"],
-                               capture_output=True, text=True, timeout=15)
-    except subprocess.TimeoutExpired:
-        return "the Slurm controller does not answer"
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        return "the Slurm controller is down: `sudo SLURM_NODES=4 scripts/slurm-up.sh`"
-    # Busy is fine (a previous test's tasks may still be completing); down or drained is not.
-    usable = {line.split()[0] for line in nodes.stdout.splitlines()
-              if line.split()[1].rstrip("*~#$@+") in ("idle", "mix", "alloc", "comp", "mixed", "allocated")}
-    if len(usable) < NODES_NEEDED:
-        return f"the Slurm tests need {NODES_NEEDED} usable nodes, found {sorted(usable)}: SLURM_NODES=4 scripts/slurm-up.sh"
-    return None
+@pytest.fixture
+def slurm_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The cluster, when it has what the test's `slurm` marks ask for (module mark first, the
+    test's own last: `@pytest.mark.slurm(nodes=4)`); else a skip naming what is missing."""
+    needs: dict[str, object] = {}
+    for marker in reversed(list(request.node.iter_markers("slurm"))):
+        needs.update(marker.kwargs)
+    return require(**needs)
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> None:
-    problem = _cluster_problem()
-    if problem:
-        # CI runs as root with scripts/slurm-up.sh: there a missing cluster is a failure, not a skip.
-        if os.environ.get("CI") or os.geteuid() == 0:
-            pytest.fail(f"the Slurm tests must run here (CI or root): {problem}")
-        pytest.skip(f"{problem} (needs root; skipped for a normal user)")
+@pytest.fixture(autouse=True)
+def _slurm_marked_tests_check_the_cluster(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("slurm"):
+        request.getfixturevalue("slurm_cluster")
 
 
 class JobJanitor:
@@ -59,7 +43,7 @@ class JobJanitor:
 
 
 @pytest.fixture
-def janitor(slurm_cluster: None) -> Iterator[JobJanitor]:
+def janitor(slurm_cluster: Cluster) -> Iterator[JobJanitor]:
     jobs = JobJanitor()
     yield jobs
     jobs.cleanup()

@@ -90,6 +90,7 @@ def start_controller(paths: SpoolPaths, index: int, *options: str) -> subprocess
     )
 
 
+@pytest.mark.slurm(nodes=MAX)
 def test_adapt_follows_the_queue_within_bounds_and_a_killed_controller_loses_nothing(
         run_root: Path, controllers: list[subprocess.Popen[bytes]]) -> None:
     paths = sleep_run(run_root, jobs=0, run_s=0)
@@ -129,6 +130,7 @@ def test_adapt_follows_the_queue_within_bounds_and_a_killed_controller_loses_not
     assert "adapt all workers" in shown and f"target {MIN}" in shown and "grow" in shown
 
 
+@pytest.mark.slurm(nodes=2)
 def test_an_eval_controller_scales_eval_only_workers_with_the_eval_queue(
         run_root: Path, controllers: list[subprocess.Popen[bytes]], janitor: JobJanitor) -> None:
     paths = sleep_run(run_root, jobs=0, run_s=0)

@@ -27,6 +27,7 @@ def sacct_records(array: str) -> list[tuple[str, str]]:
     return [tuple(line.split("|", 1)) for line in out.split()]  # type: ignore[misc]
 
 
+@pytest.mark.slurm(nodes=2, accounting=True)
 def test_idle_workers_exit_completed_without_requeue_and_a_late_job_still_runs(run_root: Path, janitor: JobJanitor) -> None:
     paths = sleep_run(run_root, jobs=16, run_s=0.5)
     array, _ = launch(paths, "--nodes", "2", "--idle-exit", str(IDLE_EXIT_S))

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator.cli import cli
+from orchestrator.config import ConfigError
 from orchestrator.slurm import cluster, launcher, queries
 from orchestrator.slurm.errors import LaunchError, SlurmClientMissing, SlurmCommandFailed, SlurmUnavailable
 from orchestrator.slurm.node_job import NodeWorker
@@ -101,7 +102,7 @@ def test_launch_without_slurm_or_run_dir_is_a_clear_error(tmp_path: Path, monkey
     paths = make_run(tmp_path / "run")
     with pytest.raises(SlurmUnavailable, match="launch --local"):
         launcher.launch(paths.root, LaunchOptions(nodes=1), WorkerOptions())
-    with pytest.raises(LaunchError, match="hpc-rollout init"):
+    with pytest.raises(ConfigError, match="not a run directory .*hpc-rollout init"):   # the one answer (RunConfig.load)
         launcher.launch(tmp_path / "nothing", LaunchOptions(nodes=1), WorkerOptions(), dry_run=True)
 
 
@@ -146,3 +147,25 @@ def test_a_task_starting_after_stop_does_not_serve(tmp_path: Path) -> None:
     assert not list(paths.workers.glob("*.json")), "no worker started"
     later = NodeWorker(str(paths.root), WorkerOptions(), 0, submitted_at=time.time() + 1)
     assert not later.stop_requested()
+
+
+def test_a_rendered_script_s_task_counts_from_its_array_s_first_start(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task of `sbatch render worker` has no launch time (Slurm resets SubmitTime at a requeue):
+    the first task of its array to start records the time, later ones (requeued, throttled) read it."""
+    import time
+
+    from orchestrator.spool.launches import request_stop
+
+    paths = make_run(tmp_path / "run")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "777")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    assert not NodeWorker(str(paths.root), WorkerOptions(), 0).stop_requested()   # the first start: recorded
+    assert (paths.control / "array-777.started").is_file()
+    time.sleep(0.01)
+    request_stop(paths)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    assert NodeWorker(str(paths.root), WorkerOptions(), 1).stop_requested(), "a later task of the same array"
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "778")
+    time.sleep(0.01)
+    assert not NodeWorker(str(paths.root), WorkerOptions(), 0).stop_requested(), "an array first started after the stop"

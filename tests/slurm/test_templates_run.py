@@ -39,6 +39,7 @@ def _backends(run_dir: Path) -> list[dict[str, object]]:
     return orjson.loads(path.read_bytes()).get("backends", []) if path.exists() else []
 
 
+@pytest.mark.slurm(gpus_per_node=1)
 def test_vllm_template_registers_its_node_and_deregisters_on_the_signal(
         tmp_path: Path, janitor: JobJanitor) -> None:
     run = sleep_run(tmp_path / "run", jobs=0, run_s=0)
@@ -63,6 +64,7 @@ def test_vllm_template_registers_its_node_and_deregisters_on_the_signal(
     assert "stub vllm serving stub-model" in log and "added http" in log and "removed http" in log
 
 
+@pytest.mark.slurm(nodes=2)
 def test_worker_template_processes_jobs_and_requeues_a_signalled_task(
         tmp_path: Path, janitor: JobJanitor) -> None:
     jobs = 120

@@ -17,7 +17,6 @@ from tests.core.util import cli, make_run, wait_until, write_jsonl
 
 # Heartbeats every second, leases of 15 s: quick enough, and safe on a busy 2-core machine.
 SLURM_RUN = {"leases.heartbeat_s": 1.0, "leases.lease_s": 15.0, "shutdown.grace_s": 10.0}
-NODES = {"node1", "node2", "node3", "node4"}
 
 
 def sleep_run(root: Path, jobs: int, run_s: float) -> SpoolPaths:

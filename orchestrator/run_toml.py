@@ -12,7 +12,7 @@ from typing import Any
 
 import tomli_w
 
-from orchestrator.config import BOUNDS, DATA_SOURCES, RUNTIME_NAMES, RunConfig
+from orchestrator.config import BOUNDS, DATA_SOURCES, DEFAULTS, RUNTIME_NAMES, RunConfig
 
 SECTIONS: dict[str, str] = {
     "pools": "Concurrent stages per worker (launch --init-pool/--run-pool/--eval-pool override them).",
@@ -77,7 +77,7 @@ def commented_toml(config: RunConfig) -> str:
     """The whole run.toml with a comment above every setting."""
     lines = ["# hpc-rollout run settings. Every value below is the default unless changed (hpc-rollout init",
              "# DIR --set SECTION.KEY=VALUE, or edit this file; workers read it when they start).", ""]
-    defaults = RunConfig()
+    defaults = DEFAULTS
     for section, values in settings_of(config):
         lines += [f"# {SECTIONS.get(section, '')}", f"[{section}]"]
         for key, value in values:

@@ -56,13 +56,13 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
 
     from orchestrator.handler_api.contract import HandlerError
     from orchestrator.app.tasks_check import check_tasks
-    from orchestrator.config import ConfigError, RunConfig
+    from orchestrator.config import DEFAULTS, ConfigError
     from orchestrator.sandbox.policy import SandboxPolicy
 
     defaults = {"image": image} if image else {}
     try:
-        settings = RunConfig().with_overrides({"sandbox.allowed_images": list(allowed_images),
-                                               "sandbox.allowed_binds": list(allowed_binds)}, source="tasks check")
+        settings = DEFAULTS.with_overrides({"sandbox.allowed_images": list(allowed_images),
+                                           "sandbox.allowed_binds": list(allowed_binds)}, source="tasks check")
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     policy = SandboxPolicy.of(settings.sandbox)

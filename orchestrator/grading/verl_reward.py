@@ -26,11 +26,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
+
 INSTANCE_KEY = "verl_reward"
 SOURCES = ("default", "custom")
 
 
-class VerlRewardError(ValueError):
+class VerlRewardError(HpcRolloutError, ValueError):
     """The job's `verl_reward` cannot be used as written; the message says how to fix it."""
 
 

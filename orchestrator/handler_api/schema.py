@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
+
 # A verl row (data_source, prompt, ability, reward_model, extra_info) submitted as it is: these
 # keys are part of every such row, whatever the handler reads of them.
 VERL_ROW_KEYS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
@@ -190,7 +192,7 @@ class InstanceSchema:
         return listed
 
 
-class InstanceSchemaError(ValueError):
+class InstanceSchemaError(HpcRolloutError, ValueError):
     """An instance holds a key its handler does not take, or a value of the wrong type."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from orchestrator.agent.calls import ParsedReply
+from orchestrator.errors import HpcRolloutError
 
 # Sampling parameters a harness may set; the job's own sampling parameters win over them.
 PASSED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
@@ -38,7 +39,7 @@ Key = tuple[Any, ...]
 Form = tuple[dict[str, Any], Key]
 
 
-class BadRequest(ValueError):
+class BadRequest(HpcRolloutError, ValueError):
     """A request the proxy cannot serve; answered with HTTP 400 (or `status`) in the API's own
     error shape, naming the problem. `param`: the offending field, when there is one."""
 

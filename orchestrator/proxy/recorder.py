@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from orchestrator.agent.messages import reply_text
 from orchestrator.agent.parsers import Parser
+from orchestrator.config import DEFAULTS
 from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.conversation import Conversation
 from orchestrator.proxy.chat_form import ChatRequest, Reply, message_key, reply_message
@@ -44,7 +45,7 @@ class BackendGone(HpcRolloutError):
     """The job's backend failed for good (the session waited and switched as long as it may)."""
 
 
-class ClientGone(Exception):
+class ClientGone(HpcRolloutError):
     """The harness closed the connection before its answer: the call is recorded as cancelled."""
 
 
@@ -55,7 +56,7 @@ class ProxyLimits:
     max_tokens_per_call: int = 1024
     # New text beyond what the context's room could hold at this many characters per token is
     # refused before it is tokenized (run.toml [proxy] max_chars_per_token).
-    max_chars_per_token: float = 16.0
+    max_chars_per_token: float = DEFAULTS.proxy.max_chars_per_token
 
 
 @dataclass

@@ -21,6 +21,7 @@ from orchestrator.report.figures import draw_all
 from orchestrator.report.model import RunReport, load_report
 from orchestrator.report.page import render_page
 from orchestrator.report.summary import numbers, summary_text
+from orchestrator.errors import HpcRolloutError
 
 PAGE = "report.html"
 JOBS_DIR = "jobs"
@@ -55,7 +56,7 @@ def _write(path: Path, data: bytes) -> None:
     fsops.write_atomic(path, data, durability=fsops.Durability.NONE)
 
 
-class ReportError(ValueError):
+class ReportError(HpcRolloutError, ValueError):
     """The report cannot be written where it should go (the message says why and what to do)."""
 
 

@@ -44,7 +44,7 @@ class Limits:
     workspace_mb: int = DEFAULTS.sandbox.workspace_mb
     cpu_seconds: int = 900
     file_size_mb: int = 1024
-    processes: int = 256
+    processes: int = DEFAULTS.sandbox.processes
     open_files: int = 4096
     tmp_mb: int = 512
     wall_clock_s: float = 4 * 3600.0

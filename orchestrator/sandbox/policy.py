@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Sandbox
+from orchestrator.config import DEFAULTS, Sandbox
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
 from orchestrator.sandbox.options import bind_parts
@@ -64,9 +64,9 @@ class SandboxPolicy:
     images: tuple[Path, ...] = ()           # resolved; an image must be one of them or lie inside one
     binds: tuple[Path, ...] = ()            # read-only bind sources must lie inside one (or inside rw_binds)
     rw_binds: tuple[Path, ...] = ()
-    network: bool = False                   # the run's default: every handler may have the network
+    network: bool = DEFAULTS.sandbox.network   # the run's default: every handler may have the network
     network_handlers: frozenset[str] = frozenset()
-    fakeroot: bool = False
+    fakeroot: bool = DEFAULTS.sandbox.fakeroot
     # ceilings of a job's limits (see CEILINGS): the run's totals
     total_memory_mb: int = Sandbox.total_memory_mb
     workspace_mb: int = Sandbox.workspace_mb

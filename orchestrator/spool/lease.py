@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from orchestrator.spool import fsops
+from orchestrator.errors import HpcRolloutError
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ MAX_SIGHTINGS = 100_000   # a judge forgets the oldest sightings beyond this man
 _UNSAFE = re.compile(r"[^A-Za-z0-9_@+-]")
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(HpcRolloutError, TimeoutError):
     """The lock stayed held (and never went stale) for the whole timeout."""
 
 

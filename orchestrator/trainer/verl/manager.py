@@ -39,13 +39,16 @@ from verl.utils.ray_utils import auto_await
 from orchestrator.trainer.api import Spool
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
 from orchestrator.llm.registry import BackendRegistry
+from orchestrator.spool import job_ids
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import Assembled, assemble
 from orchestrator.trainer.verl.servers import (
     move_to_version, policy_version_of, register_verl_servers, verl_server_addresses,
 )
-from orchestrator.trainer.verl.settings import ManagerSettings, Sampling, VerlConfigError, parse_settings, to_plain
+from orchestrator.trainer.verl.settings import (
+    LogprobModeMismatch, ManagerSettings, Sampling, VerlConfigError, parse_settings, to_plain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +56,6 @@ ROW_COLUMNS = (*TRAINER_COLUMNS, "init_s", "run_s", "eval_s", "queue_s", "attemp
 # Keys of verl's batch that are not the task: trainer bookkeeping, tensors, our own.
 NOT_TASK_KEYS = {keys.UID, "dummy_tensor", "index", "__do_sample__", "priority", "agent_name", "raw_prompt_ids"}
 CANCEL_GRACE_S = 30.0   # after the time limit: how long cancelled jobs get to leave their rows
-
-
-class LogprobModeMismatch(VerlConfigError):
-    """The backends return another kind of logprobs than verl's rollout.logprobs_mode expects."""
 
 
 @dataclass
@@ -170,7 +169,7 @@ class SpoolLoopManager:
                 problems = "; ".join(f"row {members[p.line - 1][0]}: {p.reason}" for p in report.rejected[:3])
                 raise VerlConfigError(f"{len(report.rejected)} verl row(s) refused by submit: {problems}")
             for index, rows in enumerate(members):
-                placement.rows_of_group[f"{report.submission_id}-{index:07d}"] = rows
+                placement.rows_of_group[job_ids.group_id(report.submission_id, index)] = rows
         return placement
 
     def _task(self, batch: Mapping[str, np.ndarray], i: int, reward_spec: dict[str, Any] | None) -> dict[str, Any]:

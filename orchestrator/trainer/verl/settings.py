@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.errors import RegistryError
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
 
@@ -40,8 +41,12 @@ MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
 MAX_LENGTH = 1 << 20
 
 
-class VerlConfigError(ValueError):
+class VerlConfigError(HpcRolloutError, ValueError):
     """The verl config cannot drive the spool as written; the message names the key and the fix."""
+
+
+class LogprobModeMismatch(VerlConfigError):
+    """The backends return another kind of logprobs than verl's rollout.logprobs_mode expects."""
 
 
 class RewardSource(str, enum.Enum):

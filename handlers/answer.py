@@ -47,7 +47,7 @@ SCHEMA = InstanceSchema((
     instance_key("reward_model", Kind.OBJECT, "{'ground_truth': ...}: what the reply is scored against", required=True),
     instance_key("match", Kind.STRING, f"the rule: {', '.join(MATCHES)} (also in extra_info)", default="number"),
     instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
-    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, reward_kwargs} (the function: run.toml [rewards])"),
 ), accepts_verl_rows=True)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -139,6 +139,6 @@ class AnswerHandler(AgentHandler):
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
         if VERL_REWARD in instance:
-            return score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")))
+            return score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")), ctx.services.rewards)
         truth = str(instance["reward_model"]["ground_truth"])
         return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}

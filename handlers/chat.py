@@ -32,7 +32,7 @@ SCHEMA = InstanceSchema((
                  "(or a verl row's 'prompt')"),
     instance_key("user_turns", Kind.LIST, "user messages appended after each reply, until they run out", default=[]),
     instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
-    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, reward_kwargs} (the function: run.toml [rewards])"),
 ), accepts_verl_rows=True)
 
 
@@ -115,5 +115,6 @@ class ChatHandler(AgentHandler):
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         if VERL_REWARD in ctx.job.instance:
-            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, str(result.get("response_text", "")))
+            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, str(result.get("response_text", "")),
+                                   ctx.services.rewards)
         return {"reward": prose_share(list(result.get("replies", [])))}

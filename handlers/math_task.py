@@ -36,7 +36,7 @@ SCHEMA = InstanceSchema((
     instance_key("answer", (Kind.STRING, Kind.NUMBER), "the final answer graded against (or verl reward_model.ground_truth)"),
     instance_key("ground_truth", (Kind.STRING, Kind.NUMBER), "the final answer, another name"),
     *agent_task_keys(LIMITS),
-    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, path, name, reward_kwargs} (orchestrator/grading/verl_reward.py)"),
+    instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, reward_kwargs} (the function: run.toml [rewards])"),
 ), accepts_verl_rows=True)
 
 
@@ -98,7 +98,7 @@ class MathHandler(ToolAgentHandler):
 
         if VERL_REWARD in ctx.job.instance:   # verl's scorer on the decoded response (grading/verl_reward.py)
             text = await decoded_response(ctx.paths, result)
-            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, text)
+            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, text, ctx.services.rewards)
         task = self.task(ctx.job.instance)
         graded = candidate(result)
         check = await asyncio.to_thread(shared_verifier().check, task.answer, graded)

@@ -140,6 +140,15 @@ class Access:
 
 
 @dataclass(frozen=True)
+class Rewards:
+    # verl's custom reward function (its `custom_reward_function` convention), run at EVAL on the
+    # workers, outside every sandbox: so the operator names the file, never a task row. A row's
+    # `verl_reward: {"source": "custom"}` selects it (orchestrator/grading/verl_reward.py).
+    verl_custom_path: str = ""           # a Python file ("": none; rows asking for one fail)
+    verl_custom_name: str = "compute_score"
+
+
+@dataclass(frozen=True)
 class Trainer:
     # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
     # that already sampled with such a policy are cancelled (-1: no bound).
@@ -181,6 +190,7 @@ class RunConfig:
     metrics: Metrics = field(default_factory=Metrics)
     trainer: Trainer = field(default_factory=Trainer)
     access: Access = field(default_factory=Access)
+    rewards: Rewards = field(default_factory=Rewards)
     # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)
     data_sources: dict[str, str] = field(default_factory=dict)
 

@@ -5,8 +5,13 @@ Here, not in orchestrator/trainer/verl/, because handlers (below the trainer lay
 A job asks for it with an instance key `verl_reward` (the loop manager adds it when the verl config
 says `hpc_rollout.reward: verl | custom`; a hand-written task may carry it too):
 
-    {"source": "default"}                                   verl.utils.reward_score.default_compute_score
-    {"source": "custom", "path": "/x/my_reward.py", "name": "compute_score", "reward_kwargs": {...}}
+    {"source": "default"}                          verl.utils.reward_score.default_compute_score
+    {"source": "custom", "reward_kwargs": {...}}   the operator's function: run.toml [rewards]
+                                                   verl_custom_path / verl_custom_name
+
+The custom function's file is the operator's choice, never a row's: it runs on the worker, outside
+every sandbox, so a row that names a file (`path`, `name`) is refused at submit, and a job that
+carries one anyway (a ticket planted without submit) fails at EVAL without the file being read.
 
 Called the way verl's naive reward manager calls it: compute_score(data_source=, solution_str=,
 ground_truth=, extra_info=, **reward_kwargs), solution_str being the decoded response (sampled
@@ -26,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config import Rewards
 from orchestrator.errors import HpcRolloutError
 
 INSTANCE_KEY = "verl_reward"
@@ -36,26 +42,40 @@ class VerlRewardError(HpcRolloutError, ValueError):
     """The job's `verl_reward` cannot be used as written; the message says how to fix it."""
 
 
+ROW_KEYS = ("source", "reward_kwargs")
+OPERATOR_KEYS = ("path", "name")   # the function itself: run.toml [rewards], never the row
+
+
 def check_spec(spec: Any) -> None:
-    """Refuse a malformed `verl_reward` at submit time, not at EVAL."""
+    """Refuse a malformed `verl_reward`, or one that names code to run, at submit time (and again at EVAL)."""
     if not isinstance(spec, Mapping) or spec.get("source") not in SOURCES:
-        raise VerlRewardError(f"{INSTANCE_KEY} must be {{'source': 'default'}} or {{'source': 'custom', "
-                              f"'path': FILE.py, 'name': FUNCTION}}, got {spec!r}")
-    if spec["source"] == "custom":
-        path = spec.get("path")
-        if not isinstance(path, str) or not path.endswith(".py"):
-            raise VerlRewardError(f"{INSTANCE_KEY}.path must be a Python file, got {path!r}")
-        if not isinstance(spec.get("name", "compute_score"), str):
-            raise VerlRewardError(f"{INSTANCE_KEY}.name must name a function in {path}")
-        if not isinstance(spec.get("reward_kwargs", {}), Mapping):
-            raise VerlRewardError(f"{INSTANCE_KEY}.reward_kwargs must be a mapping")
+        raise VerlRewardError(f"{INSTANCE_KEY} must be {{'source': 'default'}} or {{'source': 'custom'}} "
+                              f"(with optional 'reward_kwargs'), got {spec!r}")
+    named = [key for key in OPERATOR_KEYS if key in spec]
+    if named:
+        raise VerlRewardError(
+            f"{INSTANCE_KEY} names {' and '.join(named)}: the reward function is the operator's choice, not a "
+            f"row's (it runs on the worker, outside the sandbox): set run.toml [rewards] verl_custom_path "
+            f"(and verl_custom_name) and give the row {{'source': 'custom'}}")
+    unknown = sorted(set(spec) - set(ROW_KEYS))
+    if unknown:
+        raise VerlRewardError(f"{INSTANCE_KEY} takes only {', '.join(ROW_KEYS)}; unknown: {', '.join(unknown)}")
+    if not isinstance(spec.get("reward_kwargs", {}), Mapping):
+        raise VerlRewardError(f"{INSTANCE_KEY}.reward_kwargs must be a mapping")
 
 
-def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], solution_str: str) -> dict[str, Any]:
-    """{"reward": float, "reward_extra_info": {...}} for one finished job."""
+def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], solution_str: str,
+                    rewards: Rewards) -> dict[str, Any]:
+    """{"reward": float, "reward_extra_info": {...}} for one finished job; `rewards`: run.toml [rewards]."""
     check_spec(spec)
-    function = _default_compute_score() if spec["source"] == "default" else _load_custom(
-        str(spec["path"]), str(spec.get("name", "compute_score")))
+    if spec["source"] == "default":
+        function = _default_compute_score()
+    elif rewards.verl_custom_path:
+        function = _load_custom(rewards.verl_custom_path, rewards.verl_custom_name)
+    else:
+        raise VerlRewardError(f"{INSTANCE_KEY} asks for the custom reward function, and the run names none: "
+                              f"set run.toml [rewards] verl_custom_path (hpc-rollout init RUN_DIR --set "
+                              f"rewards.verl_custom_path=FILE.py) before the workers start")
     reward_model = instance.get("reward_model") if isinstance(instance.get("reward_model"), Mapping) else {}
     extra_info = dict(instance.get("extra_info") or {}) if isinstance(instance.get("extra_info"), Mapping) else {}
     result = function(data_source=instance.get("data_source"), solution_str=solution_str,
@@ -88,10 +108,10 @@ def _default_compute_score() -> Callable[..., Any]:
 def _load_custom(path: str, name: str) -> Callable[..., Any]:
     file = Path(path)
     if not file.is_file():
-        raise VerlRewardError(f"{INSTANCE_KEY}.path {path} does not exist on this worker ({sys.argv[0]})")
+        raise VerlRewardError(f"run.toml [rewards] verl_custom_path {path} does not exist on this worker ({sys.argv[0]})")
     spec = importlib.util.spec_from_file_location(f"hpc_rollout_verl_reward_{abs(hash(path))}", file)
     if spec is None or spec.loader is None:
-        raise VerlRewardError(f"{INSTANCE_KEY}.path {path} cannot be imported")
+        raise VerlRewardError(f"run.toml [rewards] verl_custom_path {path} cannot be imported")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     function = getattr(module, name, None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from orchestrator.config import Proxy
+from orchestrator.config import Proxy, Rewards
 from orchestrator.sandbox.policy import SandboxPolicy, merge_sandbox_options
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
@@ -33,6 +33,7 @@ class WorkerServices:
     emit: Callable[[str, str, dict[str, Any]], None] = lambda job_id, name, fields: None
     llm_router: "Router | None" = None         # built by the worker from its RunConfig (None outside a worker)
     proxy: Proxy = field(default_factory=Proxy)   # run.toml [proxy]: the harness proxy's budgets
+    rewards: Rewards = field(default_factory=Rewards)   # run.toml [rewards]: reward code the operator allows
 
 
 __all__ = ["JobContext", "WorkerServices", "merge_sandbox_options"]

@@ -135,6 +135,7 @@ class WorkerState:
             sandbox_defaults=config.sandbox.defaults(), sandbox_policy=SandboxPolicy.of(config.sandbox),
             emit=self.events.emit,
             llm_router=router_from_config(paths, self.worker_id, self.node, config, self.cluster), proxy=config.proxy,
+            rewards=config.rewards,
         )
         for registry in (self.registry, *([self.services.llm_router.registry] if self.services.llm_router else [])):
             registry.quarantine_unusable = True      # an unusable registry goes to quarantine/: an outage, not a crash

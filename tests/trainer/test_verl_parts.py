@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from orchestrator.config import Rewards
 from orchestrator.grading.verl_reward import VerlRewardError, check_spec, score_with_verl
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import assemble
@@ -109,11 +110,12 @@ def test_a_custom_reward_function_is_called_the_way_verl_calls_it(tmp_path: Path
     module.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
                       "    return scale * (solution_str.strip() == ground_truth) + extra_info['index']\n")
     instance = {"data_source": "x", "reward_model": {"ground_truth": "42"}, "extra_info": {"index": 2}}
-    spec = {"source": "custom", "path": str(module), "name": "compute_score", "reward_kwargs": {"scale": 3.0}}
-    assert score_with_verl(spec, instance, " 42 ") == {"reward": 5.0, "reward_extra_info": {"acc": 5.0}}
+    spec = {"source": "custom", "reward_kwargs": {"scale": 3.0}}
+    operator = Rewards(verl_custom_path=str(module), verl_custom_name="compute_score")
+    assert score_with_verl(spec, instance, " 42 ", operator) == {"reward": 5.0, "reward_extra_info": {"acc": 5.0}}
     with pytest.raises(VerlRewardError, match="no function 'missing'"):
-        score_with_verl({**spec, "name": "missing"}, instance, "42")
+        score_with_verl(spec, instance, "42", Rewards(verl_custom_path=str(module), verl_custom_name="missing"))
     with pytest.raises(VerlRewardError, match="must be"):
         check_spec({"source": "elsewhere"})
     with pytest.raises(VerlRewardError, match="needs verl on the EVAL workers"):   # verl is not installed here
-        score_with_verl({"source": "default"}, instance, "42")
+        score_with_verl({"source": "default"}, instance, "42", Rewards())

@@ -140,7 +140,11 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
     model = str(tiny_model_dir())
     common = {"model": model, "n": N, "prompts": PROMPTS, "prompt_length": 96, "response_length": 64,
               "temperature": 0.7, "max_tokens": 24}
-    runs = {name: make_run(base / name, **{"shards.max_age_s": 0.3, "shards.idle_flush_s": 0.05})
+    reward_file = base / "my_reward.py"
+    reward_file.write_text(CUSTOM_REWARD)
+    # the operator names verl's custom reward function in run.toml before the workers start
+    operator = {"gsm8k": {"rewards.verl_custom_path": str(reward_file)}}
+    runs = {name: make_run(base / name, **{"shards.max_age_s": 0.3, "shards.idle_flush_s": 0.05, **operator.get(name, {})})
             for name in ("gsm8k", "mismatch", "scripted", "time_limit", "verl_servers")}
     cli("backend", "add", str(runs["gsm8k"].root), servers["sampling"].url)
     cli("backend", "add", str(runs["mismatch"].root), servers["sampling"].url, "--logprob-mode", "raw")
@@ -148,8 +152,6 @@ def outcome(verl: VerlEnv, servers: dict[str, LocalServer], tmp_path_factory: py
     cli("backend", "add", str(runs["time_limit"].root), servers["sampling"].url)
     questions = [(f"What is {a} + {b}? Answer with #### N.", str(a + b)) for a, b in ((3, 4), (5, 6), (8, 1), (2, 2))]
     gsm8k = write_parquet(base / "gsm8k.parquet", gsm8k_rows(questions))
-    reward_file = base / "my_reward.py"
-    reward_file.write_text(CUSTOM_REWARD)
     tool_rows = [{"data_source": "math", "prompt": [{"role": "user", "content": q}], "ability": "math",
                   "reward_model": {"style": "rule", "ground_truth": a},
                   "extra_info": {"index": i, "tools_kwargs": {"python": {"create_kwargs": {"ground_truth": a}}}}}

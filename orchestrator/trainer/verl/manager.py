@@ -40,6 +40,7 @@ from orchestrator.trainer.api import Spool
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.spool import job_ids
+from orchestrator.spool.liveness import read_workers
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import Assembled, assemble
@@ -84,7 +85,7 @@ class SpoolLoopManager:
                                   "unset distillation, or use verl's AgentLoopManager")
         # Rewards are computed at EVAL on our workers (rm_scores in the batch), so verl's reward
         # loop workers are never called: verl skips its own scoring when rm_scores is present.
-        self.spool = Spool.create(self.settings.spool)
+        self.spool = _open_spool(self.settings)
         self.registry = BackendRegistry.of(self.spool.paths)
         self.reader = self.spool.reader(columns=ROW_COLUMNS, poll_s=self.settings.poll_s)
         self.registered: list[str] = []
@@ -344,3 +345,26 @@ def _plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def _open_spool(settings: ManagerSettings) -> Spool:
+    """The run, with verl's custom reward function as its [rewards] setting: the function runs on our
+    workers at EVAL, so run.toml names it (rows only select it). Workers read run.toml when they
+    start: a change while some are alive is refused, naming the fix."""
+    spool = Spool.create(settings.spool)
+    custom = settings.custom_reward
+    if custom is None:
+        return spool
+    wanted = custom.run_settings()
+    current = spool.config.rewards
+    if (current.verl_custom_path, current.verl_custom_name) == tuple(wanted.values()):
+        return spool
+    # The heartbeats' age on this node's clock: good enough to refuse (it errs towards asking).
+    alive = [w.worker_id for w in read_workers(spool.paths, spool.config.leases.lease_s) if w.alive]
+    if alive:
+        raise VerlConfigError(
+            f"reward=custom: run.toml [rewards] of {spool.paths.root} names {current.verl_custom_path or 'no function'}, "
+            f"verl's config {custom.path} ({custom.name}), and {len(alive)} worker(s) already read run.toml: set it "
+            f"first (hpc-rollout init {spool.paths.root} --set rewards.verl_custom_path={custom.path} --set "
+            f"rewards.verl_custom_name={custom.name}), then start the workers")
+    return Spool.create(settings.spool, **wanted)

@@ -74,8 +74,9 @@ class CustomReward:
     name: str = "compute_score"
     reward_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "name": self.name, "reward_kwargs": dict(self.reward_kwargs)}
+    def run_settings(self) -> dict[str, str]:
+        """run.toml [rewards]: the operator's function, which rows can only select."""
+        return {"rewards.verl_custom_path": self.path, "rewards.verl_custom_name": self.name}
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class ManagerSettings:
         if self.reward is RewardSource.VERL:
             return {"source": "default"}
         if self.reward is RewardSource.CUSTOM and self.custom_reward is not None:
-            return {"source": "custom", **self.custom_reward.to_json()}
+            return {"source": "custom", "reward_kwargs": dict(self.custom_reward.reward_kwargs)}
         return None
 
 

@@ -157,11 +157,12 @@ _SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUM
 # The harness settings as the dataclass has them (a new setting is a new key here, with no second list).
 SETTINGS = InstanceSchema(tuple(
     instance_key(f.name, _SETTING_KINDS.get(f.name, Kind.INTEGER if f.name.startswith("max_") else Kind.STRING),
-        SETTING_MEANINGS.get(f.name, f.name.replace("_", " ")), required=f.name == "command")
+        SETTING_MEANINGS.get(f.name, f.name.replace("_", " ")))   # command or cli: validate_instance says which
     for f in fields(HarnessSettings)))
 # The row of its family (swe, code or math) plus the harness settings.
+# `harness` is checked by validate_instance, whose message names both ways to give it (command or cli).
 SCHEMA = InstanceSchema((instance_key("harness", Kind.OBJECT, "how to run the harness (or submit --set harness.KEY=VALUE)",
-                             required=True, keys=SETTINGS),), accepts_verl_rows=True).merged(
+                             keys=SETTINGS),), accepts_verl_rows=True).merged(
     *(family.instance_schema for family in FAMILIES.values() if family.instance_schema is not None))
 
 

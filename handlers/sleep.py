@@ -38,7 +38,7 @@ SCHEMA = InstanceSchema((
     instance_key("reward", (Kind.NUMBER, Kind.BOOLEAN, Kind.OBJECT), 'the reward EVAL returns: a number, or {"bernoulli": p}',
         default=1.0),
     instance_key("policy_version", (Kind.INTEGER, Kind.STRING), 'reported by RUN as the policy sampled with: a number, or "current"'),
-))
+), accepts_verl_rows=True)   # a verl dataset may mix sleep rows in (tests, benchmarks): its keys are ignored
 
 
 class SleepFailure(RuntimeError):

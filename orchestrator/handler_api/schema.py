@@ -29,8 +29,10 @@ from typing import Any
 from orchestrator.errors import HpcRolloutError
 
 # A verl row (data_source, prompt, ability, reward_model, extra_info) submitted as it is: these
-# keys are part of every such row, whatever the handler reads of them.
-VERL_ROW_KEYS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+# keys are part of every such row, whatever the handler reads of them; verl's RLHFDataset also
+# lifts extra_info's tools_kwargs and interaction_kwargs to the top of each row it yields.
+VERL_ROW_KEYS = ("data_source", "prompt", "ability", "reward_model", "extra_info", "tools_kwargs",
+                 "interaction_kwargs")
 # Keys `submit` itself reads from any instance (the row's instance_id column).
 SUBMIT_KEYS = ("instance_id",)
 
@@ -154,7 +156,9 @@ class InstanceSchema:
         for name, value in instance.items():
             spec = known.get(name)
             if spec is None:
-                if not self.open:
+                # Parquet (and verl's batch) has every column in every row: a null in a column this
+                # handler does not take stands for "absent". A value in it is refused.
+                if not self.open and value is not None:
                     found.append(self._unknown(prefix + name, name, known, handler))
                 continue
             if not spec.accepts(value):

@@ -132,3 +132,19 @@ def test_handlers_says_when_a_handler_has_no_schema(tmp_path: Path, monkeypatch:
         handler_module._loaded.pop("schemaless", None)
     assert shown.exit_code == 0 and "no instance schema" in shown.output and "not checked" in shown.output, shown.output
     assert "schemaless" in listing.output and "no schema" in listing.output, listing.output
+
+
+def test_an_unknown_key_holding_null_is_absent_as_parquet_says_it() -> None:
+    """A Parquet file (or verl's batch) has every column in every row: a null in another
+    handler's column stands for "not there", while a value in it is still refused."""
+    sleep = load_handler("sleep")
+    check_instance(sleep, {"run": 1.0, "prompt": None, "user_turns": None})
+    with pytest.raises(ValueError, match="unknown key 'user_turns'"):
+        check_instance(sleep, {"run": 1.0, "user_turns": ["more"]})
+
+
+def test_a_verl_row_may_carry_the_keys_verls_dataset_lifts_to_the_top() -> None:
+    answer = load_handler("answer")
+    check_instance(answer, {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "2+2?"}],
+                            "reward_model": {"ground_truth": "4"}, "extra_info": {"index": 0},
+                            "tools_kwargs": {}, "interaction_kwargs": {}})

@@ -89,8 +89,9 @@ def peak_rss_mb(pid: int) -> float:
 @needs_bwrap
 def test_two_20mb_bodies_neither_grow_the_worker_nor_slow_its_neighbour(backend: Backend, tmp_path: Path,
                                                                        short_runtime: Path) -> None:
+    # the operator lets rows bind from this test's directory (run.toml [sandbox] allowed_binds)
     paths, _ = init_run(tmp_path / "run", {"sandbox.runtime": "bwrap", "shards.idle_flush_s": 0.1,
-                                           "shards.max_age_s": 0.5})
+                                           "shards.max_age_s": 0.5, "sandbox.allowed_binds": [str(tmp_path)]})
     BackendRegistry.of(paths).add(backend.server.url, protocol="vllm", version=3)
     (tmp_path / "attack.py").write_text(ATTACK)
     gate = tmp_path / "gate"

@@ -1,7 +1,9 @@
 """SGLang's native /generate with input_ids in, output ids and logprobs out.
 
 Logprobs are SGLang's default: log_softmax(logits / T), after temperature ("processed").
-Weight reload: POST /update_weights_from_disk {model_path, weight_version}.
+Weight reload: POST /update_weights_from_disk {model_path, weight_version}. Abort of everything in
+flight: POST /abort_request {"abort_all": true}; each /generate then answers what it sampled
+with finish_reason {"type": "abort"}.
 """
 
 from __future__ import annotations
@@ -61,3 +63,10 @@ class SGLangClient(BackendClient):
             raise self.reload_unsupported(exc) from None
         require(isinstance(answer, dict) and answer.get("success") is True, self.backend.url,
                 f"/update_weights_from_disk answered {str(answer)[:300]}")
+
+    async def abort_all(self) -> int | None:
+        try:
+            await self.request("POST", "/abort_request", {"rid": "", "abort_all": True})
+        except RequestRejected as exc:
+            raise self.abort_unsupported(exc) from None
+        return None   # SGLang answers 200 with an empty body

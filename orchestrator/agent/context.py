@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 SUMMARY_REQUEST = ("Your context is nearly full. Summarize your work so far: what you found, what you "
                    "changed, and what is left to do. Your earlier turns will be replaced by this summary.")
-SUMMARY_HEADER = "Summary of your earlier work (turns {first}-{last}):\n"
+SUMMARY_HEADER = "Summary of your earlier work:\n"
+SUMMARY_RESERVE = 128   # tokens kept free under the window for the summary request and an observation
 
 
 class ContextMode(str, enum.Enum):
@@ -58,7 +59,12 @@ class ContextPolicy:
         return self.mode is not ContextMode.NONE or self.summarize_tool
 
     def budget(self, max_context_tokens: int) -> int:
-        return min(self.budget_tokens or max_context_tokens, max_context_tokens)
+        """The token count past which the context is compacted. summarize keeps room below the
+        window for the summary exchange (the request and the summary); one that does not fit drops."""
+        budget = min(self.budget_tokens or max_context_tokens, max_context_tokens)
+        if self.mode is ContextMode.SUMMARIZE:
+            budget = min(budget, max_context_tokens - self.summary_tokens - SUMMARY_RESERVE)
+        return budget
 
     @classmethod
     def parse(cls, base: "ContextPolicy", overrides: Any) -> "ContextPolicy":
@@ -124,7 +130,7 @@ def summarized(head: list[dict[str, Any]], turns: list[list[dict[str, Any]]], ke
     """The first messages, the summary in place of the turns before the last `keep_turns`, then those."""
     keep = min(keep_turns, len(turns))
     replaced = len(turns) - keep
-    note = {"role": "user", "content": SUMMARY_HEADER.format(first=1, last=replaced) + summary.strip()}
+    note = {"role": "user", "content": SUMMARY_HEADER + summary.strip()}
     return head + [note] + [m for turn in turns[replaced:] for m in turn]
 
 

@@ -124,14 +124,15 @@ class AgentRun:
         if self.head < 0:
             self.head = len(self.conversation.messages)
 
-    def add_turn(self, turn: Any) -> None:
-        """Record a reply: one record per request the backend received."""
+    def add_turn(self, turn: Any, counts: bool = True) -> None:
+        """Record a reply: one record per request the backend received. A reply that `counts` is
+        an agent step (max_turns); a summary the loop asked for is not."""
         records = turn.records() if hasattr(turn, "records") else [turn.to_json()]
         for record in records:
             self.segments[-1].append(len(self.turns))
             self.turns.append(record)
             self.turn_rewards.append(None)
-        self.replies += 1
+        self.replies += counts
 
     def add_turn_reward(self, reward: Any) -> None:
         """Add a process reward to the last turn (a reply's rewards add up)."""
@@ -362,7 +363,7 @@ async def _ask_summary(llm: LLM, run: AgentRun, observations: list[dict[str, Any
         return None
     conversation.append_rendered(request, ids)
     turn = await llm.generate(conversation.input_ids, {**sampling, "max_tokens": room})
-    run.add_turn(turn)
+    run.add_turn(turn, counts=False)
     parsed = _add_reply(run, turn, parse)
     conversation.describe_last_assistant({"role": "assistant", "content": parsed.content})
     return parsed.content

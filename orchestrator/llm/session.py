@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SWITCHES = 3
 ABORTED = "abort"            # the finish reason of a generation the server aborted (vLLM, SGLang, serve-llm)
 RESUME_WAIT_S = 60.0         # an aborted generation waits this long for its backend's new version
+RESUME_POLL_S = 0.25         # how often it looks
 MAX_RESUMES = 16             # aborted parts of one reply before it is returned as it is
 
 
@@ -209,10 +210,12 @@ class LLMSession:
         an abort comes with a weight swap, whose new version is written once every backend reloaded."""
         deadline = time.monotonic() + self.resume_wait_s
         while time.monotonic() < deadline:
+            # One stat of backends.json per look (none on runs of > 16 workers, where the cluster
+            # summary vouches for the registry), only while a swap is under way.
             entry = self.router.current(url)
             if entry is None or entry.policy_version != version:
                 return
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(RESUME_POLL_S)
         log.info("task %s: %s still at version %d %.0f s after an abort; resuming there", self.job_id, url,
                  version, self.resume_wait_s)
 

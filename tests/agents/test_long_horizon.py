@@ -151,6 +151,9 @@ def test_summarize_keeps_a_random_model_going_for_30_turns(tmp_path: Path, count
     assert len(row["turns"]) == 30 + summaries
     assert all(len(t["input_ids"]) + len(t["output_ids"]) <= 800 for t in row["turns"])
     assert_inputs_are_what_the_backend_received(row, record)
+    received = [json.loads(line) for line in record.read_text().splitlines()]   # the only job: in order
+    assert [(list(t["input_ids"]), list(t["output_ids"])) for t in row["turns"]] == \
+        [(g["prompt_ids"], g["output_ids"]) for g in received]
 
 
 def test_the_summarize_tool_replaces_earlier_turns_and_tool_rewards_reach_the_row(

@@ -125,15 +125,16 @@ class AnswerHandler(AgentHandler):
             else:
                 prompt_ids = Conversation(tokenizer, instance["prompt"]).prompt_ids
             turn = await llm.generate(prompt_ids, sampling)
+        records = turn.records()   # one per request: several when an abort split the reply
         return {
             "prompt_ids": prompt_ids,
             "response_ids": turn.output_ids,
             "response_mask": [1] * len(turn.output_ids),
             "logprobs": turn.logprobs,
-            "turns": [turn.to_json()],
+            "turns": records,
             "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
-            "policy_version_min": turn.policy_version,
-            "policy_version_max": turn.policy_version,
+            "policy_version_min": min(r["policy_version"] for r in records),
+            "policy_version_max": max(r["policy_version"] for r in records),
         }
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:

@@ -95,7 +95,7 @@ class ChatHandler(AgentHandler):
             for index in range(len(user_turns) + 1):
                 turn = await llm.generate(conversation.input_ids, sampling)
                 replies.append(conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason))
-                turns.append(turn.to_json())
+                turns.extend(turn.records())   # several when an abort split the reply
                 if not turn.output_ids:  # the context is full: nothing more can be said
                     break
                 if index < len(user_turns):

@@ -22,7 +22,9 @@ sandbox; code: hidden tests on /workspace/solution.py; math: the last reply's an
     /v1/models names the policy), max_calls, max_context_tokens, max_tokens_per_call,
     max_wall_s, env (extra environment for the command), binds (SRC:DST[:ro|rw] into the sandbox,
     e.g. a harness installed on the shared filesystem; the source must lie inside a directory the
-    run allows: run.toml [sandbox] allowed_binds, or allowed_rw_binds for :rw).
+    run allows: run.toml [sandbox] allowed_binds, or allowed_rw_binds for :rw), reward (family |
+    reported: the reward the harness writes to $HPC_ROLLOUT_REWARD_FILE, handlers/harness_reward.py)
+    and reward_range.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.code_task import CodeHandler
 from hpc_rollout.handlers.harness_clis import CliPreset, CliSettings, preset
+from hpc_rollout.handlers.harness_reward import (
+    REWARD_FILE, RewardSource, parse_reward_range, read_report, reported_reward,
+)
 from hpc_rollout.handlers.math_task import MathHandler
 from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
@@ -70,6 +75,8 @@ class HarnessSettings:
     max_wall_s: float = 1800.0
     env: dict[str, str] = field(default_factory=dict)
     binds: tuple[str, ...] = ()        # SRC:DST[:ro|rw], e.g. a harness installed on the shared filesystem
+    reward: RewardSource = RewardSource.FAMILY
+    reward_range: tuple[float, float] = (0.0, 1.0)   # what a reported reward must lie in
 
     BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
         "max_calls": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_tokens_per_call": (1, 1_000_000),
@@ -118,6 +125,14 @@ class HarnessSettings:
         if not isinstance(binds, list) or not all(isinstance(b, str) and ":" in b for b in binds):
             raise ValueError('harness binds must be a list of "SRC:DST[:ro|rw]" strings')
         values["binds"] = tuple(binds)
+        if "reward" in given:
+            try:
+                values["reward"] = RewardSource(given["reward"])
+            except ValueError:
+                raise ValueError(f"harness reward {given['reward']!r}: choose one of "
+                                 f"{', '.join(r.value for r in RewardSource)}") from None
+        if "reward_range" in given:
+            values["reward_range"] = parse_reward_range(given["reward_range"])
         return cls(**values)
 
     @property
@@ -152,8 +167,10 @@ SETTING_MEANINGS = {
     "max_calls": "LLM calls at most", "max_context_tokens": "prompt + reply tokens per call at most",
     "max_tokens_per_call": "tokens sampled per call at most", "max_wall_s": "seconds the command may run",
     "env": "extra environment variables for the command", "binds": "SRC:DST[:ro|rw] mounts into the sandbox",
+    "reward": "family (the task family's grading) | reported (what the harness writes to $HPC_ROLLOUT_REWARD_FILE)",
+    "reward_range": "[low, high] a reported reward must lie in",
 }
-_SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUMBER}
+_SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUMBER, "reward_range": Kind.LIST}
 # The harness settings as the dataclass has them (a new setting is a new key here, with no second list).
 SETTINGS = InstanceSchema(tuple(
     instance_key(f.name, _SETTING_KINDS.get(f.name, Kind.INTEGER if f.name.startswith("max_") else Kind.STRING),
@@ -187,7 +204,8 @@ def harness_script(settings: HarnessSettings, proxy_dir: str) -> str:
     """The command through the relay; `proxy_dir`: the job's proxy directory as the sandbox sees it."""
     exports = "".join(f"export {name}={shlex.quote(value)}; " for name, value in sorted(settings.environment().items()))
     relay = shlex.quote(f"{proxy_dir}/relay.py")
-    return (f"mkdir -p {shlex.quote(str(Path(LOG_FILE).parent))} && export HPC_ROLLOUT_TASK_FILE={TASK_FILE}; {exports}"
+    return (f"mkdir -p {shlex.quote(str(Path(LOG_FILE).parent))} && export HPC_ROLLOUT_TASK_FILE={TASK_FILE}; "
+            f"export HPC_ROLLOUT_REWARD_FILE={REWARD_FILE}; {exports}"
             f"python3 -I {relay} --dir {shlex.quote(proxy_dir)} -- bash -c {shlex.quote(settings.command_line())} "
             f"> {LOG_FILE} 2>&1")
 
@@ -275,7 +293,8 @@ class HarnessHandler(ToolAgentHandler):
         ctx.event("harness_stopped", reason=stop_reason, exit_code=outcome.exit_code, calls=len(recorder.calls),
                   chains=len(recorder.chains))
         log_tail = await self._log_tail(sandbox)
-        return {**self._trajectory(recorder, settings), **artifacts, "stop_reason": stop_reason,
+        report = await read_report(sandbox, *settings.reward_range)
+        return {**self._trajectory(recorder, settings), **artifacts, **report, "stop_reason": stop_reason,
                 "harness_exit_code": outcome.exit_code, "harness_log": log_tail}
 
     async def _run_command(self, sandbox: Any, script: str, settings: HarnessSettings, recorder: "CallRecorder") -> Any:
@@ -324,5 +343,7 @@ class HarnessHandler(ToolAgentHandler):
         return {**partial, "stop_reason": reason, "error": error.as_text()}
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
-        _, family = self.family(ctx.job.instance)
+        settings, family = self.family(ctx.job.instance)
+        if settings.reward is RewardSource.REPORTED:
+            return {"reward": reported_reward(result), "reward_source": RewardSource.REPORTED.value}
         return await family.eval(ctx, result)

@@ -26,6 +26,28 @@ class Runtime(str, enum.Enum):
 RUNTIME_NAMES: tuple[str, ...] = tuple(runtime.value for runtime in Runtime)
 
 
+class Staleness(str, enum.Enum):
+    """What a job does once the policy that sampled its first turns is older than the trainer's bound.
+
+    The one list run.toml ([trainer] staleness), `submit --staleness` and the API check
+    (orchestrator/spool/staleness.py says what each means where).
+    """
+
+    RESTART = "restart"     # cancelled before its next turn or EVAL; the sampler submits its prompt again
+    CONTINUE = "continue"   # keeps its finished turns and goes on with the new weights (a partial rollout)
+
+    @classmethod
+    def parse(cls, value: object, what: str = "staleness") -> "Staleness":
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not valid; use one of "
+                             f"{', '.join(s.value for s in cls)}") from None
+
+
+STALENESS_NAMES: tuple[str, ...] = tuple(mode.value for mode in Staleness)
+
+
 class ConfigError(HpcRolloutError, ValueError):
     """run.toml (or an override) holds an unknown key or a value out of bounds."""
 
@@ -153,6 +175,8 @@ class Trainer:
     # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
     # that already sampled with such a policy are cancelled (-1: no bound).
     max_policy_lag: int = -1
+    # restart | continue: see Staleness; the default of every submission (submit --staleness).
+    staleness: str = "restart"
 
 
 # (min, max) per knob: values outside are refused with the range in the message.
@@ -310,6 +334,8 @@ def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
     if isinstance(default, str):
         if dotted == "sandbox.runtime" and value not in RUNTIMES:
             raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(RUNTIMES)}")
+        if dotted == "trainer.staleness" and value not in STALENESS_NAMES:
+            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(STALENESS_NAMES)}")
         return str(value)
     if isinstance(value, str):
         try:

@@ -72,6 +72,7 @@ HELP: dict[str, str] = {
     "rewards.verl_custom_path": "a Python file with verl's custom reward function, run at EVAL (\"\": none)",
     "rewards.verl_custom_name": "the function in verl_custom_path",
     "metrics.prometheus_dir": "node-exporter textfile directory (\"\": off; relative: inside the run)",
+    "trainer.staleness": "restart | continue: a job whose policy fell behind is cancelled and resubmitted, or keeps its turns and goes on with the new weights (submit --staleness)",
     "trainer.max_policy_lag": "rows of policies older than current - lag are not trained on (-1: no bound)",
 }
 

@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from orchestrator.agent.calls import ParsedReply
+from orchestrator.agent.context import (
+    SUMMARY_REQUEST, ContextMode, ContextPolicy, dropped, fresh_conversation, split_turns, summarized,
+)
 from orchestrator.agent.messages import (
     assistant_message, error_message, nudge_message, reply_text, tool_message, with_call_ids,
 )
@@ -103,13 +107,38 @@ class AgentRun:
     """The state of one run; readable mid-way (a stage timeout keeps what was done)."""
 
     conversation: "Conversation"
-    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[dict[str, Any]] = field(default_factory=list)   # one record per request (llm/session.py)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     malformed_calls: int = 0
     stop_reason: StopReason | None = None
     answer: str | None = None          # submit's answer
     final_text: str = ""               # the last reply's text (calls removed)
     error: str | None = None
+    replies: int = 0                   # model replies (a reply an abort split is one, over two turns)
+    turn_rewards: list[float | None] = field(default_factory=list)   # aligned with turns: process rewards
+    segments: list[list[int]] = field(default_factory=lambda: [[]])  # indices of turns, one list per context
+    compactions: list[dict[str, Any]] = field(default_factory=list)  # what each context change did
+    head: int = -1                     # how many first messages (system, task) every context keeps
+
+    def __post_init__(self) -> None:
+        if self.head < 0:
+            self.head = len(self.conversation.messages)
+
+    def add_turn(self, turn: Any, counts: bool = True) -> None:
+        """Record a reply: one record per request the backend received. A reply that `counts` is
+        an agent step (max_turns); a summary the loop asked for is not."""
+        records = turn.records() if hasattr(turn, "records") else [turn.to_json()]
+        for record in records:
+            self.segments[-1].append(len(self.turns))
+            self.turns.append(record)
+            self.turn_rewards.append(None)
+        self.replies += counts
+
+    def add_turn_reward(self, reward: Any) -> None:
+        """Add a process reward to the last turn (a reply's rewards add up)."""
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise TypeError(f"a tool reward must be a finite number or None, got {reward!r}")
+        self.turn_rewards[-1] = (self.turn_rewards[-1] or 0.0) + float(reward)
 
     def to_json(self) -> dict[str, Any]:
         versions = [t["policy_version"] for t in self.turns if t.get("policy_version") is not None]
@@ -124,6 +153,11 @@ class AgentRun:
         }
         if versions:
             out["policy_version_min"], out["policy_version_max"] = min(versions), max(versions)
+        if any(r is not None for r in self.turn_rewards):
+            out["turn_rewards"] = list(self.turn_rewards)
+        if self.compactions:   # several contexts: each a training sample (orchestrator/proxy/trajectory.py)
+            out.update({"builder": "prefix_merging", "samples": [s for s in self.segments if s],
+                        "context_compactions": self.compactions})
         if self.error:
             out["agent_error"] = self.error
         return out
@@ -141,23 +175,31 @@ class Toolbox(Protocol):
     async def execute(self, call: Any, timeout: float) -> ToolOutcome: ...
 
 
+ToolReward = Callable[[ToolCallRecord, ToolOutcome], "float | None"]
+
+
 async def run_agent(
     llm: LLM, run: AgentRun, toolbox: Toolbox, *, parse: Callable[[str], ParsedReply],
     limits: AgentLimits, sampling: dict[str, Any] | None = None,
     on_tool_call: Callable[[ToolCallRecord], None] | None = None,
+    context: ContextPolicy = ContextPolicy(), tool_reward: ToolReward | None = None,
 ) -> AgentRun:
-    """Run turns until a stop reason; the result is `run`, updated in place as it goes."""
-    conversation = run.conversation
-    tokenizer = conversation.tokenizer
+    """Run turns until a stop reason; the result is `run`, updated in place as it goes.
+
+    `context` makes room in a full context (agent/context.py) instead of stopping; `tool_reward`
+    gives a process reward per tool result (None: none), added to the turn that made the call.
+    """
     sampling = dict(sampling or {})
     wanted_tokens = int(sampling.get("max_tokens") or limits.max_tokens_per_turn)
+    budget = context.budget(limits.max_context_tokens)
     started = time.monotonic()
 
     def remaining() -> float:
         return limits.max_wall_s - (time.monotonic() - started)
 
     while True:
-        if len(run.turns) >= limits.max_turns:
+        conversation = run.conversation
+        if run.replies >= limits.max_turns:
             run.stop_reason = StopReason.MAX_TURNS
             break
         room = limits.max_context_tokens - len(conversation.input_ids)
@@ -174,9 +216,8 @@ async def run_agent(
         except asyncio.TimeoutError:
             run.stop_reason = StopReason.TIMEOUT
             break
-        run.turns.append(turn.to_json())
-        conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
-        parsed = parse(reply_text(tokenizer, turn.output_ids, turn.finish_reason))
+        run.add_turn(turn)
+        parsed = _add_reply(run, turn, parse)
         calls = with_call_ids(parsed.calls, len(run.turns))
         conversation.describe_last_assistant(assistant_message(parsed, calls))
         run.final_text = parsed.content
@@ -188,6 +229,7 @@ async def run_agent(
             run.malformed_calls += 1
             observations.append(error_message(error))
         ended = False
+        summary: str | None = None
         for call in calls:
             if remaining() <= 0:
                 run.stop_reason = StopReason.TIMEOUT
@@ -205,10 +247,13 @@ async def run_agent(
             run.tool_calls.append(record)
             if on_tool_call is not None:
                 on_tool_call(record)
+            if tool_reward is not None and (reward := tool_reward(record, outcome)) is not None:
+                run.add_turn_reward(reward)
             if outcome.ends_episode:
                 run.answer = outcome.answer
                 ended = True
                 break
+            summary = outcome.summary if outcome.summary is not None else summary
             observations.append(tool_message(call, outcome.observation))
         if run.stop_reason is not None:
             break
@@ -221,11 +266,107 @@ async def run_agent(
                 break
             observations.append(nudge_message(toolbox.names))
         ids = conversation.render_new(observations)
-        if len(conversation.input_ids) + len(ids) >= limits.max_context_tokens:
-            run.stop_reason = StopReason.CONTEXT_FULL   # no room to show the results and reply
+        after = len(conversation.input_ids) + len(ids)
+        crowded = context.mode is not ContextMode.NONE and after + wanted_tokens > budget
+        if summary is None and not crowded:
+            if after >= limits.max_context_tokens:
+                run.stop_reason = StopReason.CONTEXT_FULL   # no room to show the results and reply
+                break
+            conversation.append_rendered(observations, ids)
+            continue
+        if not await _make_room(llm, run, observations, context, limits, sampling, parse, summary, wanted_tokens):
+            run.stop_reason = StopReason.CONTEXT_FULL
             break
-        conversation.append_rendered(observations, ids)
     return run
+
+
+def _add_reply(run: AgentRun, turn: Any, parse: Callable[[str], ParsedReply]) -> ParsedReply:
+    conversation = run.conversation
+    conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
+    return parse(reply_text(conversation.tokenizer, turn.output_ids, turn.finish_reason))
+
+
+async def _make_room(llm: LLM, run: AgentRun, observations: list[dict[str, Any]], context: ContextPolicy,
+                     limits: AgentLimits, sampling: dict[str, Any], parse: Callable[[str], ParsedReply],
+                     summary: str | None, wanted_tokens: int) -> bool:
+    """Start a new context (agent/context.py) after this turn's observations; False when no
+    context the policy allows leaves room for a reply. `summary`: the summarize tool's."""
+    old = run.conversation
+    budget = context.budget(limits.max_context_tokens)
+    tokens_before = len(old.input_ids)
+    asked = summary is None and context.mode is ContextMode.SUMMARIZE
+    if asked:
+        summary = await _ask_summary(llm, run, observations, context, limits, sampling, parse)
+        asked = summary is not None
+    # The observations are the current turn's last messages; a summary exchange (request, reply)
+    # was appended to the old context and is not a turn to keep.
+    messages = list(old.messages[:-2]) if asked else [*old.messages, *observations]
+    turns = split_turns(messages, run.head)
+    head = messages[:run.head]
+
+    def fits(candidate: "Conversation") -> bool:
+        return len(candidate.input_ids) + wanted_tokens <= budget
+
+    fresh = None
+    if summary is not None:
+        for keep in range(min(context.keep_turns, len(turns)), -1, -1):
+            candidate = fresh_conversation(old, summarized(head, turns, keep, summary))
+            if fits(candidate):
+                fresh = candidate
+                break
+    if fresh is None:   # drop (or a summary that leaves no room)
+        fresh = _dropped_fitting(old, head, turns, context.keep_turns, fits)
+    if fresh is None:
+        return False
+    run.conversation = fresh
+    run.segments.append([])
+    run.compactions.append({"after_turn": len(run.turns), "mode": "summarize" if summary is not None else "drop",
+                            "tokens_before": tokens_before, "tokens_after": len(fresh.input_ids),
+                            "turns_before": len(turns)})
+    return True
+
+
+def _dropped_fitting(old: "Conversation", head: list[dict[str, Any]], turns: list[list[dict[str, Any]]],
+                     keep_turns: int, fits: Callable[["Conversation"], bool]) -> "Conversation | None":
+    """The least cut drop that fits: most kept turns first, then the fewest old turns left out
+    (a binary search: leaving more out only shortens)."""
+    for keep in range(min(keep_turns, len(turns)), -1, -1):
+        old_turns = len(turns) - keep
+
+        def build(gone: int) -> "Conversation":
+            return fresh_conversation(old, dropped(head, turns, keep, gone))
+
+        last = build(old_turns)
+        if not fits(last):
+            continue
+        low, high, best = 0, old_turns, last   # fits(high) holds
+        while low < high:
+            middle = (low + high) // 2
+            candidate = build(middle)
+            if fits(candidate):
+                high, best = middle, candidate
+            else:
+                low = middle + 1
+        return best
+    return None
+
+
+async def _ask_summary(llm: LLM, run: AgentRun, observations: list[dict[str, Any]], context: ContextPolicy,
+                       limits: AgentLimits, sampling: dict[str, Any], parse: Callable[[str], ParsedReply]) -> str | None:
+    """Show this turn's observations and the summary request, and let the policy write the summary
+    (a turn of its own); None when there is no room for it (then old turns are dropped)."""
+    conversation = run.conversation
+    request = [*observations, {"role": "user", "content": SUMMARY_REQUEST}]
+    ids = conversation.render_new(request)
+    room = min(context.summary_tokens, limits.max_context_tokens - len(conversation.input_ids) - len(ids))
+    if room < 8:
+        return None
+    conversation.append_rendered(request, ids)
+    turn = await llm.generate(conversation.input_ids, {**sampling, "max_tokens": room})
+    run.add_turn(turn, counts=False)
+    parsed = _add_reply(run, turn, parse)
+    conversation.describe_last_assistant({"role": "assistant", "content": parsed.content})
+    return parsed.content
 
 
 def _preview(text: str) -> str:

@@ -14,8 +14,10 @@ needs; EVAL is the family's own. A subclass sets `tools`, `limits` and implement
         async def eval(self, ctx, result): ...           # {"reward": ...}
 
 Per task, an "agent" object overrides the limits (max_turns, max_context_tokens, max_wall_s,
-tool_timeout_s, max_tokens_per_turn, max_observation_chars, text_reply) and "parser" picks the
-tool-call parser.
+tool_timeout_s, max_tokens_per_turn, max_observation_chars, text_reply), "parser" picks the
+tool-call parser and "context" the context policy (agent/context.py: drop or summarize old turns
+past a token budget; `summarize_tool` adds the summarize tool). A family may give a process
+reward per tool result by overriding `tool_reward` (it lands in the row's `turn_rewards`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from orchestrator.agent.context import ContextMode, ContextPolicy
 from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, TextReply, ToolCallRecord, run_agent
 from orchestrator.agent.parsers import PARSERS, get_parser
-from orchestrator.agent.toolbox import SandboxToolbox
+from orchestrator.agent.toolbox import SandboxToolbox, ToolOutcome
 from orchestrator.agent.tools import ToolSpec, openai_tools, tool_specs
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.handler_api.schema import InstanceSchema, Key, Kind, instance_key
@@ -54,6 +57,19 @@ AGENT_LIMITS = InstanceSchema(tuple(
     for name in AgentLimits.__dataclass_fields__))
 
 
+CONTEXT_MEANINGS = {
+    "mode": f"{' | '.join(m.value for m in ContextMode)}: what happens once the context passes its budget",
+    "budget_tokens": "compact when the next request would pass this many tokens (0: max_context_tokens)",
+    "keep_turns": "the most recent turns always kept as they are",
+    "summary_tokens": "summarize: the summary's token budget",
+    "summarize_tool": "offer the model the `summarize` tool",
+}
+CONTEXT_KEYS = InstanceSchema(tuple(
+    instance_key(name, Kind.STRING if name == "mode" else (Kind.BOOLEAN if name == "summarize_tool" else Kind.INTEGER),
+        CONTEXT_MEANINGS.get(name, name.replace("_", " ")))
+    for name in ContextPolicy.__dataclass_fields__))
+
+
 def agent_task_keys(limits: AgentLimits) -> tuple[Key, ...]:
     """The keys every tool-using family's instances take besides their task's own."""
     return (
@@ -62,12 +78,15 @@ def agent_task_keys(limits: AgentLimits) -> tuple[Key, ...]:
         instance_key("parser", Kind.STRING, f"tool-call parser: {', '.join(sorted(PARSERS))}", default=DEFAULT_PARSER),
         instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)"),
         instance_key("image", (Kind.STRING, Kind.NULL), "sandbox image (default: run.toml [sandbox] image)"),
+        instance_key("context", Kind.OBJECT, "context policy past a token budget (agent/context.py; default: none)",
+                     keys=CONTEXT_KEYS),
     )
 
 
 class ToolAgentHandler(AgentHandler):
     tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
     limits: ClassVar[AgentLimits] = AgentLimits()
+    context: ClassVar[ContextPolicy] = ContextPolicy()
 
     def __init__(self) -> None:
         self._live: dict[str, AgentRun] = {}   # runs in progress, for run_exception
@@ -96,6 +115,10 @@ class ToolAgentHandler(AgentHandler):
         """Artifacts for EVAL, read from the sandbox before it closes."""
         return {}
 
+    def tool_reward(self, task: Any, record: ToolCallRecord, outcome: ToolOutcome) -> float | None:
+        """A process reward for one tool result (None: none), added to the turn that made the call."""
+        return None
+
     def reference_result(self, task: Any, which: str) -> dict[str, Any]:
         """A RUN result EVAL can score: `golden` (must get 1) or `noop` (must get 0); for `tasks check`."""
         raise NotImplementedError(f"handler {self.name!r} has no golden/no-op solutions for `tasks check`")
@@ -104,12 +127,16 @@ class ToolAgentHandler(AgentHandler):
     def validate_instance(self, instance: dict[str, Any]) -> None:
         task = self.task(instance)
         AgentLimits.parse(self.limits, instance.get("agent"))
+        ContextPolicy.parse(self.context, instance.get("context"))
         get_parser(str(instance.get("parser", DEFAULT_PARSER)))
         tool_specs(self.tools)
         self.messages(task)
 
-    def specs(self) -> tuple[ToolSpec, ...]:
-        return tool_specs(self.tools)
+    def specs(self, context: ContextPolicy | None = None) -> tuple[ToolSpec, ...]:
+        names = self.tools
+        if context is not None and context.summarize_tool and "summarize" not in names:
+            names = (*names, "summarize")
+        return tool_specs(names)
 
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         task = self.task(ctx.job.instance)
@@ -123,8 +150,9 @@ class ToolAgentHandler(AgentHandler):
         instance = ctx.job.instance
         task = self.task(instance)
         limits = AgentLimits.parse(self.limits, instance.get("agent"))
+        context = ContextPolicy.parse(self.context, instance.get("context"))
         parse = get_parser(str(instance.get("parser", DEFAULT_PARSER)))
-        specs = self.specs()
+        specs = self.specs(context)
         sampling = {**ctx.job.sampling, **(instance.get("sampling") or {})}
         sandbox = await ctx.sandbox()
         toolbox = SandboxToolbox(sandbox, specs, limits.max_observation_chars)
@@ -137,7 +165,8 @@ class ToolAgentHandler(AgentHandler):
             conversation = Conversation(await llm.tokenizer(), self.messages(task), tools=openai_tools(specs),
                                         window=RENDER_WINDOW)
             run = self._live[ctx.job.job_id] = AgentRun(conversation)
-            await run_agent(llm, run, toolbox, parse=parse, limits=limits, sampling=sampling, on_tool_call=note)
+            await run_agent(llm, run, toolbox, parse=parse, limits=limits, sampling=sampling, on_tool_call=note,
+                            context=context, tool_reward=lambda record, outcome: self.tool_reward(task, record, outcome))
             failed = list(llm.failed)
         artifacts = await self.collect(ctx, sandbox, run, task)
         self._live.pop(ctx.job.job_id, None)

@@ -35,6 +35,7 @@ class ToolOutcome:
     output_chars: int = 0              # before cutting
     ends_episode: bool = False
     answer: str | None = None          # submit's answer
+    summary: str | None = None         # summarize's summary: the loop replaces earlier turns by it
 
 
 class SandboxToolbox:
@@ -76,7 +77,8 @@ class SandboxToolbox:
 
     def _implementations(self) -> dict[str, Any]:
         return {"bash": self._bash, "python": self._python, "str_replace_editor": self._str_replace_editor,
-                "think": self._think, "submit": self._submit, "finish": self._finish_task}
+                "think": self._think, "submit": self._submit, "finish": self._finish_task,
+                "summarize": self._summarize}
 
     async def _interrupt(self, name: str) -> None:
         if name in ("bash", "python"):
@@ -127,6 +129,9 @@ class SandboxToolbox:
 
     async def _think(self, args: dict[str, Any], timeout: float) -> ToolOutcome:
         return ToolOutcome("Your thought has been noted.", exit_code=0)
+
+    async def _summarize(self, args: dict[str, Any], timeout: float) -> ToolOutcome:
+        return ToolOutcome("Summary noted: earlier turns are replaced by it.", exit_code=0, summary=str(args["summary"]))
 
     async def _submit(self, args: dict[str, Any], timeout: float) -> ToolOutcome:
         return ToolOutcome("Answer submitted.", exit_code=0, ends_episode=True, answer=str(args.get("answer", "")))

@@ -79,7 +79,14 @@ FINISH = ToolSpec(
     _object({"message": {"type": "string", "description": "Optional summary of what you did."}}, []),
     ends_episode=True,
 )
-STANDARD_TOOLS: dict[str, ToolSpec] = {t.name: t for t in (BASH, PYTHON, STR_REPLACE_EDITOR, THINK, SUBMIT, FINISH)}
+SUMMARIZE = ToolSpec(
+    "summarize",
+    "Free context: your earlier turns (all but the last few) are replaced by the summary you write "
+    "here. Say what you found, what you changed and what is left to do; nothing else is kept of them.",
+    _object({"summary": {"type": "string", "description": "What the earlier turns did and found."}}, ["summary"]),
+)
+STANDARD_TOOLS: dict[str, ToolSpec] = {t.name: t for t in (BASH, PYTHON, STR_REPLACE_EDITOR, THINK, SUBMIT, FINISH,
+                                                           SUMMARIZE)}
 
 
 def tool_specs(names: list[str] | tuple[str, ...]) -> tuple[ToolSpec, ...]:

@@ -15,7 +15,7 @@ import orjson
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.console import Tone, say, styled, tell
 from orchestrator.spool.cancel import request_cancel
-from orchestrator.config import ConfigError
+from orchestrator.config import STALENESS_NAMES, ConfigError
 from orchestrator.report.inspect_job import JobNotFound, inspect_job
 from orchestrator.trainer.cursor import CursorError
 from orchestrator.spool.rows import SCHEMA
@@ -120,12 +120,17 @@ def example_tasks() -> list[dict[str, Any]]:
 @click.option("--set", "instance_pairs", multiple=True, metavar="KEY.PATH=VALUE",
               help="Set a field of every task's instance, e.g. --set harness.command='mini ...' (repeatable; "
                    "JSON values are parsed).")
+@click.option("--staleness", type=click.Choice(STALENESS_NAMES), default=None,
+              help="When a job's policy falls behind the trainer's bound: restart (cancel it; the sampler "
+                   "submits it again) or continue (keep its turns, go on with the new weights). "
+                   "Default: run.toml [trainer] staleness.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was queued and rejected as one JSON object "
               "(submission_id, jobs, first_job, last_job, rejected: [{line, reason}]); same exit status.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
-               strict: bool, instance_pairs: tuple[str, ...] = (), as_json: bool = False) -> None:
+               strict: bool, instance_pairs: tuple[str, ...] = (), staleness: str | None = None,
+               as_json: bool = False) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -162,10 +167,11 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
             except ValueError as exc:
                 raise click.BadParameter(str(exc), param_hint="--set") from None
             report = submit_rows(paths, apply_settings(read_rows(tasks_file), settings), str(tasks_file), handler,
-                                 samples, sampling, strict, sampling_unchecked, parse_source_handlers(source_pairs))
+                                 samples, sampling, strict, sampling_unchecked, parse_source_handlers(source_pairs),
+                                 staleness=staleness)
         else:
             report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
-                                 parse_source_handlers(source_pairs))
+                                 parse_source_handlers(source_pairs), staleness=staleness)
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     for problem in report.rejected:

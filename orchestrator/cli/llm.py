@@ -163,11 +163,15 @@ def clear(run_dir: Path, force: bool) -> None:
 @click.option("--max-policy-lag", type=click.IntRange(min=-1), default=None,
               help="With --reload: samples older than version - lag are stale (default: run.toml "
                    "[trainer] max_policy_lag; -1 none).")
+@click.option("--abort/--no-abort", "abort", default=None,
+              help="With --reload: first abort the generations in flight; their jobs resume them on the new "
+                   "weights (default: on when run.toml [trainer] staleness is continue).")
 @PROTOCOL
 @MODEL
 @TOKENIZER
 def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: Path | None,
-         max_policy_lag: int | None, protocol: str, model: str | None, tokenizer: str | None) -> None:
+         max_policy_lag: int | None, protocol: str, model: str | None, tokenizer: str | None,
+         abort: bool | None = None) -> None:
     """Move to a new policy: replace the backend set with URLS, or --reload a checkpoint on every backend.
 
     \b
@@ -178,9 +182,16 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: 
         if checkpoint is not None:
             if urls:
                 raise click.UsageError("give URLS (a new backend set) or --reload CKPT (the same backends), not both")
-            report = reload_and_swap(run_dir, checkpoint, version, max_policy_lag)
+            report = reload_and_swap(run_dir, checkpoint, version, max_policy_lag, abort)
             click.echo(f"policy version {report.version}: {len(report.reloaded)} backend(s) loaded "
                        f"{report.checkpoint} in {report.seconds:.2f} s")
+            if report.aborted:
+                counts = [n for n in report.aborted.values() if n is not None]
+                click.echo(f"aborted the generations in flight on {len(report.aborted)} backend(s)"
+                           + (f" ({sum(counts)} generation(s))" if counts else "") + "; their jobs resume them")
+            for url in report.abort_unsupported:
+                click.echo(f"{url} cannot abort generations (vLLM: start it with VLLM_SERVER_DEV_MODE=1); "
+                           "its generations in flight finished on the old weights")
             for url in report.removed:
                 click.echo(f"removed {url}: it was down and could not reload; restart it on the checkpoint and add it again")
             return
@@ -193,15 +204,17 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: 
     click.echo(f"policy version {snapshot.policy_version}: {len(snapshot.backends)} backend(s)")
 
 
-def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_policy_lag: int | None) -> "SwapReport":
-    from orchestrator.config import RunConfig
+def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_policy_lag: int | None,
+                    abort: bool | None = None) -> "SwapReport":
+    from orchestrator.config import RunConfig, Staleness
     from orchestrator.llm.weights import swap_weights
 
     paths = SpoolPaths.of(run_dir)
-    if max_policy_lag is None:
-        max_policy_lag = RunConfig.load(paths.run_config).trainer.max_policy_lag
+    trainer = RunConfig.load(paths.run_config).trainer
+    max_policy_lag = trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
+    abort = Staleness.parse(trainer.staleness) is Staleness.CONTINUE if abort is None else abort
     target = registry_of(run_dir).read().policy_version + 1 if version is None else version
-    return swap_weights(paths, checkpoint, target, max_policy_lag)
+    return swap_weights(paths, checkpoint, target, max_policy_lag, abort)
 
 
 @backend.command("state")

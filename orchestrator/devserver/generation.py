@@ -1,7 +1,9 @@
 """Batched sampling for the reference server: a manual KV-cache loop over a causal LM.
 
 Concurrent requests are gathered into one batch (left-padded), each row with its own
-temperature, top-p/top-k, seed and token budget. Every sampled token comes with two
+temperature, top-p/top-k, seed and token budget. `abort_all()` ends every request in flight (queued
+or in the batch running) before its next token: it answers what it sampled so far with finish
+reason `abort`, as vLLM and SGLang do. Every sampled token comes with two
 logprobs: `raw` (log_softmax of the logits, vLLM's default) and `processed` (after
 temperature, SGLang's default), so the server can answer either protocol faithfully.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +61,8 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.pad_id = config.pad_token_id if config.pad_token_id is not None else 0
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[GenRequest, asyncio.Future[GenResult]]] | None = None
+        self._queue: asyncio.Queue[tuple[GenRequest, asyncio.Future[GenResult], threading.Event]] | None = None
+        self._live: set[threading.Event] = set()   # one per request in flight: set = abort it
         self._loop_task: asyncio.Task[None] | None = None
         self._weights_lock: asyncio.Lock | None = None   # a batch and a weight reload never overlap
         self._default_rng = torch.Generator().manual_seed(0)
@@ -68,8 +72,24 @@ class Engine:
             self._queue = asyncio.Queue()
             self._loop_task = asyncio.create_task(self._batch_loop())
         future: asyncio.Future[GenResult] = asyncio.get_running_loop().create_future()
-        await self._queue.put((request, future))
-        return await future
+        abort = threading.Event()
+        self._live.add(abort)
+        try:
+            await self._queue.put((request, future, abort))
+            return await future
+        finally:
+            self._live.discard(abort)
+
+    def in_flight(self) -> int:
+        """Requests queued or in the batch running."""
+        return len(self._live)
+
+    def abort_all(self) -> int:
+        """Abort every request in flight; how many there were."""
+        live = list(self._live)
+        for abort in live:
+            abort.set()
+        return len(live)
 
     async def _batch_loop(self) -> None:
         assert self._queue is not None
@@ -79,14 +99,14 @@ class Engine:
                 batch.append(self._queue.get_nowait())
             try:
                 async with self.weights_lock():
-                    results = await asyncio.to_thread(self.generate, [r for r, _ in batch])
+                    results = await asyncio.to_thread(self.generate, [r for r, _, _ in batch], [a for _, _, a in batch])
             except Exception as exc:  # answer every waiter; the server maps it to HTTP 500
                 log.exception("generation failed")
-                for _, future in batch:
+                for _, future, _ in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for (_, future), result in zip(batch, results):
+            for (_, future, _), result in zip(batch, results):
                 if not future.done():
                     future.set_result(result)
 
@@ -113,12 +133,12 @@ class Engine:
         with self.torch.no_grad():
             self.model.load_state_dict(state, strict=False)
 
-    def generate(self, requests: list[GenRequest]) -> list[GenResult]:
+    def generate(self, requests: list[GenRequest], aborts: list[threading.Event] | None = None) -> list[GenResult]:
         torch = self.torch
         with torch.inference_mode():
-            return self._generate(requests)
+            return self._generate(requests, aborts or [threading.Event() for _ in requests])
 
-    def _generate(self, requests: list[GenRequest]) -> list[GenResult]:
+    def _generate(self, requests: list[GenRequest], aborts: list[threading.Event]) -> list[GenResult]:
         torch = self.torch
         width = max(len(r.prompt_ids) for r in requests)
         ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
@@ -143,6 +163,8 @@ class Engine:
             raw = torch.log_softmax(logits, dim=-1)
             next_ids = []
             for row, request in enumerate(requests):
+                if not done[row] and aborts[row].is_set():
+                    results[row].finish_reason, done[row] = "abort", True
                 if done[row]:
                     next_ids.append(self.pad_id)
                     continue

@@ -92,6 +92,12 @@ class ScriptedEngine:
                 return script, max(text.count(self.opener) - 1, 0)
         raise ScriptError(f"no script matches this prompt (its start: {text[:200]!r})")
 
+    def abort_all(self) -> int:
+        return 0   # every answer is immediate: nothing is ever in flight
+
+    def in_flight(self) -> int:
+        return 0
+
     async def submit(self, request: GenRequest) -> GenResult:
         script, turn = self.pick(request.prompt_ids)
         ids = list(self.tokenizer.encode(script.reply(turn), add_special_tokens=False)) + [self.eos_id]

@@ -1,9 +1,11 @@
 """The reference backend: a real model behind vLLM's (and SGLang's) HTTP protocol.
 
-Endpoints: GET /health, /v1/models, /model_info; POST /v1/completions (token ids in,
+Endpoints: GET /health, /v1/models, /model_info, /metrics (requests in flight, vLLM's names); POST /v1/completions (token ids in,
 `token_ids` + per-token logprobs out), /generate (SGLang's native shape), /tokenize,
 /detokenize; weight reload while serving as vLLM (/collective_rpc reload_weights) and SGLang
-(/update_weights_from_disk) do it (orchestrator/devserver/reload.py).
+(/update_weights_from_disk) do it (orchestrator/devserver/reload.py); abort of every generation in
+flight as vLLM's dev mode (/abort_requests) and SGLang (/abort_request) do it: each answers what it
+sampled so far with finish reason `abort`.
 
 Logprobs: by default each endpoint answers as the stock server it imitates (/v1/completions raw,
 like vLLM; /generate processed, like SGLang) and /v1/models says nothing about them. Started with
@@ -122,6 +124,13 @@ class ReferenceServer:
             "id": self.model_id, "object": "model", "owned_by": "hpc-rollout",
             "max_model_len": self.options.max_model_len, **self.announced()}]})
 
+    async def metrics(self, _: web.Request) -> web.Response:
+        """A little of vLLM's Prometheus page: the requests in flight (queued ones included)."""
+        label = f'{{model_name="{self.model_id}"}}'
+        text = (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{label} {self.engine.in_flight()}\n"
+                f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{label} 0\n")
+        return web.Response(text=text, content_type="text/plain")
+
     async def model_info(self, _: web.Request) -> web.Response:
         return web.json_response({"model_path": self.model_id, "is_generation": True,
                                   "weight_version": self.weight_version, **self.announced()})
@@ -177,6 +186,7 @@ class ReferenceServer:
         result = await self.generate("/generate", prompt, request)
         finish: dict[str, Any] = (
             {"type": "stop", "matched": result.matched_stop} if result.finish_reason == "stop"
+            else {"type": "abort", "message": "aborted by /abort_request"} if result.finish_reason == "abort"
             else {"type": "length", "length": len(result.output_ids)}
         )
         meta: dict[str, Any] = {
@@ -190,6 +200,22 @@ class ReferenceServer:
             ]
         return {"text": self.tokenizer.decode(result.output_ids), "output_ids": result.output_ids,
                 "meta_info": meta}
+
+    async def abort_requests(self, http: web.Request) -> web.Response:
+        """vLLM's dev-mode route: no `request_ids` aborts every request in flight."""
+        body = await read_body(http)
+        if body.get("request_ids"):
+            raise web.HTTPBadRequest(text="this server aborts every request in flight only: send no request_ids")
+        return web.json_response({"status": "aborted", "aborted": self.engine.abort_all()})
+
+    async def abort_request(self, http: web.Request) -> web.Response:
+        """SGLang's route: {"abort_all": true} aborts every request in flight; 200 with no body."""
+        body = await read_body(http)
+        if not body.get("abort_all"):
+            raise web.HTTPBadRequest(text="this server aborts every request in flight only: send abort_all: true")
+        aborted = self.engine.abort_all()
+        log.info("aborted %d generation(s)", aborted)
+        return web.Response(status=200)
 
     async def tokenize(self, http: web.Request) -> web.Response:
         body = await read_body(http)
@@ -210,10 +236,11 @@ class ReferenceServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.add_routes([
-            web.get("/health", self.health), web.get("/v1/models", self.models),
+            web.get("/health", self.health), web.get("/v1/models", self.models), web.get("/metrics", self.metrics),
             web.get("/model_info", self.model_info), web.get("/get_model_info", self.model_info),
             web.post("/v1/completions", self.completions), web.post("/generate", self.sglang_generate),
             web.post("/tokenize", self.tokenize), web.post("/detokenize", self.detokenize),
+            web.post("/abort_requests", self.abort_requests), web.post("/abort_request", self.abort_request),
         ])
         add_reload_routes(app, self)
         return app

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.llm.errors import BackendFailed, ReloadUnsupported, RequestRejected
+from orchestrator.llm.errors import AbortUnsupported, BackendFailed, ReloadUnsupported, RequestRejected
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.urls import endpoint
 
@@ -128,6 +128,18 @@ class BackendClient(abc.ABC):
     async def reload(self, checkpoint: str, version: int) -> None:
         """Ask the server to load the weights in `checkpoint` (a directory it can read) now."""
 
+    @abc.abstractmethod
+    async def abort_all(self) -> int | None:
+        """Ask the server to abort every generation in flight now: each answers with what it has
+        sampled so far and finish reason `abort` (the session resumes it). How many were aborted
+        (None: the server does not say); AbortUnsupported when the server has no such route."""
+
+    def abort_unsupported(self, exc: Exception) -> "AbortUnsupported":
+        return AbortUnsupported(
+            f"backend {self.backend.url} cannot abort generations ({exc}); for vLLM start it with "
+            f"VLLM_SERVER_DEV_MODE=1 (/abort_requests); SGLang and serve-llm have /abort_request"
+        )
+
     def reload_unsupported(self, exc: Exception) -> "ReloadUnsupported":
         return ReloadUnsupported(
             f"backend {self.backend.url} cannot reload weights while running ({exc}); for vLLM start it "
@@ -164,6 +176,8 @@ class BackendClient(abc.ABC):
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
             else:
                 if response.status_code < 400:
+                    if not response.content:   # e.g. SGLang's /abort_request: 200, no body
+                        return None
                     try:
                         return response.json()
                     except ValueError:

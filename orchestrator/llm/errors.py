@@ -35,3 +35,7 @@ class RequestRejected(LLMError):
 
 class ReloadUnsupported(LLMError):
     """The backend has no weight reload endpoint (or refused the checkpoint)."""
+
+
+class AbortUnsupported(LLMError):
+    """The backend has no route to abort the generations in flight (in-flight work then finishes as is)."""

@@ -11,6 +11,14 @@ job event and in the turn. When none is left, the task waits for one to come bac
 of the only backend costs time, not the task) for up to the router's outage_wait_s in all,
 counted from the first failure since the last answer; then it fails, naming the last cause. Each turn records the backend and the policy version the
 registry gives that backend at request time (a swap shows up from the next turn on).
+
+Staleness (orchestrator/spool/staleness.py): a `restart` job raises StalePolicy before a turn
+once an earlier turn's policy is older than the registry's floor; a `continue` job goes on, the
+turn re-prefilling the whole conversation on the new weights (one `policy_continued` event).
+A generation the server aborts (a weight swap with abort, docs/llm.md) comes back with what it
+sampled so far; the session waits for the registry to show the backend's new version and resumes
+it as a new request (the prompt plus the partial reply, the rest of the token budget), so one
+reply may be made of several requests: `Turn.parts`, one record each (`Turn.records()`).
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import httpx
 
-from orchestrator.llm.client import BackendClient, RetryPolicy, new_http_client
+from orchestrator.config import Staleness
+from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, BackendClient, RetryPolicy, new_http_client
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
@@ -41,6 +50,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SWITCHES = 3
+ABORTED = "abort"            # the finish reason of a generation the server aborted (vLLM, SGLang, serve-llm)
+RESUME_WAIT_S = 60.0         # an aborted generation waits this long for its backend's new version
+RESUME_POLL_S = 0.25         # how often it looks
+MAX_RESUMES = 16             # aborted parts of one reply before it is returned as it is
 
 
 @dataclass(frozen=True)
@@ -57,10 +70,34 @@ class Turn:
     latency_s: float = 0.0             # request sent to answer parsed, on the backend that answered
     model: str | None = None           # the model id the backend serves
     tokenizer_hash: str | None = None  # orchestrator.llm.identity of the tokenizer directory, when local
+    # A reply the server aborted and the session resumed: one Turn per request, in order. The
+    # Turn itself is then their concatenation (input of the first, every output, the oldest version).
+    parts: tuple["Turn", ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         # Not asdict(): it deep-copies every id one by one (2 ms for a 600-token prompt, per turn).
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), list) else v) for f in fields(self)}
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), list) else v)
+                for f in fields(self) if f.name != "parts"}
+
+    def records(self) -> list[dict[str, Any]]:
+        """One record per request the backend received (its exact input ids): what a row's `turns` hold."""
+        return [part.to_json() for part in self.parts] if self.parts else [self.to_json()]
+
+
+def joined(parts: list[Turn]) -> Turn:
+    """The reply made of the requests in `parts` (an aborted one resumed by the next)."""
+    if len(parts) == 1:
+        return parts[0]
+    last = parts[-1]
+    return Turn(
+        input_ids=parts[0].input_ids, output_ids=[i for p in parts for i in p.output_ids],
+        logprobs=[x for p in parts for x in p.logprobs], backend=last.backend,
+        policy_version=min(p.policy_version for p in parts),   # look older, never newer
+        finish_reason=last.finish_reason, logprob_mode=last.logprob_mode,
+        switched_from=next((p.switched_from for p in parts if p.switched_from), None), sent_at=parts[0].sent_at,
+        latency_s=round(sum(p.latency_s for p in parts), 6), model=last.model, tokenizer_hash=last.tokenizer_hash,
+        parts=tuple(parts),
+    )
 
 
 @dataclass
@@ -73,6 +110,9 @@ class LLMSession:
     backend: Backend | None = None
     failed: list[str] = field(default_factory=list)
     oldest_version: int | None = None   # the oldest policy version a turn of this task used
+    staleness: Staleness = Staleness.RESTART   # what a turn does once oldest_version is below the floor
+    resume_wait_s: float = RESUME_WAIT_S
+    _continued_at: int = field(default=0, repr=False)     # the floor last reported as continued past
     _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
     _trouble_since: float | None = field(default=None, repr=False)  # first failure since the last answer
     _last_failure: str = field(default="", repr=False)
@@ -144,15 +184,46 @@ class LLMSession:
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
         """Sample one reply on the task's backend, moving to another one if it fails.
 
-        Raises StalePolicy when an earlier turn of this task used a policy the trainer no
-        longer accepts (orchestrator/spool/staleness.py): the job can only end stale.
+        Raises StalePolicy when an earlier turn of this `restart` task used a policy the trainer
+        no longer accepts (orchestrator/spool/staleness.py): the job can only end stale. A
+        generation the server aborts is resumed (module docstring): the Turn then has `parts`.
         """
+        prompt, params = list(prompt_ids), dict(sampling or {})
+        parts: list[Turn] = []
+        while True:
+            part = await self._generate_once(prompt, params)
+            parts.append(part)
+            if part.finish_reason != ABORTED or len(parts) > MAX_RESUMES:
+                break
+            left = _token_budget(params) - len(part.output_ids)
+            self.event("llm_aborted", backend=part.backend, sampled=len(part.output_ids),
+                       policy_version=part.policy_version)
+            if left <= 0:   # aborted as the budget ran out: the reply is complete as cut
+                parts[-1] = replace(part, finish_reason="length")
+                break
+            await self._await_new_version(part.backend, part.policy_version)
+            prompt, params = prompt + part.output_ids, {**_without_budget(params), "max_tokens": left}
+        return joined(parts)
+
+    async def _await_new_version(self, url: str, version: int) -> None:
+        """Wait (up to resume_wait_s) until the registry gives `url` another version than `version`:
+        an abort comes with a weight swap, whose new version is written once every backend reloaded."""
+        deadline = time.monotonic() + self.resume_wait_s
+        while time.monotonic() < deadline:
+            # One stat of backends.json per look (none on runs of > 16 workers, where the cluster
+            # summary vouches for the registry), only while a swap is under way.
+            entry = self.router.current(url)
+            if entry is None or entry.policy_version != version:
+                return
+            await asyncio.sleep(RESUME_POLL_S)
+        log.info("task %s: %s still at version %d %.0f s after an abort; resuming there", self.job_id, url,
+                 version, self.resume_wait_s)
+
+    async def _generate_once(self, prompt_ids: list[int], sampling: dict[str, Any]) -> Turn:
         while True:
             sent_at = time.time()
             backend = await self.ensure_backend()
-            reason = stale_reason(self.oldest_version, self.router.min_policy_version())
-            if reason is not None:
-                raise StalePolicy(f"task {self.job_id}: {reason}")
+            self._check_staleness()
             client = self.client(backend)
             requested = time.monotonic()
             try:
@@ -175,6 +246,17 @@ class LLMSession:
                 latency_s=round(latency_s, 6), model=model,
                 tokenizer_hash=tokenizer_hash(backend.tokenizer or backend.model or model),
             )
+
+    def _check_staleness(self) -> None:
+        floor = self.router.min_policy_version()
+        reason = stale_reason(self.oldest_version, floor)
+        if reason is None:
+            return
+        if self.staleness is Staleness.RESTART:
+            raise StalePolicy(f"task {self.job_id}: {reason}")
+        if floor > self._continued_at:   # a partial rollout: the next turn re-prefills on the new weights
+            self._continued_at = floor
+            self.event("policy_continued", oldest_version=self.oldest_version, min_policy_version=floor)
 
     def _switch(self, backend: Backend, reason: str) -> None:
         self.router.mark_down(backend.url, reason)
@@ -215,6 +297,14 @@ def _load_tokenizer_once(path: str) -> Any:
     return load_tokenizer(path)
 
 
+def _token_budget(sampling: dict[str, Any]) -> int:
+    return next((int(sampling[k]) for k in MAX_TOKENS_KEYS if k in sampling), DEFAULT_MAX_TOKENS)
+
+
+def _without_budget(sampling: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sampling.items() if k not in MAX_TOKENS_KEYS}
+
+
 def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
                 max_switches: int = DEFAULT_MAX_SWITCHES) -> LLMSession:
     """The LLM session of the job in `ctx`; use it as `async with` so its slot is released."""
@@ -222,4 +312,5 @@ def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
     if router is None:
         router = router_for(ctx.paths, ctx.worker_id, ctx.node)
     return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event,
-                      retry=retry or RetryPolicy(timeout_s=router.request_timeout_s), max_switches=max_switches)
+                      retry=retry or RetryPolicy(timeout_s=router.request_timeout_s), max_switches=max_switches,
+                      staleness=Staleness.parse(ctx.job.staleness))

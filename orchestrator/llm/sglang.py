@@ -2,7 +2,9 @@
 
 Logprobs are SGLang's: log_softmax(logits / T), after temperature ("processed"), unless the
 registry entry says otherwise (`served_logprobs`, recorded at `backend add`).
-Weight reload: POST /update_weights_from_disk {model_path, weight_version}.
+Weight reload: POST /update_weights_from_disk {model_path, weight_version}. Abort of everything in
+flight: POST /abort_request {"abort_all": true}; each /generate then answers what it sampled
+with finish_reason {"type": "abort"}.
 """
 
 from __future__ import annotations
@@ -62,3 +64,10 @@ class SGLangClient(BackendClient):
             raise self.reload_unsupported(exc) from None
         require(isinstance(answer, dict) and answer.get("success") is True, self.backend.url,
                 f"/update_weights_from_disk answered {str(answer)[:300]}")
+
+    async def abort_all(self) -> int | None:
+        try:
+            await self.request("POST", "/abort_request", {"rid": "", "abort_all": True})
+        except RequestRejected as exc:
+            raise self.abort_unsupported(exc) from None
+        return None   # SGLang answers 200 with an empty body

@@ -4,7 +4,9 @@ Token ids come from `token_ids` (vLLM >= 0.10.2 with return_token_ids) or, on ol
 from the `tokens` strings "token_id:N" (return_tokens_as_token_ids, vLLM >= 0.8.0).
 Which logprobs they are (raw by vLLM's default, processed with `--logprobs-mode processed_logprobs`)
 is the registry entry's `served_logprobs`, recorded at `backend add`. Weight reload uses the
-dev-mode routes (VLLM_SERVER_DEV_MODE=1): /collective_rpc reload_weights, /update_weight_version.
+dev-mode routes (VLLM_SERVER_DEV_MODE=1): /collective_rpc reload_weights, /update_weight_version;
+the same mode's /abort_requests (no ids: every request in flight) ends generations early, each
+answering its tokens so far with finish reason `abort`.
 """
 
 from __future__ import annotations
@@ -69,3 +71,11 @@ class VLLMClient(BackendClient):
             await self.request("POST", "/update_weight_version", {"new_version": str(version)})
         except RequestRejected as exc:
             log.info("backend %s keeps its weight version label: %s", self.backend.url, exc)
+
+    async def abort_all(self) -> int | None:
+        try:
+            answer = await self.request("POST", "/abort_requests", {})
+        except RequestRejected as exc:
+            raise self.abort_unsupported(exc) from None
+        aborted = answer.get("aborted") if isinstance(answer, dict) else None
+        return int(aborted) if isinstance(aborted, int) else None

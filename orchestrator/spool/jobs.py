@@ -35,6 +35,9 @@ class JobSpec:
     submitted_at: float = 0.0
     data_source: str = ""   # verl rows keep theirs; otherwise the handler name
     group_size: int = 1     # samples in the group (--samples)
+    # What the job does when its policy falls behind the trainer's bound: restart | continue
+    # (orchestrator.config.Staleness), fixed at submission (run.toml [trainer] staleness by default).
+    staleness: str = "restart"
 
     def to_json(self) -> dict[str, Any]:
         # Shallow on purpose: asdict() deep-copies the instance and recurses once per nesting level.

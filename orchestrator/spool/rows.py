@@ -11,11 +11,12 @@ import pyarrow as pa
 
 from orchestrator.spool.jobs import JobStatus
 from orchestrator.spool.tickets import Ticket
+from orchestrator.spool.turn_columns import TurnRewardsError, checked_turn_rewards, turn_spans
 
 # Keys of a stage output that `final_result` maps onto shard columns (below).
 TRAJECTORY_KEYS = (
     "prompt_ids", "response_ids", "response_mask", "logprobs", "turns", "reward",
-    "stop_reason", "tool_calls", "malformed_calls",
+    "stop_reason", "tool_calls", "malformed_calls", "turn_rewards",
 )
 
 
@@ -42,6 +43,11 @@ TOOL_CALL_TYPE = pa.struct([
     ("latency_ms", pa.float64()),
     ("error", pa.string()),
     ("output", pa.string()),                 # head + tail of what the model saw
+])
+TURN_SPAN_TYPE = pa.struct([                  # orchestrator/spool/turn_columns.py
+    ("start", pa.int32()),                   # the turn's sampled tokens are response_ids[start:end]
+    ("end", pa.int32()),
+    ("policy_version", pa.int64()),          # the policy that sampled them
 ])
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
@@ -86,6 +92,10 @@ SCHEMA = pa.schema([
     ("stop_reason", pa.string()),            # agents: finished | max_turns | context_full | timeout | error | cancelled
     ("tool_calls", pa.list_(TOOL_CALL_TYPE)),  # agents: every tool call, in order
     ("malformed_calls", pa.int32()),         # agents: calls that could not be parsed or run as written
+    # Added for long-horizon agents (issue 26); shards written before lack them and read as null.
+    ("staleness", pa.string()),              # restart | continue: what the job did when its policy fell behind
+    ("turn_spans", pa.list_(TURN_SPAN_TYPE)),  # per turn: where its tokens sit in response_ids, its version (null: not in this sequence)
+    ("turn_rewards", pa.list_(pa.float64())),  # per turn: a process reward from the handler, or null
 ])
 
 
@@ -159,6 +169,11 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
     error = ticket.error or {}
     reward = merged.get("reward")
     mask = _int_list(merged.get("response_mask"))
+    prompt_ids, response_ids = _int_list(merged.get("prompt_ids")), _int_list(merged.get("response_ids"))
+    try:
+        turn_rewards = checked_turn_rewards(merged.get("turn_rewards"), len(turns or ()))
+    except TurnRewardsError as exc:   # a handler's mistake: the row keeps everything else, and says why
+        turn_rewards, extra["turn_rewards_error"] = None, str(exc)
     return {
         "job_id": job.job_id,
         "group_id": job.group_id,
@@ -169,8 +184,8 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
         "data_source": job.data_source or job.handler,
         "status": status.value,
         "reward": float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
-        "prompt_ids": _int_list(merged.get("prompt_ids")),
-        "response_ids": _int_list(merged.get("response_ids")),
+        "prompt_ids": prompt_ids,
+        "response_ids": response_ids,
         "response_mask": mask,
         "logprobs": _float_list(merged.get("logprobs")),
         "sampled_tokens": _sampled_tokens(mask, turns),
@@ -201,6 +216,9 @@ def build_row(ticket: Ticket, merged: dict[str, Any], status: JobStatus, worker:
         "stop_reason": merged.get("stop_reason") if isinstance(merged.get("stop_reason"), str) else None,
         "tool_calls": _tool_calls(merged.get("tool_calls")),
         "malformed_calls": merged.get("malformed_calls") if isinstance(merged.get("malformed_calls"), int) else None,
+        "staleness": job.staleness,
+        "turn_spans": turn_spans(prompt_ids, response_ids, turns),
+        "turn_rewards": turn_rewards,
     }
 
 

@@ -1,22 +1,30 @@
 """The staleness bound: samples of a policy older than current - max_policy_lag are not trained on.
 
-Where it acts:
-  * the registry (backends.json) holds `min_policy_version` = version - lag, written when the
-    trainer swaps weights (orchestrator/llm/weights.py);
-  * a job that already sampled with an older policy can only produce a stale row, so it is
-    cancelled, not finished: before each LLM turn (orchestrator/llm/session.py) and before
-    EVAL (the worker) it is checked, and it ends `cancelled` with error kind `stale_policy`.
-    Jobs that have not sampled yet are left alone: they will sample with the new weights.
-    The sampler submits the prompt again as a fresh group (a re-queue at the new version);
-  * the trainer's reader side drops rows whose policy_version_min is too old, and counts them
-    (orchestrator/trainer/sampler.py).
-Rows without a policy version (handlers that call no LLM) are never stale.
+What counts is what the trainer will see, and a job's `staleness` (orchestrator.config.Staleness,
+fixed at submission) says how:
+  * restart (the default): the oldest token's version. A job that already sampled with a policy
+    older than the registry's `min_policy_version` can only produce a stale row, so it is
+    cancelled, not finished: before each LLM turn (orchestrator/llm/session.py) and before EVAL
+    (the worker) it is checked, and it ends `cancelled` with error kind `stale_policy`. Jobs that
+    have not sampled yet are left alone: they will sample with the new weights. The sampler
+    submits the prompt again as a fresh group (a re-queue at the new version); its tokens are lost.
+  * continue (a partial rollout): per-turn versions. The job keeps its finished turns and goes on
+    with the new weights (the next turn re-prefills the whole conversation on them); every turn
+    records the version that produced it. The trainer masks out of the loss the sampled tokens of
+    turns older than the bound (they stay in the sequence as context, like observations:
+    orchestrator/trainer/turn_tokens.py) and trains on the rest. Only a job whose newest turn is
+    too old (nothing left to train on) is stale; it is cancelled before EVAL like a restart job.
+Where it acts: the registry (backends.json) holds `min_policy_version` = version - lag, written
+when the trainer swaps weights (orchestrator/llm/weights.py); the sampler drops stale rows and
+counts them (orchestrator/trainer/sampler.py). Rows without a policy version (handlers that call
+no LLM) are never stale.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.config import Staleness
 from orchestrator.errors import HpcRolloutError
 
 STALE_KIND = "stale_policy"
@@ -34,9 +42,24 @@ def stale_reason(oldest_version: int | None, min_version: int) -> str | None:
             f"({min_version}): the row could only be stale")
 
 
+def job_stale_reason(staleness: Staleness | str, oldest_version: int | None, newest_version: int | None,
+                     min_version: int) -> str | None:
+    """Why a job with no turns left to sample (before EVAL) can only produce a stale row.
+
+    restart judges its oldest token; continue its newest turn (older turns are masked, not dropped).
+    """
+    mode = Staleness.parse(staleness)
+    return stale_reason(newest_version if mode is Staleness.CONTINUE else oldest_version, min_version)
+
+
 def row_is_stale(row: dict[str, Any], current_version: int, max_policy_lag: int) -> bool:
-    """Whether a row was produced (in part) by a policy older than current - lag."""
+    """Whether a row holds nothing the trainer may use at `current_version` with this lag.
+
+    restart rows: produced (in part) by a policy older than current - lag. continue rows: even
+    their newest turn is that old (their older turns are masked: trainer/turn_tokens.py).
+    """
     if (row.get("error") or "").startswith(STALE_KIND):
         return True
-    oldest = row.get("policy_version_min")
-    return max_policy_lag >= 0 and oldest is not None and int(oldest) < current_version - max_policy_lag
+    key = "policy_version_max" if row.get("staleness") == Staleness.CONTINUE.value else "policy_version_min"
+    version = row.get(key)
+    return max_policy_lag >= 0 and version is not None and int(version) < current_version - max_policy_lag

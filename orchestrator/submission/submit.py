@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 import pyarrow.parquet as pq
 
+from orchestrator.config import Staleness
 from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops, job_ids
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
@@ -138,21 +139,23 @@ def parse_task(line: int, row: Any, default_handler: str | None, source_handlers
 def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
-    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None,
+    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
 ) -> SubmitReport:
     return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked,
-                       source_handlers, batch_size)
+                       source_handlers, batch_size, staleness)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
     samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
-    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None,
+    source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed).
 
     `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources];
-    `batch_size` (default run.toml's jobs.batch_size) consecutive jobs share a queue entry.
+    `batch_size` (default run.toml's jobs.batch_size) consecutive jobs share a queue entry;
+    `staleness` (restart | continue; default run.toml's [trainer] staleness) is what the jobs do
+    when their policy falls behind the trainer's bound (orchestrator/spool/staleness.py).
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
@@ -164,13 +167,17 @@ def submit_rows(
     batch_size = config.jobs.batch_size if batch_size is None else batch_size
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise SubmitError(f"batch size {batch_size} is outside [1, {MAX_BATCH_SIZE}]")
+    try:
+        mode = Staleness.parse(config.trainer.staleness if staleness is None else staleness)
+    except ValueError as exc:
+        raise SubmitError(str(exc)) from None
     report = SubmitReport(job_ids.new_submission_id(), source)
     allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults())
     tasks = _validated_tasks(rows, handler, report, mapping, allowed)
     if strict and report.rejected:
         _record(paths, report)
         return report
-    tickets = _tickets(report, tasks, samples, dict(sampling or {}))
+    tickets = _tickets(report, tasks, samples, dict(sampling or {}), mode)
     try:
         names, entries = stage_and_publish(paths, report.submission_id, tickets, batch_size)
     except (OSError, KeyboardInterrupt) as exc:
@@ -188,7 +195,8 @@ def submit_rows(
     return report
 
 
-def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any]) -> Iterator[Ticket]:
+def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: dict[str, Any],
+             staleness: Staleness = Staleness.RESTART) -> Iterator[Ticket]:
     now = time.time()
     for index, task in enumerate(tasks):
         group = job_ids.group_id(report.submission_id, index)
@@ -198,6 +206,7 @@ def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: di
                 instance_id=task.instance_id or group, sample_index=sample, handler=task.handler,
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
+                staleness=staleness.value,
             )
             yield Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
 

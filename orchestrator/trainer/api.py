@@ -48,14 +48,16 @@ class Spool:
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
                sampling: dict[str, Any] | None = None, strict: bool = False,
                sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None,
-               batch_size: int | None = None) -> SubmitReport:
+               batch_size: int | None = None, staleness: str | None = None) -> SubmitReport:
         """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report.
 
         `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"};
-        `batch_size` jobs share a queue entry (default run.toml's jobs.batch_size).
+        `batch_size` jobs share a queue entry (default run.toml's jobs.batch_size); `staleness`
+        ("restart" | "continue", default run.toml's [trainer] staleness): what a job whose policy
+        fell behind the bound does (docs/trainer.md, "Partial rollouts").
         """
         return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
-                           sampling_unchecked, source_handlers, batch_size)
+                           sampling_unchecked, source_handlers, batch_size, staleness)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)
@@ -68,16 +70,23 @@ class Spool:
         """Finished rows from `cursor` on (None: from the start); `columns` None reads them all."""
         return RowReader(self.paths, cursor, poll_s=poll_s, columns=columns)
 
-    def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None) -> "SwapReport":
+    def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None,
+                     abort: bool | None = None) -> "SwapReport":
         """Every registered backend loads `checkpoint` while serving; then the policy version moves.
 
         `max_policy_lag` (default: run.toml [trainer] max_policy_lag) marks samples older than
-        version - lag as stale: jobs that took them are cancelled, the sampler skips their rows.
+        version - lag as stale: restart jobs that took them are cancelled, the sampler skips their
+        rows (continue jobs go on; their stale turns are masked). `abort` (default: run.toml
+        [trainer] staleness is continue) first aborts generations in flight; they resume on the
+        new weights as the next request of their turn.
         """
+        from orchestrator.config import Staleness
         from orchestrator.llm.weights import swap_weights
 
         lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
-        return swap_weights(self.paths, checkpoint, version, lag)
+        if abort is None:
+            abort = Staleness.parse(self.config.trainer.staleness) is Staleness.CONTINUE
+        return swap_weights(self.paths, checkpoint, version, lag, abort)
 
     def status(self, exact: bool = False) -> Snapshot:
         """The run's figures; finished-job figures from a bounded sample of shards unless `exact`."""

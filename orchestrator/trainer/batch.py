@@ -10,11 +10,17 @@ longest response R; `input_ids` = prompts ++ responses.
     input_ids [N, P+R]      attention_mask [N, P+R]   position_ids [N, P+R] (cumsum of the mask - 1)
     prompts [N, P]          responses [N, R]          response_mask [N, R] (1 = sampled token, the
     old_logprobs [N, R]     rewards [N]               loss mask: tool/observation tokens and pad are 0)
-    advantages [N, R]       token_level_scores [N, R] (the reward on the last response token)
-    rollout_log_probs       = old_logprobs (verl's name for the sampler's logprobs)
+    advantages [N, R]       token_level_scores [N, R] (the reward on the last response token, and
+    rollout_log_probs       = old_logprobs (verl's name   each turn's reward on its last token)
+                              for the sampler's logprobs)
+    token_policy_versions [N, R] (the policy version of each sampled token; -1 elsewhere)
 
 verl's names come from orchestrator/trainer/verl/keys.py. There is no `old_log_probs`: verl
 recomputes that key itself and merges it with DataProto.union, which would assert on ours.
+
+Per-turn rewards (a row's `turn_rewards`) go into token_level_scores on the last token of their
+turn (trainer/turn_tokens.py), scaled down per sample to a total of `turn_reward_cap` when given;
+`advantages` and `rewards` stay the outcome's (GRPO on `reward`).
 
 Advantages (`advantage=`): "grpo" = (r - group mean) / (group std + eps) with the unbiased std,
 as verl computes it (a group of one gets mean 0, std 1); "drgrpo" = r - group mean (Dr. GRPO:
@@ -38,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.trainer.turn_tokens import place_turn_rewards, token_versions
 from orchestrator.trainer.verl import keys as verl_keys
 
 Row = dict[str, Any]
@@ -87,6 +94,7 @@ class BatchStats:
     dropped_samples: int = 0
     dropped_groups: int = 0
     mean_reward: float = float("nan")
+    unplaced_turn_rewards: int = 0   # turn rewards whose turn is not in the row's sequence
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -121,10 +129,14 @@ class GroupBatcher:
     advantage: Advantage | str = Advantage.GRPO
     failed: FailedPolicy | str = FailedPolicy.ZERO
     eps: float = 1e-6
+    turn_reward_cap: float | None = None   # the most |process reward| one sample may carry in all
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "advantage", parse_choice(Advantage, self.advantage, "advantage"))
         object.__setattr__(self, "failed", parse_choice(FailedPolicy, self.failed, "failed"))
+        cap = self.turn_reward_cap
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf):
+            raise ValueError(f"turn_reward_cap {cap!r} must be a positive number (or None: no cap)")
 
     def build(self, groups: Sequence[Sequence[Row]]) -> Batch:
         stats = BatchStats()
@@ -140,7 +152,11 @@ class GroupBatcher:
         stats.samples = len(samples)
         if samples:
             stats.mean_reward = float(np.mean([r for _, r, _ in samples]))
-        return Batch(self._arrays(samples), [r.get("group_id", "") for r, _, _ in samples],
+        arrays = self._arrays(samples)
+        stats.unplaced_turn_rewards = place_turn_rewards(arrays["token_level_scores"], [r for r, _, _ in samples],
+                                                         self.turn_reward_cap)
+        arrays["token_policy_versions"] = token_versions([r for r, _, _ in samples], arrays["responses"].shape[1])
+        return Batch(arrays, [r.get("group_id", "") for r, _, _ in samples],
                      [r.get("job_id", "") for r, _, _ in samples], stats)
 
     def _kept(self, group: Sequence[Row], stats: BatchStats) -> list[Row]:

@@ -8,7 +8,10 @@
 The sampler keeps `in_flight` groups submitted at all times. Every group that completes is
 judged at once and replaced at once by a new prompt (no waiting for a whole batch):
   * stale (a sample older than policy_version - max_policy_lag, or cancelled as stale by a
-    worker): left out, counted, and its prompt submitted again as a fresh group;
+    worker): left out, counted, and its prompt submitted again as a fresh group. A `continue`
+    sample (a partial rollout, staleness="continue") is judged per turn: the tokens of its turns
+    older than the bound leave the loss mask (counted in `stale_turn_tokens`), the rest is
+    trained on; it is stale only when no turn is recent enough;
   * failed, when the batcher's policy is drop_group and a sample failed: left out, counted;
   * zero variance (every sample has the same reward: no GRPO signal): left out, counted;
   * otherwise informative: kept.
@@ -33,8 +36,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config import Staleness
 from orchestrator.spool.job_ids import group_id
 from orchestrator.spool.staleness import row_is_stale
+from orchestrator.trainer.turn_tokens import mask_stale_turns
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
 
@@ -55,6 +60,7 @@ class SamplerStats:
     zero_variance: int = 0
     stale_groups: int = 0
     stale_rows: int = 0
+    stale_turn_tokens: int = 0       # sampled tokens of continue rows masked for being too old
     failed_groups: int = 0           # left out by the batcher's drop_group policy
     foreign_groups: int = 0          # complete groups this sampler did not submit (skipped)
     leftovers_cancelled: int = 0
@@ -114,6 +120,7 @@ class DynamicSampler:
         state: Mapping[str, Any] | None = None,
         poll_s: float = 0.05,
         drop_zero_variance: bool = True,
+        staleness: str | None = None,
     ) -> None:
         if samples < 1 or informative_groups < 1:
             raise ValueError("samples and informative_groups must be >= 1")
@@ -128,6 +135,7 @@ class DynamicSampler:
         self.batcher = batcher or GroupBatcher()
         self.source_handlers = dict(source_handlers or {})
         self.drop_zero_variance = drop_zero_variance   # False: plain GRPO batches, still counted
+        self.staleness = staleness                     # restart | continue (None: run.toml's)
         self._prompts: Iterator[dict[str, Any]] = iter(itertools.cycle(prompts) if isinstance(prompts, Sequence) else prompts)
         self._retry: deque[dict[str, Any]] = deque()           # prompts of stale groups, first in line
         self._outstanding: dict[str, dict[str, Any]] = dict((state or {}).get("outstanding", {}))
@@ -192,6 +200,8 @@ class DynamicSampler:
             stats.foreign_groups += 1
             return False
         stale = [r for r in group if row_is_stale(r, self.policy_version, self.max_policy_lag)]
+        if not stale and self.max_policy_lag >= 0:
+            stale = self._mask_stale_turns(group, stats)
         if stale:
             stats.stale_groups += 1
             stats.stale_rows += len(stale)
@@ -210,6 +220,23 @@ class DynamicSampler:
             return not self.drop_zero_variance
         stats.informative += 1
         return True
+
+    def _mask_stale_turns(self, group: list[Row], stats: SamplerStats) -> list[Row]:
+        """Mask, in place, the too-old turns of the group's continue rows; the rows that could not
+        be judged per turn (no turn spans) and are too old by their oldest token."""
+        floor = self.policy_version - self.max_policy_lag
+        stale: list[Row] = []
+        for index, row in enumerate(group):
+            oldest = row.get("policy_version_min")
+            if row.get("staleness") != Staleness.CONTINUE.value or oldest is None or oldest >= floor:
+                continue
+            masked = mask_stale_turns(row, floor)
+            if masked is None:
+                stale.append(row)
+                continue
+            group[index], tokens = masked
+            stats.stale_turn_tokens += tokens
+        return stale
 
     # -- submitting ---------------------------------------------------------------------------
     def target_in_flight(self) -> int:
@@ -230,7 +257,7 @@ class DynamicSampler:
         if not prompts:
             return
         report = self.spool.submit(prompts, handler=self.handler, samples=self.samples, sampling=self.sampling,
-                                   source_handlers=self.source_handlers)
+                                   source_handlers=self.source_handlers, staleness=self.staleness)
         if report.rejected:
             problems = "; ".join(f"prompt {p.line}: {p.reason}" for p in report.rejected[:3])
             raise ValueError(f"{len(report.rejected)} prompt(s) refused by submit: {problems}")
@@ -259,7 +286,7 @@ class DynamicSampler:
 
     def _add_to_totals(self, stats: SamplerStats) -> None:
         totals = self.totals
-        for name in ("informative", "zero_variance", "stale_groups", "stale_rows", "failed_groups",
+        for name in ("informative", "zero_variance", "stale_groups", "stale_rows", "stale_turn_tokens", "failed_groups",
                      "foreign_groups", "leftovers_cancelled", "submitted_groups"):
             setattr(totals, name, getattr(totals, name) + getattr(stats, name))
         totals._reward_sum += stats._reward_sum

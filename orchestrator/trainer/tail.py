@@ -48,7 +48,7 @@ GROUP_COLUMNS = ("job_id", "group_id", "group_size", "sample_index")
 TRAINER_COLUMNS = (
     *GROUP_COLUMNS, "instance_id", "handler", "data_source", "status", "reward", "prompt_ids",
     "response_ids", "response_mask", "logprobs", "policy_version_min", "policy_version_max",
-    "error", "worker", "logprob_mode",
+    "error", "worker", "logprob_mode", "staleness", "turn_spans", "turn_rewards",
 )
 # A poll stops fetching after this many rows (more come with the next poll): bounded memory.
 MAX_FETCH_ROWS = 20_000

@@ -19,7 +19,7 @@ from orchestrator.sandbox.policy import SandboxPolicyError
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import JobStatus, Stage, StageError
 from orchestrator.spool.rows import build_row
-from orchestrator.spool.staleness import STALE_KIND, stale_reason
+from orchestrator.spool.staleness import STALE_KIND, job_stale_reason
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.commit import Committer
 from orchestrator.worker.moves import TicketMoves
@@ -127,7 +127,7 @@ class JobRunner:
         if stage is Stage.INIT and (refusal := self._sandbox_refusal(handler, ticket)):
             await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "SandboxPolicyError", refusal), {})
             return None
-        if stage is Stage.EVAL and (stale := self._stale(_previous_output(ticket, stage))):
+        if stage is Stage.EVAL and (stale := self._stale(ticket.job.staleness, _previous_output(ticket, stage))):
             await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, STALE_KIND, stale), {})
             return None
         return handler
@@ -206,16 +206,17 @@ class JobRunner:
         self.start(stage, ticket.name, holds_slot=True, ticket=ticket)
         return True
 
-    def _stale(self, run_output: dict[str, Any]) -> str | None:
-        """Why evaluating this RUN output is pointless: its samples are too old (None: go on)."""
-        oldest = run_output.get("policy_version_min")
+    def _stale(self, staleness: str, run_output: dict[str, Any]) -> str | None:
+        """Why evaluating this RUN output is pointless: the trainer would train on none of its
+        samples (restart: its oldest is too old; continue: even its newest is). None: go on."""
+        oldest, newest = run_output.get("policy_version_min"), run_output.get("policy_version_max")
         if not isinstance(oldest, int):
             return None
         try:
             floor = self.state.registry.read().min_policy_version
         except Exception:  # an unreadable registry must not stop evaluation  # noqa: BLE001
             return None
-        return stale_reason(oldest, floor)
+        return job_stale_reason(staleness, oldest, newest if isinstance(newest, int) else oldest, floor)
 
     # -- ends ---------------------------------------------------------------------------------
     async def end_early(self, ticket: Ticket, ctx: JobContext, status: JobStatus, error: StageError | None,

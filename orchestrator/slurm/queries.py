@@ -83,8 +83,7 @@ def task_of(worker: dict[str, Any]) -> str | None:
 
 def slurm_warnings(workers: list[dict[str, Any]]) -> list[str]:
     """Human-readable warnings for workers that look alive in the spool but not in Slurm."""
-    alive = [(w, task_of(w)) for w in workers if w.get("alive")]
-    alive = [(w, t) for w, t in alive if t]
+    alive = [(w, task) for w in workers if w.get("alive") and (task := task_of(w))]
     if not alive:
         return []
     try:

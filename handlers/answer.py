@@ -53,7 +53,7 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def match_rule(instance: dict[str, Any]) -> str:
-    extra = instance.get("extra_info") if isinstance(instance.get("extra_info"), dict) else {}
+    extra = given if isinstance(given := instance.get("extra_info"), dict) else {}
     return str(instance.get("match") or extra.get("match") or "number")
 
 

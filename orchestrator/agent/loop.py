@@ -168,7 +168,8 @@ class LLM(Protocol):
 
 
 class Toolbox(Protocol):
-    names: list[str]
+    @property
+    def names(self) -> list[str]: ...
 
     def problems(self, call: Any) -> list[str]: ...
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli.console import say, tell
 from orchestrator.cli.progress import drain_with_progress
 from orchestrator.app.demo import default_run_dir, paths_hint, run_demo, summary_lines
+
+if TYPE_CHECKING:
+    from orchestrator.app.local_launch import LocalLaunch
+    from orchestrator.spool.paths import SpoolPaths
+    from orchestrator.submission.submit import SubmitReport
 
 
 
@@ -49,7 +55,7 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
         return
     tell(f"run directory: {run_dir}   (the first run builds the tiny model: a few seconds)")
 
-    def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
+    def ready(paths: SpoolPaths, url: str, report: SubmitReport, launch: LocalLaunch) -> None:
         tell(f"serve-llm --tiny at {url}; {report.jobs} chat jobs queued; {len(launch.pids)} workers, logs in {launch.log_dir}")
 
     result = run_demo(run_dir, tasks, samples, workers, max_tokens, on_ready=ready,
@@ -72,7 +78,7 @@ def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: i
 
     tell(f"run directory: {run_dir}   (the first run builds the task image: a minute or more)")
 
-    def ready(paths, url, report, launch) -> None:  # type: ignore[no-untyped-def]
+    def ready(paths: SpoolPaths, url: str, report: SubmitReport, launch: LocalLaunch) -> None:
         tell(f"serve-llm ({policy}) at {url}; {report.jobs} {family} jobs queued; {len(launch.pids)} workers")
 
     result = run_task_demo(run_dir, family, policy, samples, workers, image=image, on_ready=ready,

@@ -252,7 +252,7 @@ def stop_cmd(run_dir: str, no_wait: bool, timeout: float | None, cancel: bool) -
     say("all workers stopped")
 
 
-def _open(run_dir: str):  # type: ignore[no-untyped-def]
+def _open(run_dir: str) -> tuple[SpoolPaths, RunConfig]:
     try:
         return open_run(run_dir)
     except ConfigError as exc:

@@ -55,7 +55,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
     import orjson
 
     from orchestrator.handler_api.contract import HandlerError
-    from orchestrator.app.tasks_check import check_tasks
+    from orchestrator.app.tasks_check import TaskCheck, check_tasks
     from orchestrator.config import DEFAULTS, ConfigError
     from orchestrator.sandbox.policy import SandboxPolicy
 
@@ -72,7 +72,7 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
         bar = progress.add_task("tasks", total=None, bad="")
         failed = 0
 
-        def done(check) -> None:  # type: ignore[no-untyped-def]
+        def done(check: TaskCheck) -> None:
             nonlocal failed
             failed += not check.ok
             progress.update(bar, advance=1, bad=f"{failed} failing" if failed else "")

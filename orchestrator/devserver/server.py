@@ -176,7 +176,8 @@ class ReferenceServer:
         body = await read_body(http)
         inputs = body.get("input_ids")
         batch = isinstance(inputs, list) and bool(inputs) and isinstance(inputs[0], list)
-        prompts = [self.check_prompt(p) for p in (inputs if batch else [inputs])]
+        given = inputs if isinstance(inputs, list) and batch else [inputs]
+        prompts = [self.check_prompt(p) for p in given]
         params = body.get("sampling_params") or {}
         answers = await asyncio.gather(*(self._one_sglang(p, params, body) for p in prompts))
         return web.json_response(answers if batch else answers[0])

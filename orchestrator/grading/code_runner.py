@@ -9,6 +9,8 @@ clock limit. Without a checker the output matches when its whitespace-separated 
 the expected ones; with one, `python3 CHECKER INPUT EXPECTED OUTPUT` exiting 0 means it matches.
 """
 
+from __future__ import annotations   # annotations stay strings: any python3 in an image runs this
+
 import json
 import os
 import resource
@@ -16,16 +18,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 
-def limits(memory_mb, cpu_s):
-    def apply():
+def limits(memory_mb: int, cpu_s: int) -> Callable[[], None]:
+    def apply() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     return apply
 
 
-def matches(spec, test, output, workdir):
+def matches(spec: dict[str, Any], test: dict[str, Any], output: str, workdir: str) -> bool:
     checker = spec.get("checker")
     if not checker:
         return output.split() == str(test["output"]).split()
@@ -40,7 +43,7 @@ def matches(spec, test, output, workdir):
     return done.returncode == 0
 
 
-def run_one(spec, test, workdir):
+def run_one(spec: dict[str, Any], test: dict[str, Any], workdir: str) -> dict[str, Any]:
     limit = float(spec.get("time_limit_s", 2))
     started = time.monotonic()
     try:
@@ -64,7 +67,7 @@ def run_one(spec, test, workdir):
     return {"status": "passed" if matches(spec, test, output, workdir) else "wrong_answer", "ms": ms}
 
 
-def main():
+def main() -> None:
     with open(sys.argv[1]) as fh:
         spec = json.load(fh)
     results = []

@@ -76,7 +76,7 @@ def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], soluti
         raise VerlRewardError(f"{INSTANCE_KEY} asks for the custom reward function, and the run names none: "
                               f"set run.toml [rewards] verl_custom_path (hpc-rollout init RUN_DIR --set "
                               f"rewards.verl_custom_path=FILE.py) before the workers start")
-    reward_model = instance.get("reward_model") if isinstance(instance.get("reward_model"), Mapping) else {}
+    reward_model = given if isinstance(given := instance.get("reward_model"), Mapping) else {}
     extra_info = dict(instance.get("extra_info") or {}) if isinstance(instance.get("extra_info"), Mapping) else {}
     result = function(data_source=instance.get("data_source"), solution_str=solution_str,
                       ground_truth=reward_model.get("ground_truth"), extra_info=extra_info,

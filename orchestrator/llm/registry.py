@@ -315,12 +315,12 @@ class BackendRegistry:
         protocol's default applies. `hpc-rollout backend add` asks the server when not told.
         """
         url = normalize_url(url)
-        protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        chosen = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
         mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
         with self._locked() as snap:
             backend = Backend(
-                url=url, protocol=protocol, model=model, tokenizer=tokenizer,
+                url=url, protocol=chosen, model=model, tokenizer=tokenizer,
                 policy_version=snap.policy_version if version is None else check_version(version),
                 node=node or node_of(url), state=BackendState.UP,
                 added_at=now, state_changed_at=now, logprob_mode=mode,
@@ -364,7 +364,7 @@ class BackendRegistry:
         if not urls:
             raise RegistryError("swap needs at least one backend URL")
         clean = [normalize_url(u) for u in urls]
-        protocol = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
+        chosen = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
         mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
         with self._locked() as snap:
@@ -372,7 +372,7 @@ class BackendRegistry:
             previous = {b.url: b for b in snap.backends}
             backends = tuple(
                 Backend(
-                    url=u, protocol=protocol,
+                    url=u, protocol=chosen,
                     model=model if model is not None else getattr(previous.get(u), "model", None),
                     tokenizer=tokenizer if tokenizer is not None else getattr(previous.get(u), "tokenizer", None),
                     policy_version=new_version, node=node_of(u),

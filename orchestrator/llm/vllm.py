@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.llm.client import BackendClient, Completion, require
-from orchestrator.llm.errors import RequestRejected
+from orchestrator.llm.errors import BackendFailed, RequestRejected
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ class VLLMClient(BackendClient):
         choice = body["choices"][0]
         logprobs = choice.get("logprobs") or {}
         token_logprobs = logprobs.get("token_logprobs")
-        require(token_logprobs is not None, url, "no per-token logprobs in the answer ('logprobs': 0 ignored?)")
-        ids = choice.get("token_ids")
+        if token_logprobs is None:
+            raise BackendFailed(url, "no per-token logprobs in the answer ('logprobs': 0 ignored?)")
+        ids: list[Any] | None = choice.get("token_ids")
         if ids is None:
             tokens = logprobs.get("tokens") or []
             require(all(isinstance(t, str) and t.startswith(TOKEN_PREFIX) for t in tokens), url,

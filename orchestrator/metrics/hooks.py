@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import pyarrow as pa
 
@@ -40,7 +40,7 @@ def rollout_metrics(rows: Iterable[dict[str, Any]], pass_reward: float = DEFAULT
         metrics[f"status/{status}"] = float(count)
     for stage, p in stats.latency.items():
         metrics.update({f"latency/{stage}_p50_s": p.p50, f"latency/{stage}_p90_s": p.p90, f"latency/{stage}_p99_s": p.p99})
-    versions = [r.get("policy_version_max") for r in listed if r.get("policy_version_max") is not None]
+    versions = [v for r in listed if (v := r.get("policy_version_max")) is not None]
     if versions:
         metrics["policy_version_max"] = float(max(versions))
     return {PREFIX + key: value for key, value in metrics.items()}
@@ -70,7 +70,7 @@ class MetricsHook(abc.ABC):
 class WandbHook(MetricsHook):
     """A W&B run; `mode="offline"` (the default) needs no network and no account."""
 
-    def __init__(self, project: str = "hpc-rollout", mode: str = "offline", directory: str | Path | None = None,
+    def __init__(self, project: str = "hpc-rollout", mode: Literal["online", "offline", "disabled"] = "offline", directory: str | Path | None = None,
                  **init_options: Any) -> None:
         try:
             import wandb

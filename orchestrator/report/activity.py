@@ -223,11 +223,11 @@ def occupancy(events: JobEvents, submissions: list[tuple[float, int]]) -> Occupa
     submitted_t = np.array([s for s, _ in submissions], float)
     submitted_n = np.array([n for _, n in submissions], float)
     times = np.concatenate([t, t, submitted_t])
-    where = np.concatenate([previous, place, np.full(len(submitted_t), INIT_QUEUE)])
+    place_of_change = np.concatenate([previous, place, np.full(len(submitted_t), INIT_QUEUE)])
     delta = np.concatenate([-np.ones(len(t)), np.ones(len(t)), submitted_n])
     per_time, per_count = [], []
     for index in range(len(PLACES)):
-        mine = where == index
+        mine = place_of_change == index
         order = np.argsort(times[mine], kind="stable")
         counts = np.cumsum(delta[mine][order])
         if index == INIT_QUEUE and not len(submitted_t) and len(counts):

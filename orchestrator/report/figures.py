@@ -105,7 +105,7 @@ def _timeline(report: RunReport) -> tuple[Figure, str]:
             # A visible minimum width: sub-pixel stages (echo jobs) still show up.
             segments = np.stack([np.column_stack([start[mine], lane[mine]]),
                                  np.column_stack([np.maximum(end[mine], start[mine] + pixel), lane[mine]])], axis=1)
-            axes.add_collection(LineCollection(segments, colors=STAGE_COLORS[stage], linewidths=width,
+            axes.add_collection(LineCollection(list(segments), colors=STAGE_COLORS[stage], linewidths=width,
                                                label=stage.upper(), capstyle="butt"))
     axes.set_ylim(len(shown) - 0.5, -0.5)
     axes.set_xlim(0, report.window[1] - report.window[0])

@@ -237,7 +237,7 @@ class Controller:
                 **({"error": error} if error else {}),
             })
         bounds = self.settings.bounds
-        state = {
+        written = {
             "kind": self.kind, "holder": self.holder, "pid": os.getpid(), "host": socket.gethostname(),
             "updated_at": round(time.time(), 3), "interval_s": self.settings.interval_s,
             "min": bounds.minimum, "max": bounds.maximum, "idle_exit_s": self.settings.idle_exit_s,
@@ -245,7 +245,7 @@ class Controller:
             "pending": seen.pending, "kept": seen.kept, "pending_reasons": reasons,
             "decisions": list(self.decisions),
         }
-        fsops.write_atomic(state_path(self.paths, self.kind), orjson.dumps(state, option=orjson.OPT_INDENT_2), self.paths.tmp)
+        fsops.write_atomic(state_path(self.paths, self.kind), orjson.dumps(written, option=orjson.OPT_INDENT_2), self.paths.tmp)
 
 
     def _record_failure(self, error: str) -> None:

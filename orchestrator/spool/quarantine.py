@@ -29,7 +29,7 @@ ENCODE_ERRORS: tuple[type[BaseException], ...] = (
     pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError,
 )
 # What reading a damaged Parquet file raises (OSError covers a file gone or unreadable).
-READ_ERRORS: tuple[type[BaseException], ...] = (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError)
+READ_ERRORS: tuple[type[Exception], ...] = (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError)
 # Columns that describe the job rather than its trajectory: kept in the `failed` row of a poisoned one.
 IDENTITY_COLUMNS = (
     "job_id", "group_id", "instance_id", "sample_index", "group_size", "handler", "data_source",

@@ -246,7 +246,7 @@ def _shards_after(paths: SpoolPaths, writers: list[str], progress: dict[str, Any
     if not progress or not writers:
         return [] if not writers else None
     writer, dropped = progress.get("writer"), progress.get("dropped_through")
-    if writers != [writer] or not isinstance(dropped, int) or dropped < 0:
+    if not isinstance(writer, str) or writers != [writer] or not isinstance(dropped, int) or dropped < 0:
         return None
     names, seq = [], dropped + 1
     while shard_exists(paths, writer, seq):

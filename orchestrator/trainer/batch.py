@@ -177,7 +177,7 @@ class GroupBatcher:
         responses = [_ints(row.get("response_ids")) for row, _, _ in samples]
         width_p = max((len(p) for p in prompts), default=0)
         width_r = max((len(r) for r in responses), default=0)
-        arrays = {
+        arrays: dict[str, np.ndarray] = {
             "prompts": np.full((n, width_p), self.pad_id, dtype=np.int64),
             "responses": np.full((n, width_r), self.pad_id, dtype=np.int64),
             "prompt_attention": np.zeros((n, width_p), dtype=np.int64),

@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import Staleness
@@ -248,7 +248,7 @@ class DynamicSampler:
 
     def _refill(self, stats: SamplerStats) -> None:
         missing = self.target_in_flight() - len(self._outstanding)
-        prompts = []
+        prompts: list[dict[str, Any]] = []
         while len(prompts) < missing:
             prompt = self._retry.popleft() if self._retry else next(self._prompts, None)
             if prompt is None:

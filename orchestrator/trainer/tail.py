@@ -330,7 +330,7 @@ class RowReader:
             return None
         try:
             return future.result()
-        except (FileNotFoundError, *READ_ERRORS):   # read again on this thread, which decides what to skip
+        except READ_ERRORS:   # (OSError covers a shard gone) read again on this thread, which decides what to skip
             return None
 
     def _executor(self) -> ThreadPoolExecutor:

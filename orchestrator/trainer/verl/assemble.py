@@ -126,7 +126,7 @@ def assemble(
         mask = mask[:length] if mask is not None and len(mask) >= length else np.ones(length, dtype=np.int8)
         mask_parts.append(mask)
         sampled = row.get("logprobs")
-        logprob_parts.append(_array(sampled)[:length] if sampled is not None and len(sampled) >= length
+        logprob_parts.append(np.asarray(sampled)[:length] if sampled is not None and len(sampled) >= length
                              else np.zeros(length, dtype=np.float32))
         version = row.get("policy_version_min")
         versions[i] = -1 if version is None else int(version)

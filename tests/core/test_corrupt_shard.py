@@ -17,7 +17,7 @@ from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shardlog import WriterDirectory, shard_name
 from orchestrator.spool.shards import shard_names
 from orchestrator.submission.submit import submit_file
-from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import cli, drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 
 DEAD = "deadnode-1-dead"
 
@@ -26,11 +26,7 @@ def finished_run(tmp_path: Path, jobs: int) -> SpoolPaths:
     # short leases: a worker finds the planted dead worker once it saw its heartbeat unchanged for one
     paths = make_run(tmp_path / "run", **{"leases.heartbeat_s": 0.5, "leases.lease_s": 2.0})
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(jobs)]))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths)
     return paths
 
 

@@ -12,7 +12,10 @@ import pyarrow.dataset as ds
 
 from orchestrator.spool import fsops
 from orchestrator.submission.submit import submit_file
-from tests.core.util import cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import (
+    cli, drain_with_a_worker, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained,
+    wait_until, write_jsonl,
+)
 
 
 def test_launch_wait_status_inspect_tail(tmp_path: Path) -> None:
@@ -77,11 +80,7 @@ def test_failures_become_rows_with_reasons(tmp_path: Path) -> None:
         {"handler": "sleep", "instance": {"run": 0.01}},
     ])
     submit_file(paths, tasks)
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths)
     by_stage = {r["error_stage"]: r for r in rows(paths)}
     assert set(by_stage) == {"init", "run", "eval", None}
     for stage in ("init", "run", "eval"):

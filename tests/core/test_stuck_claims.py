@@ -17,7 +17,9 @@ from orchestrator.spool.events import events_of
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.report.status import pending_count
 from orchestrator.submission.submit import submit_file
-from tests.core.util import make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import (
+    drain_with_a_worker, make_run, rows, serve_in_process, start_worker, stop_worker, wait_until, write_jsonl,
+)
 
 
 class UnstorableOutput(AgentHandler):
@@ -67,11 +69,7 @@ def test_claims_left_by_a_stopped_worker_are_returned(tmp_path: Path) -> None:
     (paths.workers / "gone" / f"{gone}.json").write_bytes(orjson.dumps({"node": "oldnode", "state": "stopped"}))
     old = time.time() - 3600
     os.utime(claims, (old, old))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=60)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=60)
     got = {r["job_id"]: r for r in rows(paths)}
     assert len(got) == 3 and got[report.first_job]["attempt"] == 2
     assert not claims.exists()
@@ -84,11 +82,7 @@ def test_a_ticket_whose_job_id_walks_out_of_the_spool_is_quarantined(tmp_path: P
     ticket = orjson.loads(ticket_path.read_bytes())
     ticket["job"]["job_id"] = "../../evil"
     ticket_path.write_bytes(orjson.dumps(ticket))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=60)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=60)
     assert not (paths.root / "evil").exists() and not (paths.active / "evil").exists()
     assert [r["job_id"] for r in rows(paths)] == [report.last_job]
     notes = [p.read_text() for p in paths.quarantine.glob("*.reason")]
@@ -100,11 +94,7 @@ def test_a_directory_in_a_queue_is_quarantined_and_the_worker_goes_on(tmp_path: 
     (paths.init_queue / "00-not-a-ticket").mkdir()
     (paths.init_queue / "00-not-a-ticket" / "file").write_text("x")
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {"i": i}} for i in range(3)]))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=60)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=60)
     assert len(rows(paths)) == 3
     assert any(p.is_dir() and p.name.startswith("00-not-a-ticket") for p in paths.quarantine.iterdir())
 

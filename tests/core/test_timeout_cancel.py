@@ -8,7 +8,9 @@ from pathlib import Path
 
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.submission.submit import submit_file
-from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl
+from tests.core.util import (
+    cli, drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_drained, wait_until, write_jsonl,
+)
 
 
 def test_budget_counts_stage_time_only(tmp_path: Path) -> None:
@@ -88,11 +90,7 @@ def test_a_job_cancelled_before_its_worker_starts_is_not_run(tmp_path: Path) -> 
     report = submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": profile}] * 2))
     victim = report.first_job
     request_cancel(paths, (victim,))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=120)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=120)
     status = {r["job_id"]: r["status"] for r in rows(paths)}
     assert status.pop(victim) == "cancelled" and list(status.values()) == ["ok"]
 

@@ -24,7 +24,7 @@ from orchestrator.config import RunConfig
 from orchestrator.report.status import snapshot
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.submission.submit import submit_file
-from tests.core.util import cli, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import cli, drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 
 SKEWED_CLOCK = str(Path(__file__).parent / "skewed_clock")
 FAST_LEASES = {"leases.heartbeat_s": 0.3, "leases.lease_s": 3.0}
@@ -79,11 +79,7 @@ def test_cancel_all_cancels_what_came_before_not_a_slow_submitters_later_submiss
     assert slow.returncode == 0, slow.stderr
     after = sorted(p.name[:-5] for p in paths.submissions.glob("*.json") if p.name[:-5] != before.submission_id)
     assert len(after) == 1 and after[0] < before.submission_id, "the slow submitter's id sorts before the cancel"
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=120)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=120)
     status = {r["job_id"]: r["status"] for r in rows(paths)}
     assert len(status) == 6
     assert {s for j, s in status.items() if j.startswith(before.submission_id)} == {"cancelled"}

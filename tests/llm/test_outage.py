@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator.llm.registry import BackendRegistry, BackendState
 from orchestrator.submission.submit import submit_file
-from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 from tests.faults.fake_vllm import FakeVLLM
 from tests.faults.helpers import chat_task, register
 
@@ -19,11 +19,7 @@ pytest.importorskip("torch")  # the chat handler's tokenizer is the tiny model's
 
 def run_chats(paths, tmp_path: Path, count: int, timeout: float = 180) -> None:
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [chat_task(i) for i in range(count)]))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=timeout)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=timeout)
 
 
 def test_tasks_started_during_a_short_outage_wait_for_the_backend(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from orchestrator.llm.router import router_for
 from orchestrator.llm.session import LLMSession
 from orchestrator.proxy.recorder import CallRecorder, ProxyLimits
 from orchestrator.proxy.server import JobProxy, read_token
+from orchestrator.proxy.trajectory import samples_of
 from tests.proxy.conftest import Backend
 
 
@@ -121,3 +122,12 @@ def assert_observations_masked(sample: Any, tokenizer: Any, observations: list[s
     sampled = tokenizer.decode([i for i, m in zip(ids, mask) if m == 1])
     for text in observations:
         assert text in masked and text not in sampled, (text, masked[:400])
+
+
+def check_fidelity(row: dict[str, Any], served: list[dict[str, Any]]) -> None:
+    """Every recorded call's output is what the backend served for its exact prompt ids, and the samples are well formed."""
+    calls = [dict(t) for t in row["turns"]]
+    by_prompt = {tuple(r["prompt_ids"]): r for r in served}
+    for call in calls:
+        assert by_prompt[tuple(call["input_ids"])]["output_ids"] == call["output_ids"]
+    assert_well_formed(samples_of(row), calls)

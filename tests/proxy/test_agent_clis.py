@@ -24,7 +24,7 @@ from orchestrator.spool.rundir import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy.agent_clis import harness_image_for_tests
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
-from tests.proxy.jobs import assert_observations_masked, assert_well_formed
+from tests.proxy.jobs import assert_observations_masked, check_fidelity
 from tests.proxy.scripts import tool_call
 from tests.proxy.test_harness_e2e import events, processes_mentioning
 from tests.sandbox.helpers import sandbox_processes
@@ -78,14 +78,6 @@ def run_clis(tmp: Path, runtime: Path, image: Path, swe_row: dict[str, Any], ser
         server.stop()
     served = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
     return found, served, happened
-
-
-def check_fidelity(row: dict[str, Any], served: list[dict[str, Any]]) -> None:
-    calls = [dict(t) for t in row["turns"]]
-    by_prompt = {tuple(r["prompt_ids"]): r for r in served}
-    for call in calls:
-        assert by_prompt[tuple(call["input_ids"])]["output_ids"] == call["output_ids"]
-    assert_well_formed(samples_of(row), calls)
 
 
 @pytest.fixture(scope="module")

@@ -18,13 +18,12 @@ import pytest
 
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
-from orchestrator.proxy.trajectory import samples_of
 from orchestrator.spool.rundir import init_run
 from tests.agents.helpers import by_instance, rows, run_workers, submit
 from tests.proxy import mini_swe_agent
 from tests.proxy.conftest import needs_bwrap, proxy_leftovers, short_runtime  # noqa: F401
 from tests.proxy.scripts import tool_call
-from tests.proxy.jobs import assert_well_formed
+from tests.proxy.jobs import check_fidelity
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]
@@ -62,14 +61,6 @@ def mini_swe_agent_venv() -> Path:
 @pytest.fixture(scope="module")
 def swe_row(bundled: Any) -> dict[str, Any]:
     return json.loads(bundled.swe.read_text().splitlines()[0])
-
-
-def check_fidelity(row: dict[str, Any], served: list[dict[str, Any]]) -> None:
-    calls = [dict(t) for t in row["turns"]]
-    by_prompt = {tuple(r["prompt_ids"]): r for r in served}
-    for call in calls:
-        assert by_prompt[tuple(call["input_ids"])]["output_ids"] == call["output_ids"]
-    assert_well_formed(samples_of(row), calls)
 
 
 def test_mini_swe_agent_solves_a_bundled_swe_task(tmp_path: Path, short_runtime: Path, task_image: Path,

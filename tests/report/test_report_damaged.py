@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 from orchestrator.submission.submit import submit_rows
-from tests.core.util import cli, make_run, start_worker, stop_worker, wait_drained
+from tests.core.util import cli, drain_with_a_worker, make_run, start_worker, stop_worker, wait_drained
 from tests.report.expected import direct_numbers
 from tests.report.test_report_run import FIGURES
 
@@ -97,11 +97,7 @@ def test_report_replaces_planted_links_and_leaves_their_targets_untouched(tmp_pa
     replaced, what it pointed at is not written through (savefig alone follows links)."""
     paths = make_run(tmp_path / "run")
     submit_rows(paths, [(i, {"handler": "sleep", "instance": {"run": 0.01, "fail": {"run": 0.5}}}) for i in range(1, 7)])
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths)
     out = paths.root / "report"
     (out / "jobs").mkdir(parents=True)
     victims = tmp_path / "victims"

@@ -13,7 +13,7 @@ from orchestrator.sandbox import cgroups
 from orchestrator.sandbox.start import start_sandbox
 from orchestrator.sandbox.limits import Limits
 from orchestrator.submission.submit import submit_file
-from tests.core.util import make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
+from tests.core.util import drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_drained, write_jsonl
 from tests.sandbox.helpers import needs_bwrap, run, sandbox_processes
 
 pytestmark = needs_bwrap
@@ -86,11 +86,7 @@ def test_run_toml_sets_the_totals_and_they_reach_every_sandbox(tmp_path: Path) -
     assert config.sandbox.defaults()["limits"] == {"workspace_mb": 4, "total_memory_mb": 256, "processes": 256}
     submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "shell", "instance": {
         "commands": ["dd if=/dev/zero of=big bs=1M count=16 2>&1"], "expect": "No space left"}}]))
-    worker = start_worker(paths)
-    try:
-        wait_drained(paths, timeout=120)
-    finally:
-        assert stop_worker(worker) == 0
+    drain_with_a_worker(paths, timeout=120)
     [row] = rows(paths)
     assert row["status"] == "ok" and row["reward"] == 1.0
 

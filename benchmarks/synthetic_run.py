@@ -125,6 +125,7 @@ def _write_shards(paths: SpoolPaths, rng: np.random.Generator, job_ids: np.ndarr
             "policy_version_min": pa.array(version[rows], pa.int64()), "policy_version_max": pa.array(version[rows], pa.int64()),
             "model": pa.array(np.full(n, "/models/policy", dtype=object), pa.string()),
             "tokenizer_hash": pa.array(np.full(n, "sha256:0123456789abcdef", dtype=object), pa.string()),
+            "logprob_mode": pa.array(np.full(n, "raw", dtype=object), pa.string()),
             "init_s": pa.array(init_s[rows]), "run_s": pa.array(run_s[rows]), "eval_s": pa.array(eval_s[rows]),
             "queue_s": pa.array(run_start[rows] - init_s[rows] - t0), "counted_s": pa.array(init_s[rows] + run_s[rows] + eval_s[rows]),
             "submitted_at": stamp(np.full(n, t0)), "run_started_at": stamp(run_start[rows]),
@@ -141,7 +142,8 @@ def _write_shards(paths: SpoolPaths, rng: np.random.Generator, job_ids: np.ndarr
             "tool_calls": pa.array(calls, pa.list_(TOOL_CALL_TYPE)),
             "malformed_calls": pa.array(np.where(tool_rows, 0, None), pa.int32()),
         }
-        table = pa.table([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+        # columns the report does not read (per-turn rewards, spans...) stay null, as in rows of handlers that have none
+        table = pa.table([columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in SCHEMA], schema=SCHEMA)
         name = shard_name("synthetic", first // ROWS_PER_SHARD)
         writes.append((table, paths.shards / name))
     with ThreadPoolExecutor(2) as pool:  # Parquet encoding releases the GIL

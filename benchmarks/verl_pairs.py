@@ -22,6 +22,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+NOT_A_BENCHMARK = "the inside of benchmarks.verl (which runs it in verl's venv with its arguments file)"
+
 
 def verl_batch(prompts: int, samples: int, run: int) -> Any:
     from verl import DataProto
@@ -138,7 +140,7 @@ def inside_jobs(run: str) -> dict[str, float]:
 
 
 def main(args: dict[str, Any]) -> dict[str, Any]:
-    from orchestrator.devserver.tiny_model import load_tokenizer
+    from orchestrator.llm.tokenizer import load_tokenizer
     from orchestrator.trainer.verl.manager import SpoolLoopManager
 
     manager = SpoolLoopManager(config_of(args))

@@ -143,12 +143,15 @@ def test_swap_mid_run_later_turns_carry_the_new_version(tmp_path: Path, servers:
         for url in urls:
             registry.add(url, version=3)
         tasks = heavy_tailed_tasks(24, seed=3)
-        for task in tasks:  # 4 turns of 16 tokens: tasks in flight at the swap are mid-conversation
-            task["user_turns"] = ["Go on.", "And then?", "Finish."]
+        for task in tasks:  # 8 turns of 16 tokens: tasks in flight at the swap are mid-conversation
+            task["user_turns"] = ["Go on.", "And then?", "More.", "Again.", "Next?", "Almost.", "Finish."]
             task["sampling"]["max_tokens"] = 16
         submit(paths, tasks)
         process = launch(paths, 2, RUN_POOL)
-        wait_recorded(record, 6)
+        # The conversations on the recorded server are at their 3rd turn or earlier, 5 or more turns
+        # to go: still mid-conversation when the swap lands, even on a loaded machine (swapping
+        # after 6 turns of 4-turn conversations once found every job in flight already finished).
+        wait_recorded(record, 3)
         before = time.time()
         registry.swap(urls, version=4)
         after = time.time()
@@ -157,7 +160,7 @@ def test_swap_mid_run_later_turns_carry_the_new_version(tmp_path: Path, servers:
         recorded.stop()
     found = rows(paths)
     assert_all_ok_and_sticky(found, 24)
-    versions = Counter()
+    versions: Counter[int] = Counter()
     for row in found:
         for turn in row["turns"]:
             if turn["sent_at"] > after:

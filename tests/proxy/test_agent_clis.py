@@ -64,6 +64,8 @@ def run_clis(tmp: Path, runtime: Path, image: Path, swe_row: dict[str, Any], ser
     server = start_server(tiny=True, record=record, extra_args=[*server_args, "--max-model-len", "65536"])
     try:
         paths, _ = init_run(tmp / "run", {"sandbox.image": str(image), "sandbox.runtime": "bwrap",
+                                          # the operator lets the SWE rows bind their repository mirrors
+                                          "sandbox.allowed_binds": [str(Path(swe_row["repo_mirror"]).parent)],
                                           "shards.idle_flush_s": 0.1, "shards.max_age_s": 0.5})
         BackendRegistry.of(paths).add(server.url, protocol="vllm", version=1)
         (tmp / "tasks.jsonl").write_text("".join(json.dumps({

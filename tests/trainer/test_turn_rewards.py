@@ -18,6 +18,7 @@ from hpc_rollout.handlers.chat import ChatHandler
 from orchestrator.devserver.local_server import local_server
 from orchestrator.handler_api import contract as handler_module
 from orchestrator.handler_api.context import JobContext
+from orchestrator.handler_api.schema import Kind, instance_key
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.trainer import GroupBatcher
 from orchestrator.trainer.api import Spool
@@ -33,6 +34,8 @@ class RewardedChat(ChatHandler):
     """chat, with a reward per reply: 0.1, 0.2, 0.3 ... (or whatever the instance says)."""
 
     name = "rewarded_chat"
+    instance_schema = ChatHandler.instance_schema.merged([instance_key(
+        "turn_rewards", Kind.LIST, "what eval returns as the turn rewards (this test's handler only)")])
 
     async def eval(self, ctx: JobContext, result: dict[str, Any]) -> dict[str, Any]:
         given = ctx.job.instance.get("turn_rewards")
@@ -61,8 +64,11 @@ def groups_of(spool: Spool) -> list[list[dict[str, Any]]]:
 
 
 def test_turn_rewards_round_trip_from_the_handler_to_token_level_scores(spool: Spool) -> None:
-    spool.submit([chat_instance(n_user_turns=2)], handler=RewardedChat.name, samples=3, sampling={"max_tokens": 6})
-    spool.submit([{**chat_instance(n_user_turns=2), "turn_rewards": [0.5]}], handler=RewardedChat.name)  # 1 for 3 turns
+    for report in (spool.submit([chat_instance(n_user_turns=2)], handler=RewardedChat.name, samples=3,
+                                sampling={"max_tokens": 6}),
+                   spool.submit([{**chat_instance(n_user_turns=2), "turn_rewards": [0.5]}],   # 1 for 3 turns
+                                handler=RewardedChat.name)):
+        assert not report.rejected, report.rejected
     serve_in_process(spool.paths, timeout=180)
     groups = groups_of(spool)
     good = next(g for g in groups if len(g) == 3)

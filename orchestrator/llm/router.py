@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
+from orchestrator.llm.connections import SharedConnections
 from orchestrator.llm.errors import LLMError, NoBackendAvailable, RegistryCorrupt
 from orchestrator.config import DEFAULTS, RunConfig
 from orchestrator.llm.inflight import InflightBoard
@@ -68,6 +69,8 @@ class Router:
     _probed_at: dict[str, float] = field(default_factory=dict, repr=False)
     # Model id and context length of each backend entry, for this worker's tasks.
     model_infos: ModelInfoCache = field(default_factory=ModelInfoCache, repr=False)
+    # The keep-alive connections this worker's tasks share (orchestrator/llm/connections.py).
+    connections: SharedConnections = field(default_factory=SharedConnections, repr=False)
 
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
@@ -76,6 +79,10 @@ class Router:
         cluster = self.cluster or ClusterView(self.paths, self.lease_s, self.view_s)
         self.view = LoadView(self.paths, self.lease_s, cluster, shared)
         self.registry.vouch = cluster.registry_key   # large runs: a pick needs no stat of the registry
+
+    async def close(self) -> None:
+        """Close the shared connections: the worker stops, its tasks are over."""
+        await self.connections.aclose()
 
     # -- the decision ---------------------------------------------------------------------
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:

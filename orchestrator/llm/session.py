@@ -32,10 +32,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import httpx
 
 from orchestrator.config import Staleness
-from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, BackendClient, RetryPolicy, new_http_client
+from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, BackendClient, RetryPolicy
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import tokenizer_hash
@@ -116,7 +115,6 @@ class LLMSession:
     _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
     _trouble_since: float | None = field(default=None, repr=False)  # first failure since the last answer
     _last_failure: str = field(default="", repr=False)
-    _http: httpx.AsyncClient | None = field(default=None, repr=False)
     _clients: dict[str, BackendClient] = field(default_factory=dict, repr=False)
 
     async def __aenter__(self) -> "LLMSession":
@@ -126,13 +124,10 @@ class LLMSession:
         await self.close()
 
     async def close(self) -> None:
-        """Release the task's in-flight slot and the HTTP connections. Safe to call twice."""
+        """Release the task's in-flight slot (its connections stay with the worker's pool). Safe to call twice."""
         if self.backend is not None:
             self.router.release(self.backend.url)
             self.backend = None
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
 
     # -- the backend ------------------------------------------------------------------------
     async def ensure_backend(self) -> Backend:
@@ -154,9 +149,7 @@ class LLMSession:
     def client(self, backend: Backend) -> BackendClient:
         existing = self._clients.get(backend.url)
         if existing is None or (existing.backend.protocol, existing.backend.model) != (backend.protocol, backend.model):
-            if self._http is None:
-                self._http = new_http_client()
-            existing = client_for(backend, self._http, self.retry, self.router.model_infos)
+            existing = client_for(backend, self.router.connections.client(), self.retry, self.router.model_infos)
             self._clients[backend.url] = existing
         return existing
 

@@ -99,6 +99,8 @@ class Worker:
             task.cancel()
         await asyncio.gather(*dispatchers, return_exceptions=True)
         await self.drain.drain()
+        if state.services.llm_router is not None:
+            await state.services.llm_router.close()
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)

@@ -24,6 +24,7 @@ class StandIn:
     health_checks: int = 0
     model_lists: int = 0               # GET /v1/models answered
     requests: list[dict[str, Any]] = field(default_factory=list)
+    peers: list[Any] = field(default_factory=list)   # (host, port) of the connection each /generate came on
     url: str = ""
     _server: AppThread | None = None
 
@@ -42,6 +43,7 @@ class StandIn:
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
+        self.peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         if self.fail_next > 0:
             self.fail_next -= 1
             return web.Response(status=503, text="overloaded")

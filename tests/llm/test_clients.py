@@ -211,3 +211,74 @@ def test_router_health_checks_and_probes_share_the_tls_context(tmp_path: Path, m
         checks = server.health_checks
     assert checks == 5
     assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for {checks} health checks"
+
+
+def test_a_workers_tasks_share_keep_alive_connections(tmp_path: Path) -> None:
+    """Tasks one after the other reuse one connection (no connect and close per task), and a
+    worker's closing router closes it."""
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    with StandIn() as server:
+        BackendRegistry.of(paths).add(server.url, protocol="sglang", model="m")
+        router = Router(paths, "w1", node="here")
+
+        async def tasks() -> bool:
+            for index in range(4):
+                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
+                    await llm.generate([1, 2], {"max_tokens": 1})
+            client = router.connections.client()
+            await router.close()
+            return client.is_closed
+
+        assert asyncio.run(tasks())
+        assert len(server.peers) == 4 and len(set(server.peers)) == 1, server.peers
+        # a second event loop (another asyncio.run) gets connections of its own, not the closed ones
+        asyncio.run(tasks())
+        assert len(server.peers) == 8 and server.peers[4] != server.peers[0]
+
+
+def test_the_shared_connections_do_not_queue_a_big_run_pool(tmp_path: Path) -> None:
+    """httpx's default pool holds 100 connections: a worker with a run pool of 150 must still
+    have its 150 requests at the backend at once."""
+    from aiohttp import web
+
+    from tests.llm.app_thread import AppThread
+
+    wanted = 150
+    arrived: list[int] = []
+    everyone = asyncio.Event()
+
+    async def generate(request: web.Request) -> web.Response:
+        body = await request.json()
+        arrived.append(1)
+        if len(arrived) >= wanted:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), timeout=20)
+        out = [body["input_ids"][-1] + 1]
+        return web.json_response({"text": "x", "output_ids": out, "meta_info": {
+            "id": "x", "finish_reason": {"type": "length", "length": 1}, "prompt_tokens": 1,
+            "completion_tokens": 1, "output_token_logprobs": [[-0.1, out[0], None]]}})
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model", "max_model_len": 64}]})
+
+    app = web.Application()
+    app.add_routes([web.post("/generate", generate), web.get("/v1/models", models)])
+    paths = run_dir(tmp_path)
+    heartbeat(paths, "w1")
+    with AppThread(app) as url:
+        BackendRegistry.of(paths).add(url, protocol="sglang", model="m")
+        router = Router(paths, "w1", node="here")
+
+        async def one(index: int) -> None:
+            async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
+                await llm.generate([1, 2], {"max_tokens": 1})
+
+        async def tasks() -> None:
+            try:
+                await asyncio.gather(*(one(i) for i in range(wanted)))
+            finally:
+                await router.close()
+
+        asyncio.run(tasks())
+    assert len(arrived) == wanted

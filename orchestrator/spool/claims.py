@@ -49,6 +49,10 @@ class Claimer:
         self._candidates: deque[str] = deque()
         self._hints: deque[str] = deque()
         self._listed_at = 0.0
+        # Small runs: each listing also stats the queue directory, for queue_changed (the dispatcher
+        # sets it; large runs learn of new tickets from the cluster summary instead).
+        self.watch = False
+        self._listed_identity: tuple[int, int, int] | None = None   # the queue directory's, at the last listing
 
     @property
     def hinted(self) -> bool:
@@ -87,6 +91,15 @@ class Claimer:
         """This process just queued `name`: try it first, without listing the directory."""
         self._hints.append(name)
 
+    def queue_changed(self) -> bool:
+        """Whether the queue directory changed since its last listing (one stat): a ticket may have
+        come. A hint only (a filesystem may show a directory's change late): listings go on regardless.
+        When it did, the next claim lists the queue again at once."""
+        if self._listed_identity is None or fsops.identity(self.queue) == self._listed_identity:
+            return False
+        self.forget()
+        return True
+
     def forget(self) -> None:
         """Drop the cached listing (e.g. after this process put tickets back)."""
         self._candidates.clear()
@@ -97,6 +110,8 @@ class Claimer:
         if now - self._listed_at < self.min_relist_s:
             return
         self._listed_at = now
+        # Before listing: a ticket added during the listing changes it.
+        self._listed_identity = fsops.identity(self.queue) if self.watch else None
         names = sorted(fsops.list_names(self.queue))
         if len(names) > 1:
             window = max(START_WINDOW, START_SPREAD_PER_CLAIMER * self.claimers)

@@ -7,6 +7,7 @@ that succeeds, before any further shard; recovery finds the rows of any claim le
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import time
@@ -43,6 +44,7 @@ class Committer:
         self.retry_at = 0.0
         self.failures = 0
         self.workspaces_to_remove: set[str] = set()  # jobs whose host workspaces go with their row
+        self.wake = asyncio.Event()   # set when the worker lets go of its last job: commit now
 
     def carries(self, name: str) -> bool:
         """The job's row is on its way (buffered, being written, or committed and settling)."""
@@ -61,8 +63,15 @@ class Committer:
     async def commit_if_due(self) -> None:
         shards = self.state.shards
         if time.monotonic() >= self.retry_at and (
-                self.settling is not None or shards.due(idle=self.state.pools.busy[Stage.EVAL] == 0)):
+                self.settling is not None or shards.due(idle=self.state.pools.busy[Stage.EVAL] == 0)
+                or (shards.pending and not self.state.jobs.holding())):
             await self.commit()
+
+    def worker_let_go(self) -> None:
+        """A job left this worker: if it holds none any more, no row is coming to share a shard
+        with the buffered ones (a trainer may be waiting for them, the last of its step): commit now."""
+        if self.state.shards.pending and not self.state.jobs.holding():
+            self.wake.set()
 
     async def commit(self) -> None:
         """Write the buffered rows as a shard (in the spool thread), then drop their tickets."""

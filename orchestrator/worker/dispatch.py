@@ -6,23 +6,25 @@ A stage's next job comes from the first of its sources that has one:
 - RUN: a job INIT prepared here (`prepared`, its sandbox up), else a claim from the node's run queue;
 - EVAL: a job whose RUN ended here (`waiting_eval`, its output journaled), else a claim from queue/eval.
 
-With nothing to claim a dispatcher sleeps, backing off, until work of this worker's own wakes it
-or (on a large run) the cluster summary says its queue may hold a ticket. INIT also waits for
+With nothing to claim a dispatcher sleeps, backing off, until work of this worker's own wakes it,
+its queue directory changes (a stat every QUEUE_WATCH_S, small runs), or (on a large run) the
+cluster summary says its queue may hold a ticket. INIT also waits for
 room: the node's run queue and the sandbox budget bound how far it prepares ahead.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import is_batch
+from orchestrator.spool.claims import IDLE_POLL_DUTY
 from orchestrator.spool.cluster_summary import Summary
 from orchestrator.spool.jobs import Stage
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
+from orchestrator.worker.periodic import wait_or_timeout
 from orchestrator.worker.state import WorkerState
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ MAX_IDLE_BACKOFF_LARGE_S = 2.0
 # when the summary shows a `--stages init` worker on the node).
 UNHINTED_POLL_LARGE_S = 30.0
 RUN_QUEUE_RELIST_S = 0.1   # backpressure lists the node's run queue at most this often
+# An idle dispatcher of a small run stats its queue directory this often between listings.
+QUEUE_WATCH_S = 0.05
 
 
 class Dispatcher:
@@ -96,6 +100,7 @@ class Dispatcher:
 
     def _claim(self, stage: Stage) -> str | None:
         claimer = self.state.claimers[stage]
+        claimer.watch = self.state.cluster.fresh() is None   # small runs: an idle dispatcher watches its queue
         try:
             return claimer.claim()
         except OSError as exc:  # the spool failing for a moment: try again later, slot freed
@@ -103,18 +108,33 @@ class Dispatcher:
             return None
 
     async def _idle(self, stage: Stage, backoff: float, polled_at: float) -> float:
-        """Sleep until woken by work of our own, or until the queue is worth asking again; the next backoff."""
+        """Sleep until woken by work of our own or a change of the queue, or until the queue is
+        worth asking again; the next backoff."""
         state = self.state
-        wake = state.pools.wake[stage]
         while True:
-            wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=backoff)
-                return self.idle_backoff_floor()  # woken by work of our own
-            except asyncio.TimeoutError:
-                backoff = min(backoff * 2, self.idle_backoff_cap())
+            state.pools.wake[stage].clear()
+            if await self._sleep(stage, backoff):
+                return self.idle_backoff_floor()
+            backoff = min(backoff * 2, self.idle_backoff_cap())
             if state.stopping.is_set() or self.may_hold_work(stage, time.monotonic() - polled_at):
                 return backoff
+
+    async def _sleep(self, stage: Stage, seconds: float) -> bool:
+        """Up to `seconds`; True when woken early: by work of this worker's own, or, on a small run,
+        by the queue directory changing since it was found empty (a stat every QUEUE_WATCH_S: a new
+        step's first tickets start within that, not after a backoff of up to MAX_IDLE_BACKOFF_S)."""
+        state = self.state
+        wake, claimer = state.pools.wake[stage], state.claimers[stage]
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            watching = claimer.watch and state.cluster.fresh() is None
+            if await wait_or_timeout(wake, min(left, QUEUE_WATCH_S) if watching else left):
+                return True
+            if watching and not state.stopping.is_set():
+                with fsops.duty(IDLE_POLL_DUTY):
+                    if claimer.queue_changed():
+                        return True
+        return False
 
     def _start_claimed(self, stage: Stage, name: str) -> None:
         """A ticket or batch file just claimed (a slot taken for it): start it."""
@@ -148,10 +168,7 @@ class Dispatcher:
             if room:
                 return
             state.pools.wake[Stage.INIT].clear()
-            try:
-                await asyncio.wait_for(state.pools.wake[Stage.INIT].wait(), timeout=0.05)
-            except asyncio.TimeoutError:
-                pass
+            await wait_or_timeout(state.pools.wake[Stage.INIT], 0.05)
 
     def _prepared_count(self) -> int:
         state = self.state

@@ -59,7 +59,7 @@ class Housekeeping:
                          self.poll_cancels),
             PeriodicDuty("stop_poll", lambda: self.request_poll_period(STOP_POLL_S, STOP_POLL_LARGE_S),
                          self.poll_stop_request),
-            PeriodicDuty("commit", COMMIT_EVERY_S, self.committer.commit_if_due),
+            PeriodicDuty("commit", COMMIT_EVERY_S, self.committer.commit_if_due, self.committer.wake),
             PeriodicDuty("sandbox_sweep", SWEEP_EVERY_S, self.sweep_in_background),
             PeriodicDuty("claim_audit", leases.lease_s, self.audit_claims),
         ]

@@ -68,6 +68,7 @@ class JobRunner:
             state.jobs.user_cancelled.discard(name)
         if holds_slot:
             state.pools.slots[stage].release()
+        self.committer.worker_let_go()
 
     async def _process(self, stage: Stage, name: str, ticket: Ticket | None = None) -> None:
         try:

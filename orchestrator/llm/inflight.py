@@ -11,6 +11,7 @@ counts (`InflightBoard.counts`) to the cluster summary (orchestrator/llm/load_vi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -54,6 +55,7 @@ class InflightBoard:
     publish_every_s: float = 0.0
     _published_at: float = field(default=-1e18, repr=False)
     _unpublished: bool = field(default=False, repr=False)
+    _publish_scheduled: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         safe_name(self.worker_id, "worker id")
@@ -76,8 +78,25 @@ class InflightBoard:
             self.publish_if_due()
 
     def publish_if_due(self) -> None:
-        """Publish changes not yet published, unless the last publication is too recent."""
-        if self._unpublished and time.monotonic() - self._published_at >= self.publish_every_s:
+        """Publish changes not yet published, unless the last publication is too recent.
+
+        In an event loop the write waits for the end of the loop's round: the tasks a batch of
+        answers ends and starts together (every one in the same round) cost one write, not one
+        each, and other workers still see them before this one next waits for anything."""
+        if not self._unpublished or time.monotonic() - self._published_at < self.publish_every_s:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:   # no loop (a script, a test): now
+            self.publish()
+            return
+        if not self._publish_scheduled:
+            self._publish_scheduled = True
+            loop.call_soon(self._publish_scheduled_write)
+
+    def _publish_scheduled_write(self) -> None:
+        self._publish_scheduled = False
+        if self._unpublished:
             self.publish()
 
     def undo(self, url: str) -> None:

@@ -181,3 +181,33 @@ def test_counts_held_back_on_a_large_run_go_out_with_the_workers_heartbeat(tmp_p
     assert published() == 2
     # and the heartbeat carries the counts itself: on a large run it is all the cluster summary reads
     assert orjson.loads(paths.heartbeat(worker.worker_id).read_bytes())["load"]["inflight"] == {url: 2}
+
+
+def test_tasks_that_start_together_cost_one_board_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's answers reach a worker together, and its next tasks start together: their +1s
+    and -1s are published in one write at the end of the event loop's round, not one each.
+    Other workers see them before the loop next waits."""
+    from orchestrator.llm import inflight
+
+    paths, _ = setup(tmp_path, [A, B])
+    heartbeat(paths, "w1")
+    router = Router(paths, "w1", node="x")
+    writes: list[dict] = []
+    original = inflight.write_json_atomic
+    monkeypatch.setattr(inflight, "write_json_atomic", lambda path, data, **kw: (writes.append(data), original(path, data, **kw)))
+
+    async def burst() -> tuple[int, dict[str, int]]:
+        for _ in range(8):
+            router.board.change(A, +1)
+        router.board.change(B, +1)
+        router.board.change(B, -1)
+        held = len(writes)
+        await asyncio.sleep(0)
+        return held, read_load(paths).inflight
+
+    held, seen = asyncio.run(burst())
+    assert held == 0 and seen == {A: 8}
+    assert len(writes) == 1
+    # outside an event loop (a script, a test) a change is published at once, as before
+    router.board.change(A, -1)
+    assert len(writes) == 2 and read_load(paths).inflight == {A: 7}

@@ -170,8 +170,12 @@ class LLMSession:
                 f"backend {backend.url} serves model {path!r}, which is not a local directory: "
                 f"register its tokenizer with `hpc-rollout backend add ... --tokenizer DIR`"
             )
+        resolved = str(Path(path).resolve())
+        loaded = _loaded_tokenizers.get(resolved)
+        if loaded is not None:   # every task after the first: no hop to a thread and back
+            return loaded
         # Loading parses tokenizer.json (and imports transformers once): keep the loop responsive.
-        return await asyncio.to_thread(cached_tokenizer, str(Path(path).resolve()))
+        return await asyncio.to_thread(cached_tokenizer, resolved)
 
     # -- generation ---------------------------------------------------------------------------
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> Turn:
@@ -277,15 +281,21 @@ class LLMSession:
 
 
 _tokenizer_lock = threading.Lock()
+TOKENIZERS_KEPT = 8   # a run whose backends name a new checkpoint directory per version must not keep them all
+_loaded_tokenizers: dict[str, Any] = {}   # resolved path -> tokenizer, the last TOKENIZERS_KEPT loaded (read without the lock)
 
 
 def cached_tokenizer(path: str) -> Any:
     # transformers' lazy imports are not thread-safe: load one tokenizer at a time.
     with _tokenizer_lock:
-        return _load_tokenizer_once(path)
+        tokenizer = _load_tokenizer_once(path)
+        _loaded_tokenizers[path] = tokenizer
+        while len(_loaded_tokenizers) > TOKENIZERS_KEPT:
+            del _loaded_tokenizers[next(iter(_loaded_tokenizers))]
+        return tokenizer
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=TOKENIZERS_KEPT)
 def _load_tokenizer_once(path: str) -> Any:
     return load_tokenizer(path)
 

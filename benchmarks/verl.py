@@ -1,6 +1,6 @@
 """verl's rollout through the spool vs the same prompts sent straight to the same backend.
 
-    python -m benchmarks.verl [--prompts 64] [--samples 4] [--max-tokens 32] [--pairs 3]
+    python -m benchmarks.verl [--prompts 64] [--samples 4] [--max-tokens 32] [--pairs 5]
                               [--workers 1] [--run-pool 16]
     python -m benchmarks.verl --quick          # 8 prompts x 2 samples, one pair (the smoke size)
 
@@ -12,7 +12,9 @@ SpoolLoopManager lives (benchmarks/verl_pairs.py):
 - direct: the same prompt ids to the same server's /v1/completions, the same sampling (every
   sample exactly --max-tokens long: ignore_eos), at the workers' concurrency (workers x run pool);
 - pairs alternate which side goes first; overhead_ratio = median of spool / direct over the
-  pairs (neighbours, so drift of a shared machine cancels). Target <= 1.10 at 64 x 4.
+  pairs (neighbours, so drift of a shared machine cancels). Target <= 1.10 at 64 x 4. One pair
+  before them is not counted: the first call of each side pays once what no later step pays
+  (imports, verl's DataProto on first use, the reader's first scan).
 - assemble_ms_per_1k_samples: shards to DataProto on synthetic trajectory rows (benchmarks.tail's:
   120-token prompts, 50-400-token responses; 4,000 rows, 1,000 with --quick): a fresh reader
   decodes the shards, rows -> verl's layout (256 + 512 wide) -> DataProto, best of three, per
@@ -49,7 +51,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=5, help="counted pairs (one more warms up, uncounted)")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--run-pool", type=int, default=16)
     parser.add_argument("--quick", action="store_true", help="8 prompts x 2 samples, one pair: a smoke run")

@@ -22,7 +22,9 @@ def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run", **{"shards.max_rows": 5})
     sleeps = [(i, {"handler": "sleep", "instance": {"run": 0.02, "fail": {"run": 0.3}, "reward": i % 2}}) for i in range(1, 13)]
     echoes = [(i, {"handler": "echo", "instance": {"i": i}}) for i in range(1, 9)]
-    for worker_id, tasks in (("w1", sleeps), ("w2", echoes)):  # one after the other: both write rows and events
+    # One after the other: each writes rows and events, and its clean stop commits its own shard,
+    # so there are three shards whatever the timing (max_rows triggers a commit, it does not split one).
+    for worker_id, tasks in (("w1", sleeps[:6]), ("w2", echoes), ("w3", sleeps[6:])):
         submit_rows(paths, tasks, samples=2)
         worker = start_worker(paths, "--worker-id", worker_id)
         try:
@@ -35,9 +37,9 @@ def test_report_names_what_it_could_not_read(tmp_path: Path) -> None:
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
     (paths.shards / "9999999999999-garbage-000001.parquet").write_bytes(b"not parquet at all")
     event_files = sorted(paths.events.glob("*.jsonl"))
-    assert len(event_files) == 2
-    lost_worker = event_files[0].stem
-    event_files[0].unlink()
+    assert len(event_files) == 3
+    lost_worker = event_files[2].stem   # w3: its rows are readable, its events gone
+    event_files[2].unlink()
     with open(event_files[1], "ab") as handle:
         handle.write(b'{"t": 1, "job": "x", "event": "run_sta')
     broken_ticket = paths.tmp / "20990101T000000000-dead-0000000-0000"

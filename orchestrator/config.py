@@ -93,7 +93,7 @@ class Shards:
     max_rows: int = 1000
     max_bytes: int = 64 << 20
     max_age_s: float = 10.0     # a row waits at most this long before its shard is committed
-    idle_flush_s: float = 0.5   # commit early when EVAL has had nothing new for this long
+    idle_flush_s: float = 0.5   # commit early when EVAL has had nothing new for this long (at once when the worker holds no job)
 
 
 @dataclass(frozen=True)

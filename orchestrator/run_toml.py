@@ -47,7 +47,7 @@ HELP: dict[str, str] = {
     "shards.max_rows": "rows per shard at most",
     "shards.max_bytes": "bytes per shard at most",
     "shards.max_age_s": "a finished row waits at most this long before its shard is committed",
-    "shards.idle_flush_s": "commit early when EVAL has had nothing new for this long",
+    "shards.idle_flush_s": "commit early when EVAL has had nothing new for this long (at once when the worker holds no job)",
     "sandbox.runtime": f"{' | '.join(RUNTIME_NAMES)} (auto: Apptainer when installed, else bubblewrap)",
     "sandbox.image": "default image for handlers that name none (\"\": the host's /usr, bubblewrap)",
     "sandbox.network": "default network access of sandboxes",

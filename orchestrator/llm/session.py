@@ -24,14 +24,12 @@ reply may be made of several requests: `Turn.parts`, one record each (`Turn.reco
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
-
 
 from orchestrator.config import Staleness
 from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, BackendClient, RetryPolicy
@@ -288,16 +286,12 @@ _loaded_tokenizers: dict[str, Any] = {}   # resolved path -> tokenizer, the last
 def cached_tokenizer(path: str) -> Any:
     # transformers' lazy imports are not thread-safe: load one tokenizer at a time.
     with _tokenizer_lock:
-        tokenizer = _load_tokenizer_once(path)
-        _loaded_tokenizers[path] = tokenizer
-        while len(_loaded_tokenizers) > TOKENIZERS_KEPT:
-            del _loaded_tokenizers[next(iter(_loaded_tokenizers))]
+        tokenizer = _loaded_tokenizers.get(path)
+        if tokenizer is None:
+            tokenizer = _loaded_tokenizers[path] = load_tokenizer(path)
+            while len(_loaded_tokenizers) > TOKENIZERS_KEPT:
+                del _loaded_tokenizers[next(iter(_loaded_tokenizers))]
         return tokenizer
-
-
-@functools.lru_cache(maxsize=TOKENIZERS_KEPT)
-def _load_tokenizer_once(path: str) -> Any:
-    return load_tokenizer(path)
 
 
 def _token_budget(sampling: dict[str, Any]) -> int:

@@ -23,6 +23,15 @@ from tests.llm.standin import StandIn
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, timeout_s=30)
 
 
+async def tasks_in_turn(router: Router, count: int) -> list[str]:
+    """`count` one-turn tasks on `router`, one after the other, as a worker's tasks run; their models."""
+    models = []
+    for index in range(count):
+        async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
+            models.append((await llm.generate([1, 2], {"max_tokens": 1})).model)
+    return models
+
+
 async def generate(backend: Backend, prompt: list[int], sampling: dict, retry: RetryPolicy = FAST):
     async with httpx.AsyncClient() as http:
         return await client_for(backend, http, retry).generate(prompt, sampling)
@@ -155,13 +164,7 @@ def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.Monk
     with StandIn() as server:
         BackendRegistry.of(paths).add(server.url, protocol="sglang", model="m")
         router = Router(paths, "w1", node="here")
-
-        async def tasks() -> None:
-            for index in range(4):
-                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
-                    await llm.generate([1, 2], {"max_tokens": 1})
-
-        asyncio.run(tasks())
+        asyncio.run(tasks_in_turn(router, 4))
     assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for 4 tasks"
 
 
@@ -174,19 +177,11 @@ def test_model_id_is_asked_once_per_registry_entry_not_once_per_task(tmp_path: P
         registry = BackendRegistry.of(paths)
         registry.add(server.url, protocol="sglang")   # no model id registered: it must be asked
         router = Router(paths, "w1", node="here")
-
-        async def tasks(count: int) -> list[str]:
-            models = []
-            for index in range(count):
-                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
-                    models.append((await llm.generate([1, 2], {"max_tokens": 1})).model)
-            return models
-
-        assert asyncio.run(tasks(4)) == ["standin-model"] * 4
+        assert asyncio.run(tasks_in_turn(router, 4)) == ["standin-model"] * 4
         assert server.model_lists == 1
         registry.remove(server.url)
         registry.add(server.url, protocol="sglang")
-        assert asyncio.run(tasks(2)) == ["standin-model"] * 2
+        assert asyncio.run(tasks_in_turn(router, 2)) == ["standin-model"] * 2
         assert server.model_lists == 2
 
 
@@ -223,9 +218,7 @@ def test_a_workers_tasks_share_keep_alive_connections(tmp_path: Path) -> None:
         router = Router(paths, "w1", node="here")
 
         async def tasks() -> bool:
-            for index in range(4):
-                async with LLMSession(router, job_id=f"j{index}", retry=FAST) as llm:
-                    await llm.generate([1, 2], {"max_tokens": 1})
+            await tasks_in_turn(router, 4)
             client = router.connections.client()
             await router.close()
             return client.is_closed

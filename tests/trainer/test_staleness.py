@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,11 +27,22 @@ def test_which_rows_are_stale() -> None:
         Spool.create("/nonexistent/never", **{"trainer.max_policy_lag": -2})
 
 
+def _one_old_prompt_then_fresh_ones() -> Iterator[dict[str, object]]:
+    # The sleep handler reports the version a prompt names, so this stand-in's old prompt comes
+    # back stale every time it is submitted again, where a real one would sample the current
+    # policy. It is named once: its retry holds one slot of four. Cycling [fresh, old] put a new
+    # copy of it in flight every other refill, until copies held every slot and no fresh group was
+    # ever submitted again (1 run in 3-6 timed out). Fresh groups take 0.3 s of RUN, so the old
+    # one is judged (stale) before three fresh ones can fill the batch.
+    yield {"policy_version": 2, "reward": {"bernoulli": 0.5}, "seed": 0}      # 5 - 2 > lag 1
+    for seed in itertools.count(1):
+        yield {"policy_version": 5, "reward": {"bernoulli": 0.5}, "seed": seed, "run": 0.3}
+
+
 def test_stale_rows_are_excluded_counted_and_their_prompts_submitted_again(tmp_path: Path) -> None:
     spool = Spool.create(tmp_path / "run", **FAST, **{"trainer.max_policy_lag": 1})
-    fresh = {"policy_version": 5, "reward": {"bernoulli": 0.5}, "seed": 1}
-    old = {"policy_version": 2, "reward": {"bernoulli": 0.5}, "seed": 2}     # 5 - 2 > lag 1
-    sampler = DynamicSampler(spool, [fresh, old], handler="sleep", samples=4, informative_groups=3, in_flight=4)
+    sampler = DynamicSampler(spool, _one_old_prompt_then_fresh_ones(), handler="sleep", samples=4,
+                             informative_groups=3, in_flight=4)
     worker = start_worker(spool.paths)
     try:
         batch = sampler.next_batch(policy_version=5, timeout_s=120)

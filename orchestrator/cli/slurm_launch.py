@@ -15,7 +15,7 @@ from orchestrator.cli.exit_codes import ExitCode
 from orchestrator.cli.progress import progress_until_drained, report_backends_once, report_drained
 from orchestrator.config import RunConfig
 from orchestrator.spool.liveness import read_workers
-from orchestrator.spool.launches import request_stop
+from orchestrator.spool.launches import request_stop, started_arrays
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.slurm.errors import SlurmError
@@ -145,8 +145,9 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConf
 
 
 def run_job_ids(paths: SpoolPaths) -> list[str]:
-    """Every Slurm job/array this run launched: launch records plus worker heartbeats."""
-    ids = set(launched_arrays(paths))
+    """Every Slurm job/array this run launched: launch records, the start marks of hand-submitted
+    arrays (`sbatch render worker`), and worker heartbeats."""
+    ids = set(launched_arrays(paths)) | set(started_arrays(paths))
     for record in read_workers(paths, lease_s=float("inf")):
         info = record.info
         ids.add(str(info.get("slurm_array_job_id") or info.get("slurm_job_id") or ""))

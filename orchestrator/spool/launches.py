@@ -33,11 +33,27 @@ def request_stop(paths: SpoolPaths) -> None:
     fsops.write_atomic(paths.stop_request, f"{time.time():.6f}\n".encode(), paths.tmp, fsops.Durability.FULL)
 
 
+ARRAY_MARK_PREFIX, ARRAY_MARK_SUFFIX = "array-", ".started"
+
+
+def _array_mark(paths: SpoolPaths, array_id: str) -> Path:
+    return paths.control / f"{ARRAY_MARK_PREFIX}{safe_name(array_id, 'Slurm array id')}{ARRAY_MARK_SUFFIX}"
+
+
+def started_arrays(paths: SpoolPaths) -> list[str]:
+    """Ids of every Slurm array whose first task marked its start on this run (see array_started_at):
+    the one trace a hand-submitted array leaves once its workers stopped and took their heartbeats."""
+    if not paths.control.is_dir():
+        return []
+    return sorted(mark.name[len(ARRAY_MARK_PREFIX):-len(ARRAY_MARK_SUFFIX)]
+                  for mark in paths.control.glob(f"{ARRAY_MARK_PREFIX}*{ARRAY_MARK_SUFFIX}"))
+
+
 def array_started_at(paths: SpoolPaths, array_id: str) -> float:
     """When the first task of Slurm array `array_id` started on this run: the first task to ask
     records it (control/array-ID.started, created exclusively), later ones read it. A task submitted
     by hand has no launch record, and Slurm resets a requeued job's SubmitTime."""
-    marker = paths.control / f"array-{safe_name(array_id, 'Slurm array id')}.started"
+    marker = _array_mark(paths, array_id)
     now = time.time()
     fsops.ensure_dir(paths.control)
     if fsops.create_exclusive(marker, f"{now:.6f}\n".encode()):

@@ -169,3 +169,16 @@ def test_a_rendered_script_s_task_counts_from_its_array_s_first_start(tmp_path: 
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "778")
     time.sleep(0.01)
     assert not NodeWorker(str(paths.root), WorkerOptions(), 0).stop_requested(), "an array first started after the stop"
+
+
+def test_stop_cancel_finds_a_rendered_scripts_array_after_its_workers_left(tmp_path: Path) -> None:
+    """An array submitted with `sbatch` by hand has no launch record; once its workers stopped
+    cleanly their heartbeats are gone too, but a task can still sit in squeue (COMPLETING, or
+    requeued): `stop --cancel` must still know the array, from the mark its first task left."""
+    from orchestrator.cli.slurm_launch import run_job_ids
+    from orchestrator.spool.launches import array_started_at
+
+    paths = make_run(tmp_path / "run")
+    array_started_at(paths, "1244")
+    assert not list(paths.workers.glob("*.json"))
+    assert run_job_ids(paths) == ["1244"]

@@ -35,12 +35,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow.dataset as ds
 
 from benchmarks.common import emit_json, median, parse_args, print_table
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.conversation import Conversation
+from orchestrator.llm.http import BackendHttp
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import Backend, BackendRegistry
 from orchestrator.devserver.stock_vllm import start_vllm
@@ -143,7 +143,7 @@ async def direct_run(url: str, tasks: list[dict[str, Any]], args: argparse.Names
     tokenizer = load_tokenizer(tiny_model_dir())
     slots = asyncio.Semaphore(args.workers * args.run_pool)
     tokens = 0
-    async with httpx.AsyncClient() as http:
+    async with BackendHttp() as http:
         client = client_for(Backend(url=url), http)
         await client.model_info()
 

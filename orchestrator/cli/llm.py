@@ -103,12 +103,12 @@ def health_problem_now(url: str) -> str | None:
     """None when GET /health answers 200 within 2 s, else what went wrong."""
     import asyncio
 
-    from orchestrator.llm.client import new_http_client
+    from orchestrator.llm.http import BackendHttp
     from orchestrator.llm.registry import Backend
     from orchestrator.llm.router import HEALTH_TIMEOUT_S, health_problem
 
     async def ask() -> str | None:
-        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
+        async with BackendHttp(timeout_s=HEALTH_TIMEOUT_S) as http:
             return await health_problem(http, Backend(url))
 
     return asyncio.run(ask())

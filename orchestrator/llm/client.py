@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import functools
 import logging
-import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from orchestrator.llm.http import BackendHttp, HttpFailure
 from orchestrator.llm.errors import AbortUnsupported, BackendFailed, ReloadUnsupported, RequestRejected
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.urls import endpoint
@@ -80,7 +77,7 @@ class ModelInfoCache:
 @dataclass
 class BackendClient(abc.ABC):
     backend: Backend
-    http: httpx.AsyncClient
+    http: BackendHttp
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     known: ModelInfoCache | None = None     # shared by the tasks of one worker
     _info: ModelInfo | None = field(default=None, repr=False)
@@ -149,45 +146,43 @@ class BackendClient(abc.ABC):
 
     async def health(self) -> bool:
         try:
-            async with asyncio.timeout(HEALTH_DEADLINE_S):
-                response = await self.http.get(endpoint(self.backend.url, "/health"), timeout=HEALTH_DEADLINE_S)
-            return response.status_code == 200
-        except (httpx.HTTPError, TimeoutError):
+            response = await self.http.get(endpoint(self.backend.url, "/health"), timeout_s=HEALTH_DEADLINE_S)
+        except (HttpFailure, TimeoutError):
             return False
+        return response.status == 200
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """JSON response of one call, retried with backoff on transient failures."""
         url = endpoint(self.backend.url, path)
-        timeout = httpx.Timeout(self.retry.timeout_s, connect=self.retry.connect_timeout_s)
         delay = self.retry.backoff_s
         problem = ""
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                # The deadline is for the whole exchange: httpx's timeout is per read, and a server
-                # sending a byte a second would never trip it.
-                async with asyncio.timeout(self.retry.timeout_s):
-                    response = await self.http.request(method, url, json=body, timeout=timeout)
-            except (httpx.TimeoutException, TimeoutError) as exc:
+                # The deadline is for the whole exchange, not one read: a server sending a byte a
+                # second must still trip it.
+                response = await self.http.request(method, url, body, timeout_s=self.retry.timeout_s,
+                                                   connect_timeout_s=self.retry.connect_timeout_s)
+            except TimeoutError as exc:
                 # A server that takes this long is hung, overloaded or trickling: asking it again
                 # only makes the task wait longer. The backend is marked down by the session.
                 raise BackendFailed(self.backend.url, f"{NO_ANSWER} {self.retry.timeout_s:g} s "
                                                       f"({type(exc).__name__}, request deadline)") from None
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            except HttpFailure as exc:
+                problem = str(exc)
             else:
-                if response.status_code < 400:
+                if response.status < 400:
                     if not response.content:   # e.g. SGLang's /abort_request: 200, no body
                         return None
                     try:
                         return response.json()
                     except ValueError:
                         problem = f"{path} answered non-JSON: {response.text[:200]!r}"
-                elif response.status_code in (408, 429) or response.status_code >= 500:
-                    problem = f"{path} answered HTTP {response.status_code}: {response.text[:200]}"
+                elif response.status in (408, 429) or response.status >= 500:
+                    problem = f"{path} answered HTTP {response.status}: {response.text[:200]}"
                 else:
                     raise RequestRejected(
                         f"backend {self.backend.url} rejected {path} with HTTP "
-                        f"{response.status_code}: {response.text[:500]}"
+                        f"{response.status}: {response.text[:500]}"
                     )
             if attempt < self.retry.attempts:
                 log.info("backend %s attempt %d failed (%s); retry in %.2fs", self.backend.url,
@@ -195,18 +190,6 @@ class BackendClient(abc.ABC):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.retry.max_backoff_s)
         raise BackendFailed(self.backend.url, f"{problem} (after {self.retry.attempts} attempts)")
-
-
-@functools.cache
-def shared_tls() -> ssl.SSLContext:
-    """One TLS context per process. Building one loads the CA bundle: ~80 ms of CPU each, which
-    per task was most of a worker's CPU per chat job (measured with benchmarks.backends)."""
-    return httpx.create_ssl_context()
-
-
-def new_http_client(**options: Any) -> httpx.AsyncClient:
-    """An HTTP client for backend calls, sharing the process's TLS context."""
-    return httpx.AsyncClient(verify=shared_tls(), **options)
 
 
 def require(condition: bool, url: str, message: str) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from orchestrator.llm.client import Completion, RetryPolicy, new_http_client
+from orchestrator.llm.client import Completion, RetryPolicy
+from orchestrator.llm.http import BackendHttp
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import LLMError, RequestRejected
 from orchestrator.llm.registry import Backend, Protocol
@@ -30,7 +31,7 @@ class ServerNotReady(LLMError):
 async def first_token(backend: Backend, timeout_s: float = 60.0) -> Completion:
     """One greedy token from `backend`; raises LLMError if it cannot give one now."""
     retry = RetryPolicy(attempts=1, timeout_s=timeout_s, connect_timeout_s=min(5.0, timeout_s))
-    async with new_http_client() as http:
+    async with BackendHttp() as http:
         completion = await client_for(backend, http, retry).generate(list(PROBE_PROMPT), PROBE_SAMPLING)
     if len(completion.output_ids) != 1:
         raise ServerNotReady(f"backend {backend.url} answered {len(completion.output_ids)} tokens for max_tokens 1")

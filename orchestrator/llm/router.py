@@ -23,10 +23,9 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-import httpx
-
-from orchestrator.llm.client import NO_ANSWER, ModelInfoCache, new_http_client
+from orchestrator.llm.client import NO_ANSWER, ModelInfoCache
 from orchestrator.llm.connections import SharedConnections
+from orchestrator.llm.http import BackendHttp, HttpFailure
 from orchestrator.llm.errors import LLMError, NoBackendAvailable, RegistryCorrupt
 from orchestrator.config import DEFAULTS, RunConfig
 from orchestrator.llm.inflight import InflightBoard
@@ -159,7 +158,7 @@ class Router:
         """True unless a due /health check of `backend` fails (then it is marked down)."""
         if not self.health_check_s or time.time() - self._healthy_at.get(backend.url, -1e18) < self.health_check_s:
             return True
-        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
+        async with BackendHttp(timeout_s=HEALTH_TIMEOUT_S) as http:
             problem = await health_problem(http, backend)
         if problem is None:
             self.note_healthy(backend.url)
@@ -212,7 +211,7 @@ class Router:
         ]
         if not due:
             return snapshot
-        async with new_http_client(timeout=HEALTH_TIMEOUT_S) as http:
+        async with BackendHttp(timeout_s=HEALTH_TIMEOUT_S) as http:
             for backend in due:
                 self._probed_at[backend.url] = time.time()
                 hung = NO_ANSWER in backend.reason
@@ -245,23 +244,22 @@ class Router:
         return f"no usable LLM backend: {states}; start one or re-add it with `hpc-rollout backend add`"
 
 
-async def probe(http: httpx.AsyncClient, backend: Backend) -> bool:
+async def probe(http: BackendHttp, backend: Backend) -> bool:
     return await health_problem(http, backend) is None
 
 
-async def health_problem(http: httpx.AsyncClient, backend: Backend) -> str | None:
+async def health_problem(http: BackendHttp, backend: Backend) -> str | None:
     """None when GET /health answers 200 within HEALTH_TIMEOUT_S in all, else what went wrong."""
     try:
-        async with asyncio.timeout(HEALTH_TIMEOUT_S):   # in all: the client's timeout is per read
-            response = await http.get(health_url(backend.url))
+        response = await http.get(health_url(backend.url), timeout_s=HEALTH_TIMEOUT_S)
     except TimeoutError:
         return f"GET /health: {NO_ANSWER} {HEALTH_TIMEOUT_S:g} s"
-    except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {exc}".rstrip(": ")
-    return None if response.status_code == 200 else f"GET /health answered HTTP {response.status_code}"
+    except HttpFailure as exc:
+        return str(exc)
+    return None if response.status == 200 else f"GET /health answered HTTP {response.status}"
 
 
-async def generation_problem(http: httpx.AsyncClient, backend: Backend,
+async def generation_problem(http: BackendHttp, backend: Backend,
                              timeout_s: float = GENERATION_PROBE_TIMEOUT_S) -> str | None:
     """None when the backend samples one token within `timeout_s`, else why not."""
     from orchestrator.llm.client import RetryPolicy

@@ -27,9 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
-from orchestrator.llm.client import RetryPolicy, new_http_client
+from orchestrator.llm.client import RetryPolicy
+from orchestrator.llm.http import BackendHttp
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import AbortUnsupported, LLMError
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
@@ -77,7 +76,7 @@ async def swap_weights_async(paths: SpoolPaths, checkpoint: str | Path, version:
     down = tuple(b.url for b in snapshot.backends if b.state is BackendState.DOWN)
     if not targets:
         raise ReloadFailed(f"no backend to reload in {paths.backends}: add one with `hpc-rollout backend add`")
-    async with new_http_client() as http:
+    async with BackendHttp() as http:
         outcomes = await asyncio.gather(*(_reload_one(http, b, directory, version, abort) for b in targets))
     failed = [f"{o.url}: {o.problem}" for o in outcomes if o.problem]
     if failed:
@@ -102,7 +101,7 @@ class _Outcome:
     abort_supported: bool = True
 
 
-async def _reload_one(http: httpx.AsyncClient, backend: Backend, directory: str, version: int,
+async def _reload_one(http: BackendHttp, backend: Backend, directory: str, version: int,
                       abort: bool) -> _Outcome:
     started = time.monotonic()
     client = client_for(backend, http, RELOAD_RETRY)

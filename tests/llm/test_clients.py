@@ -13,6 +13,7 @@ import pytest
 from orchestrator.llm.client import RetryPolicy
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, RequestRejected
+from orchestrator.llm.http import BackendHttp
 from orchestrator.devserver.local_server import local_server
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState, Protocol
 from orchestrator.llm.router import Router
@@ -33,7 +34,7 @@ async def tasks_in_turn(router: Router, count: int) -> list[str]:
 
 
 async def generate(backend: Backend, prompt: list[int], sampling: dict, retry: RetryPolicy = FAST):
-    async with httpx.AsyncClient() as http:
+    async with BackendHttp() as http:
         return await client_for(backend, http, retry).generate(prompt, sampling)
 
 
@@ -168,6 +169,29 @@ def test_sessions_share_one_tls_context(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(loads) <= 1, f"the CA bundle was loaded {len(loads)} times for 4 tasks"
 
 
+def test_the_tls_trust_is_the_sites_when_it_names_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SSL_CERT_FILE (a site's own CAs) is the trust of backend calls when set, as it was with
+    httpx; certifi's bundle otherwise."""
+    import certifi
+
+    from orchestrator.llm.http import shared_tls
+
+    site_bundle = tmp_path / "site-ca.pem"
+    site_bundle.write_bytes(Path(certifi.where()).read_bytes())
+    for wanted, env in ((str(site_bundle), {"SSL_CERT_FILE": str(site_bundle)}), (certifi.where(), {})):
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        loads = count_ca_bundle_loads(monkeypatch)
+        shared_tls.cache_clear()
+        try:
+            shared_tls()
+        finally:
+            shared_tls.cache_clear()
+        assert [args[0] for args in loads] == [wanted], loads
+
+
 def test_model_id_is_asked_once_per_registry_entry_not_once_per_task(tmp_path: Path) -> None:
     """/v1/models costs a round trip to a busy server before a task's first turn: a worker asks
     once per backend entry; an entry added again (a restarted server) is asked again."""
@@ -221,7 +245,7 @@ def test_a_workers_tasks_share_keep_alive_connections(tmp_path: Path) -> None:
             await tasks_in_turn(router, 4)
             client = router.connections.client()
             await router.close()
-            return client.is_closed
+            return client.closed
 
         assert asyncio.run(tasks())
         assert len(server.peers) == 4 and len(set(server.peers)) == 1, server.peers
@@ -231,8 +255,8 @@ def test_a_workers_tasks_share_keep_alive_connections(tmp_path: Path) -> None:
 
 
 def test_the_shared_connections_do_not_queue_a_big_run_pool(tmp_path: Path) -> None:
-    """httpx's default pool holds 100 connections: a worker with a run pool of 150 must still
-    have its 150 requests at the backend at once."""
+    """A pool bounded at 100 connections (httpx's default, aiohttp's too) would queue the rest: a
+    worker with a run pool of 150 must still have its 150 requests at the backend at once."""
     from aiohttp import web
 
     from tests.llm.app_thread import AppThread

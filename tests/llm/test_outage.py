@@ -66,13 +66,14 @@ def test_a_trickling_backend_is_given_up_within_the_request_timeout_plus_a_secon
     import asyncio
     import time
 
-    from orchestrator.llm.client import RetryPolicy, new_http_client
+    from orchestrator.llm.client import RetryPolicy
+    from orchestrator.llm.http import BackendHttp
     from orchestrator.llm.errors import BackendFailed
     from orchestrator.llm.protocol_clients import client_for
     from orchestrator.llm.registry import Backend
 
     async def ask(url: str) -> float:
-        async with new_http_client() as http:
+        async with BackendHttp() as http:
             client = client_for(Backend(url=url, model="fake"), http, RetryPolicy(timeout_s=2.0))
             await client.model_info()   # answered at once; only the generation trickles
             started = time.monotonic()

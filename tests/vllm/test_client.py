@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from orchestrator.llm.client import Completion, RetryPolicy
+from orchestrator.llm.http import BackendHttp
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.tokenizer import load_tokenizer
@@ -23,7 +24,7 @@ ONE_TRY = RetryPolicy(attempts=1, timeout_s=120)
 
 
 async def _generate(url: str, prompt: list[int], sampling: dict[str, Any]) -> Completion:
-    async with httpx.AsyncClient() as http:
+    async with BackendHttp() as http:
         return await client_for(Backend(url=url), http, ONE_TRY).generate(prompt, sampling)
 
 
@@ -85,7 +86,7 @@ def test_finish_reasons_length_and_stop(relay: RecordingRelay, vllm_server: VLLM
 
 def test_model_id_and_context_length_come_from_v1_models(vllm_server: VLLMServer) -> None:
     async def info() -> Any:
-        async with httpx.AsyncClient() as http:
+        async with BackendHttp() as http:
             return await client_for(Backend(url=vllm_server.url), http, ONE_TRY).model_info()
 
     model = asyncio.run(info())
@@ -110,7 +111,7 @@ def test_ids_from_token_strings_when_the_server_gives_no_token_ids(vllm_server: 
     """The fallback for vLLM < 0.10.2, on a real answer: `return_token_ids` left out."""
     model_dir = vllm_server.model_dir
     prompt = chat_prompt(model_dir, "Count to three.")
-    client = VLLMClient(Backend(url=vllm_server.url), httpx.AsyncClient(), ONE_TRY)
+    client = VLLMClient(Backend(url=vllm_server.url), BackendHttp(), ONE_TRY)
     _, body = client.build_request(str(model_dir), prompt, 10, {"seed": 9, "min_tokens": 10})
     with_ids = httpx.post(f"{vllm_server.url}/completions", json=body, timeout=120).json()
     legacy = httpx.post(f"{vllm_server.url}/completions", json={**body, "return_token_ids": False},

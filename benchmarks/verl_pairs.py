@@ -20,7 +20,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 NOT_A_BENCHMARK = "the inside of benchmarks.verl (which runs it in verl's venv with its arguments file)"
@@ -56,17 +55,22 @@ def config_of(args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def direct(url: str, prompt_ids: list[list[int]], args: dict[str, Any]) -> float:
-    """The same prompts straight to the backend, `concurrency` at a time; seconds."""
+    """The same prompts straight to the backend, `concurrency` at a time; seconds. Through the
+    workers' own HTTP transport, so the ratio is what the spool adds, not a difference of clients."""
+    from orchestrator.llm.http import BackendHttp
+
     limit = asyncio.Semaphore(args["concurrency"])
     model = args["model"]
-    async with httpx.AsyncClient(timeout=600) as http:
+    async with BackendHttp(timeout_s=600) as http:
         async def one(ids: list[int]) -> None:
             async with limit:
-                answer = await http.post(f"{url}/completions", json={
+                answer = await http.request("POST", f"{url}/completions", {
                     "model": model, "prompt": ids, "max_tokens": args["max_tokens"], "temperature": 1.0,
                     "top_p": 1.0, "n": 1, "logprobs": 0, "return_token_ids": True,
                     "return_tokens_as_token_ids": True, "skip_special_tokens": False, "ignore_eos": True})
-                answer.raise_for_status()
+                if answer.status != 200:
+                    raise RuntimeError(f"direct request: HTTP {answer.status}: {answer.text[:200]}")
+                answer.json()
 
         started = time.perf_counter()
         await asyncio.gather(*(one(ids) for ids in prompt_ids))

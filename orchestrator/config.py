@@ -90,6 +90,8 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class Shards:
+    # A commit is due at either; it writes every row buffered then, so a shard may hold more
+    # (rows that finished between two checks of the commit duty). Not a cap on a shard's size.
     max_rows: int = 1000
     max_bytes: int = 64 << 20
     max_age_s: float = 10.0     # a row waits at most this long before its shard is committed

@@ -22,7 +22,7 @@ from orchestrator.sandbox import cgroups, loopback
 from orchestrator.sandbox.base import Sandbox
 from orchestrator.sandbox.client import ExecClient
 from orchestrator.sandbox.errors import SandboxClosedError, SandboxError
-from orchestrator.sandbox.procs import ProcessId
+from orchestrator.sandbox.procs import ProcessId, live_members
 from orchestrator.sandbox.options import WORKSPACE
 from orchestrator.sandbox.records import SandboxRecord, remove_sandbox_dir
 from orchestrator.sandbox.workspace import REMOVABLE_PREFIX, copy_out
@@ -176,6 +176,22 @@ class ProcessSandbox(Sandbox):
         except OSError as exc:
             log.warning("sandbox %s: could not keep its workspace: %s", self.id, exc)
 
+    async def _end_local_tools(self) -> None:
+        """`local` has no pid namespace that dies with its server: its tools' groups are killed
+        with it, but a SIGKILLed process takes a moment to finish (longer on a busy machine).
+        Return only once none of them runs, so that no tool outlives the sandbox's close."""
+        groups = {group.pid for group in _local_tool_groups(self.record)}
+        if not groups:
+            return
+        kill_processes(self.record)   # the graceful path: the server may have left its tools
+        deadline = time.monotonic() + KILL_VERIFY_S
+        while (left := live_members(groups)) and time.monotonic() < deadline:
+            reap_children()
+            await asyncio.sleep(0.01)
+        if left:
+            raise SandboxError(f"sandbox {self.record.id}: tool processes {left} survived SIGKILL for "
+                               f"{KILL_VERIFY_S} s; check `ps` and the kernel log")
+
     async def close(self) -> None:
         async with self._close_lock:
             if self._closed:
@@ -198,6 +214,8 @@ class ProcessSandbox(Sandbox):
                             f"sandbox {self.record.id}: processes {[p.pid for p in processes]} "
                             f"survived SIGKILL for {KILL_VERIFY_S} s; check `ps` and the kernel log"
                         )
+            if self.record.kind == "local":
+                await self._end_local_tools()
             await self.client.close()
             if self._popen is not None:
                 self._popen.poll()

@@ -22,6 +22,23 @@ def start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def live_members(groups: set[int]) -> list[int]:
+    """Pids of the processes in these process groups that have not finished (zombies excluded)."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if fields[0] != b"Z" and int(fields[2]) in groups:
+            members.append(int(entry.name))
+    return members
+
+
 @dataclass(frozen=True)
 class ProcessId:
     pid: int

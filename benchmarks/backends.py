@@ -49,6 +49,7 @@ from orchestrator.llm.tokenizer import load_tokenizer
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
+from orchestrator.report.shard_read import shard_files
 from orchestrator.report.status import pending_count
 from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
@@ -77,8 +78,10 @@ def wait_for_workers(paths: SpoolPaths, count: int, timeout_s: float = 300.0) ->
 def wait_drained(paths: SpoolPaths, rows_expected: int, timeout_s: float = 1800.0) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout_s
     while True:
-        if pending_count(paths) == 0 and paths.shards.is_dir():
-            table = ds.dataset(paths.shards, format="parquet").to_table(columns=["status", "finished_at", "turns", "counted_s"])
+        # No pending job yet no shard is a moment, not an error: the last rows may still be buffered.
+        committed = shard_files(paths) if pending_count(paths) == 0 else []
+        if committed:
+            table = ds.dataset(committed, format="parquet").to_table(columns=["status", "finished_at", "turns", "counted_s"])
             if table.num_rows >= rows_expected:
                 return table.to_pylist()
         if time.monotonic() > deadline:

@@ -101,3 +101,14 @@ def test_benchmark_runs_quick_and_prints_its_json_line(name: str, needs: tuple[s
     assert isinstance(figures, dict) and any(isinstance(v, (int, float)) and not isinstance(v, bool)
                                              for v in figures.values()), f"no figure in {lines[-1][:300]}"
     print(f"benchmarks.{name} --quick: {seconds:.1f} s")
+
+
+def test_waiting_for_rows_waits_through_the_moment_before_the_first_shard(tmp_path: Path) -> None:
+    # No job is pending and no shard is committed yet: the last job resolved, its row is still
+    # in the worker's buffer. That is "not yet", not a schema error (it crashed benchmarks.verl).
+    from benchmarks.backends import wait_drained
+    from tests.core.util import make_run
+
+    paths = make_run(tmp_path / "run")
+    with pytest.raises(RuntimeError, match="did not finish 1 rows"):
+        wait_drained(paths, 1, timeout_s=0.3)

@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks.common import emit_json, parse_args, print_table
+from benchmarks.common import emit_json, parse_args, print_table, submit_all
 from orchestrator.spool.events import events_named
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.launches import request_stop
@@ -54,7 +54,6 @@ from orchestrator.slurm.options import LaunchOptions
 from orchestrator.slurm.queries import cancel, still_queued, task_of
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 RUN_SETTINGS = {"leases.heartbeat_s": 1.0, "leases.lease_s": 30.0, "shards.idle_flush_s": 0.5}
@@ -122,7 +121,7 @@ def submit_bursts(paths: SpoolPaths, args: argparse.Namespace, jobs_per_burst: i
     first = time.time()
     for burst in range(args.bursts):
         time.sleep(max(0.0, first + burst * args.period_s - time.time()))
-        submit_rows(paths, ((i, row) for i in range(jobs_per_burst)))
+        submit_all(paths, ((i, row) for i in range(jobs_per_burst)))
     deadline = time.monotonic() + args.timeout_s
     while pending_count(paths) and time.monotonic() < deadline:
         time.sleep(0.25)

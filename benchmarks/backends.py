@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from benchmarks.common import emit_json, median, parse_args, print_table
+from benchmarks.common import emit_json, median, parse_args, print_table, submit_all
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.http import BackendHttp
@@ -51,7 +51,6 @@ from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.shard_read import shard_files
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 SAMPLING = {"temperature": 1.0}
@@ -113,7 +112,7 @@ def warm_workers(base: Path, url: str, args: argparse.Namespace) -> Iterator[tup
     try:
         wait_for_workers(paths, args.workers)
         warmup = chat_tasks(2 * args.workers * args.run_pool, 1, 2, prefix="warm-up ")
-        submit_rows(paths, enumerate(warmup, 1), handler="chat", sampling=SAMPLING)
+        submit_all(paths, enumerate(warmup, 1), handler="chat", sampling=SAMPLING)
         wait_drained(paths, len(warmup))
         yield paths, launch.pids
     finally:
@@ -126,7 +125,7 @@ def spool_run(paths: SpoolPaths, worker_pids: list[int], tasks: list[dict[str, A
     done_before = len(ds.dataset(paths.shards, format="parquet").to_table(columns=["status"]))
     cpu_before = cpu_seconds(worker_pids)
     began = time.time()
-    submit_rows(paths, enumerate(tasks, 1), handler="chat", sampling=SAMPLING)
+    submit_all(paths, enumerate(tasks, 1), handler="chat", sampling=SAMPLING)
     rows = wait_drained(paths, done_before + len(tasks))
     cpu_s = cpu_seconds(worker_pids) - cpu_before
     timed = [r for r in rows if r["finished_at"].timestamp() >= began]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
+
+from orchestrator.spool.paths import SpoolPaths
+from orchestrator.submission.submit import SubmitReport, submit_rows
 
 
 def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -22,6 +25,17 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
+
+
+def submit_all(paths: SpoolPaths, rows: Iterable[tuple[int, Any]], **options: Any) -> SubmitReport:
+    """submit_rows, stopping the benchmark on a refused row: a benchmark that waits for rows its
+    submission refused waits until its timeout (an interpreter without the package's handlers did)."""
+    report = submit_rows(paths, rows, **options)
+    if report.rejected or report.error:
+        first = report.rejected[0] if report.rejected else None
+        why = f"line {first.line}: {first.reason}" if first else report.error
+        raise SystemExit(f"the benchmark's own submission was refused ({len(report.rejected)} rows), {why}")
+    return report
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -34,14 +34,13 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.common import emit_json, parse_args, print_table
+from benchmarks.common import emit_json, parse_args, print_table, submit_all
 from benchmarks.pipeline import RUN_SLOTS, SANDBOXES, profile
 from orchestrator.spool import fsops
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS
 from orchestrator.worker.options import WorkerOptions
 
@@ -98,7 +97,7 @@ def pipeline_mix(base: Path, jobs: int, scale: float, peers: int = LARGE_RUN_WOR
         before = Counter(fsops.BY_DUTY)
         started = time.monotonic()
         with fsops.duty("submit"):
-            submit_rows(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
+            submit_all(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
         by_duty.update(fsops.BY_DUTY)
         by_duty.subtract(before)
         while pending_count(paths) > 0:

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import orjson
 
-from benchmarks.common import emit_json, median, parse_args, percentile, print_table
+from benchmarks.common import emit_json, median, parse_args, percentile, print_table, submit_all
 from orchestrator.spool import fsops
 from orchestrator.spool.claims import Claimer
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 ECHO_ROW = {"handler": "echo", "instance": {"x": 1}}
@@ -43,7 +42,7 @@ def end_to_end(base: Path, jobs: int, workers: int) -> dict[str, float]:
             time.sleep(0.05)
         before = Counter(fsops.OPS)
         started = time.perf_counter()
-        submit_rows(paths, echo_rows(jobs))
+        submit_all(paths, echo_rows(jobs))
         submit_ops = Counter(fsops.OPS)
         submit_ops.subtract(before)
         while pending_count(paths) > 0:
@@ -67,7 +66,7 @@ def claim_latency(base: Path, queued: int, claims: int = 500) -> dict[str, float
     entries of the queue, so each job is an entry here (batch size 1; batches divide the entries)."""
     paths, _ = init_run(base / f"claims-{queued}")
     started = time.perf_counter()
-    submit_rows(paths, echo_rows(queued), batch_size=1)
+    submit_all(paths, echo_rows(queued), batch_size=1)
     submit_s = time.perf_counter() - started
     claim_dir = paths.claims("bench")
     claim_dir.mkdir(parents=True, exist_ok=True)

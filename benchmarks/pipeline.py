@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from benchmarks.common import emit_json, parse_args, print_table
+from benchmarks.common import emit_json, parse_args, print_table, submit_all
 from hpc_rollout.handlers.sleep import SleepHandler
 from orchestrator.handler_api.context import JobContext, WorkerServices
 from orchestrator.spool.jobs import JobSpec, Stage
@@ -32,7 +32,6 @@ from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 RUN_SLOTS = 8
@@ -92,7 +91,7 @@ async def naive(jobs: int, scale: float) -> dict[str, float]:
 
 def pipeline(base: Path, jobs: int, scale: float) -> dict[str, float]:
     paths, _ = init_run(base / "pipeline", {"shards.idle_flush_s": 0.2})
-    submit_rows(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
+    submit_all(paths, [(i + 1, {"handler": "sleep", "instance": profile(scale)}) for i in range(jobs)])
     options = WorkerOptions(init_pool=4, run_pool=RUN_SLOTS, eval_pool=8, max_prepared=4, max_sandboxes=SANDBOXES)
     launch = start_local_workers(paths, 1, options, verbose=0)
     try:

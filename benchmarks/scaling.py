@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, parse_args, print_table
+from benchmarks.common import emit_json, parse_args, print_table, submit_all
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import slurm_available
@@ -38,7 +38,6 @@ from orchestrator.slurm.queries import cancel, still_queued
 from orchestrator.spool.rundir import init_run
 from orchestrator.spool.events import events_named
 from orchestrator.report.status import pending_count
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
 RUN_SETTINGS = {"leases.heartbeat_s": 1.0, "leases.lease_s": 30.0, "shards.idle_flush_s": 0.5}
@@ -62,7 +61,7 @@ def measure(root: Path, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
     paths, _ = init_run(root / f"nodes-{nodes}", RUN_SETTINGS)
     jobs = nodes * args.waves * args.pool
     row = {"handler": "sleep", "instance": {"run": args.run_s}}
-    submit_rows(paths, ((i, row) for i in range(jobs)))
+    submit_all(paths, ((i, row) for i in range(jobs)))
     worker = WorkerOptions(init_pool=args.pool, run_pool=args.pool, eval_pool=args.pool, max_prepared=args.pool)
     started = time.time()
     result = launch(paths.root, LaunchOptions(nodes=nodes, time="00:30:00", job_name="bench-scaling"), worker)

@@ -31,13 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import emit_json, median, print_table
+from benchmarks.common import emit_json, median, print_table, submit_all
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from orchestrator.spool.rundir import init_run
-from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 from benchmarks.backends import wait_drained, wait_for_workers
 from tests.verl.env import verl_env
@@ -81,7 +80,7 @@ def main() -> None:
                 warmup = [{"prompt": [{"role": "user", "content": f"warm-up {i}"}],
                            "reward_model": {"ground_truth": "0"}, "sampling": {"max_tokens": 2}}
                           for i in range(args.workers * args.run_pool)]
-                submit_rows(paths, enumerate(warmup, 1), handler="answer")
+                submit_all(paths, enumerate(warmup, 1), handler="answer")
                 wait_drained(paths, len(warmup))
                 inner = {"run": str(paths.root), "url": server.url, "model": str(tiny_model_dir()),
                          "prompts": args.prompts, "samples": args.samples, "max_tokens": args.max_tokens,

@@ -112,3 +112,14 @@ def test_waiting_for_rows_waits_through_the_moment_before_the_first_shard(tmp_pa
     paths = make_run(tmp_path / "run")
     with pytest.raises(RuntimeError, match="did not finish 1 rows"):
         wait_drained(paths, 1, timeout_s=0.3)
+
+
+def test_a_benchmark_stops_at_once_when_its_own_submission_is_refused(tmp_path: Path) -> None:
+    # It waited 30 minutes for rows a refused submission would never make (a python without the
+    # package's handlers); now it names the refusal.
+    from benchmarks.common import submit_all
+    from tests.core.util import make_run
+
+    paths = make_run(tmp_path / "run")
+    with pytest.raises(SystemExit, match=r"refused \(1 rows\), line 1: .*no-such-handler"):
+        submit_all(paths, [(1, {"prompt": "x"})], handler="no-such-handler")

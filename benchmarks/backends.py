@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from benchmarks.common import emit_json, median, parse_args, print_table, submit_all
+from benchmarks.common import cpu_seconds, emit_json, median, parse_args, print_table, submit_all
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.http import BackendHttp
@@ -86,19 +86,6 @@ def wait_drained(paths: SpoolPaths, rows_expected: int, timeout_s: float = 1800.
         if time.monotonic() > deadline:
             raise RuntimeError(f"the run did not finish {rows_expected} rows within {timeout_s:.0f} s")
         time.sleep(0.05)
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes so far (0 for one that is gone)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-    return total / ticks
 
 
 @contextmanager

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from orchestrator.spool.paths import SpoolPaths
@@ -36,6 +38,19 @@ def submit_all(paths: SpoolPaths, rows: Iterable[tuple[int, Any]], **options: An
         why = f"line {first.line}: {first.reason}" if first else report.error
         raise SystemExit(f"the benchmark's own submission was refused ({len(report.rejected)} rows), {why}")
     return report
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (0 for one that is gone)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return total / ticks
 
 
 def percentile(values: Sequence[float], q: float) -> float:

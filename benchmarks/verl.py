@@ -85,7 +85,8 @@ def main() -> None:
                 inner = {"run": str(paths.root), "url": server.url, "model": str(tiny_model_dir()),
                          "prompts": args.prompts, "samples": args.samples, "max_tokens": args.max_tokens,
                          "pairs": args.pairs, "concurrency": args.workers * args.run_pool,
-                         "base": str(base), "assemble_rows": 1000 if args.quick else 4000}
+                         "base": str(base), "assemble_rows": 1000 if args.quick else 4000,
+                         "server_pid": server.pid, "worker_pids": launch.pids}
                 arguments = base / "args.json"
                 arguments.write_text(json.dumps(inner))
                 began = time.monotonic()
@@ -101,13 +102,24 @@ def main() -> None:
     report(args, figures, load_before, os.getloadavg(), inner_s)
 
 
+def mean_of(pairs: list[dict[str, Any]], key: str) -> float:
+    return sum(p[key] for p in pairs) / len(pairs)
+
+
 def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple[float, ...],
            load_after: tuple[float, ...], inner_s: float) -> None:
     pairs = figures["pairs"]
     print_table(f"generate_sequences, {args.prompts} prompts x {args.samples} samples, {args.max_tokens} tokens each",
-                ["pair", "first", "spool s", "direct s", "spool / direct", "job RUN s (mean)", "job queue s (mean)"],
-                [[i + 1, p["first"], p["spool"], p["direct"], p["ratio"], p["run_s_mean"], p["queue_s_mean"]]
-                 for i, p in enumerate(pairs)])
+                ["pair", "first", "spool s", "direct s", "spool / direct", "fill s", "RUN span s", "RUN slots busy",
+                 "drain s", "job RUN s (mean)"],
+                [[i + 1, p["first"], p["spool"], p["direct"], p["ratio"], p["fill_s"], p["run_span_s"], p["run_busy"],
+                  p["drain_s"], p["run_s_mean"]] for i, p in enumerate(pairs)])
+    print("  fill: the call's start to the first RUN start (submit, claims, INIT); drain: the last RUN end to\n"
+          "  the call's return (EVAL, commit, the reader, assembly); RUN slots busy: their use between.")
+    print_table("CPU seconds per call (means over the pairs): what shares the 2 cores with the model",
+                ["side", "server (model + HTTP)", "workers", "this process (manager or client)"],
+                [[side, mean_of(pairs, f"{side}_cpu_server"), mean_of(pairs, f"{side}_cpu_workers") if side == "spool" else "-",
+                  mean_of(pairs, f"{side}_cpu_self")] for side in ("spool", "direct")])
     ratio = median([p["ratio"] for p in pairs])
     inside = figures["inside_jobs"]
     print_table(f"inside the {inside['jobs']} spool jobs (means, seconds)", ["LLM answer", "RUN", "RUN outside the LLM",
@@ -131,6 +143,9 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
         "overhead_ratio": round(ratio, 4), "overhead_ratio_target": TARGET_RATIO,
         "overhead_ratio_ok": ratio <= TARGET_RATIO,
         "spool_s": [round(p["spool"], 3) for p in pairs], "direct_s": [round(p["direct"], 3) for p in pairs],
+        "cpu_s_per_call": {key: round(mean_of(pairs, key), 3) for key in
+                           ("spool_cpu_server", "spool_cpu_workers", "spool_cpu_self", "direct_cpu_server", "direct_cpu_self")},
+        "spool_phases": {k: [round(p[k], 3) for p in pairs] for k in ("fill_s", "run_span_s", "run_busy", "drain_s")},
         "assemble_ms_per_1k_samples": round(assemble_ms, 2), "assemble_target_ms": TARGET_ASSEMBLE_MS,
         "assemble_ok": assemble_ms <= TARGET_ASSEMBLE_MS, "assembled_rows": assembly["rows"],
         "assemble_split_ms": {k: round(v, 2) for k, v in assembly.items() if k not in ("rows", "total")},

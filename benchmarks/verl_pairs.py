@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.common import cpu_seconds
+
 NOT_A_BENCHMARK = "the inside of benchmarks.verl (which runs it in verl's venv with its arguments file)"
 
 
@@ -144,6 +146,26 @@ def inside_jobs(run: str) -> dict[str, float]:
             "queue_s_mean": float(np.mean([r["queue_s"] for r in rows]))}
 
 
+def spool_phases(run: str, began_at: float, ended_at: float, concurrency: int) -> dict[str, float]:
+    """Where one generate_sequences call's wall time went, from its rows' stamps (one machine's
+    clock, so comparable): fill = call start to the first RUN start (submit, claim, INIT); drain =
+    the last RUN end to the call's return (EVAL, commit, the reader, assembly); run_busy = the RUN
+    slots' use between (sum of RUN time / (concurrency x that span))."""
+    import pyarrow.dataset as ds
+    import pyarrow.compute as pc
+
+    table = ds.dataset(Path(run) / "shards", format="parquet").to_table(
+        columns=["submitted_at", "run_started_at", "run_ended_at", "run_s"])
+    stamp = lambda column: pc.cast(table[column], "int64").to_numpy(zero_copy_only=False) / 1e6  # noqa: E731 (us)
+    submitted = stamp("submitted_at")
+    mine = (submitted >= began_at) & (submitted <= ended_at)
+    starts, ends = stamp("run_started_at")[mine], stamp("run_ended_at")[mine]
+    span = float(ends.max() - starts.min())
+    busy = float(table["run_s"].to_numpy()[mine].sum()) / (concurrency * span)
+    return {"fill_s": float(starts.min() - began_at), "drain_s": float(ended_at - ends.max()), "run_span_s": span,
+            "run_busy": busy}
+
+
 def main(args: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.llm.tokenizer import load_tokenizer
     from orchestrator.trainer.verl.manager import SpoolLoopManager
@@ -160,10 +182,12 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         order = ("spool", "direct") if run % 2 == 0 else ("direct", "spool")
         seconds: dict[str, float] = {}
         for side in order:
+            cpu_before = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
             if side == "spool":
-                began = time.perf_counter()
+                began, began_at = time.perf_counter(), time.time()
                 out = manager.generate(batch)
                 seconds["spool"] = time.perf_counter() - began
+                seconds.update(spool_phases(args["run"], began_at, time.time(), args["concurrency"]))
                 counts = out.meta_info["hpc_rollout"]
                 if counts["ok"] != len(batch):
                     raise RuntimeError(f"spool run {run}: {counts}")
@@ -172,6 +196,9 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                 seconds["queue_s_mean"] = timing["hpc_rollout/queue_s/mean"]
             else:
                 seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
+            cpu_after = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
+            for name, before, after in zip(("server", "workers", "self"), cpu_before, cpu_after):
+                seconds[f"{side}_cpu_{name}"] = after - before
         if run >= 0:
             pairs.append({**seconds, "first": order[0], "ratio": seconds["spool"] / seconds["direct"]})
     manager.close()

@@ -40,7 +40,13 @@ CPU_ENV = {
 }
 # float32: the tiny model's own dtype, so logprobs compare with transformers' to ~1e-5.
 # --enforce-eager: 40 s to start instead of 54-90 s (the compile cache is never reused).
-CPU_ARGS = ("--dtype", "float32", "--enforce-eager")
+CPU_ARGS = ("--dtype", "float32", "--enforce-eager",
+            # A prefill split across steps rewinds a seeded request's generator, which a CPU
+            # generator cannot do: vLLM 0.32's engine dies ("CPU Generator does not use offset").
+            # Unsplit, a prompt that does not fit a step's budget waits for the next step instead.
+            "--no-enable-chunked-prefill")
+# Without chunking a step must hold the longest prompt: at least max_model_len tokens.
+MIN_STEP_TOKENS = 2048
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc (reload_weights), /pause, ...
 
 
@@ -88,7 +94,7 @@ def server_command(python: Path, model_dir: Path, port: int, max_model_len: int,
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
-        *CPU_ARGS, *extra_args,
+        "--max-num-batched-tokens", str(max(MIN_STEP_TOKENS, max_model_len)), *CPU_ARGS, *extra_args,
     ]
 
 

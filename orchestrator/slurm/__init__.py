@@ -10,6 +10,7 @@ One concept per module:
     node_job.py   NodeWorker: what each array task runs (launch's and the template's), its signals
     node_task.py  `python -m orchestrator.slurm.node_task`: the template's command for it
     launcher.py   submit (or dry-run) the array(s) through submitit
+    submitit_task.py  how launch's tasks enter Python: a warning while they start is kept
 """
 
 from orchestrator.slurm.errors import (

@@ -130,9 +130,15 @@ def executor_parameters(options: LaunchOptions, size: int) -> dict[str, Any]:
     return params
 
 
+def task_python(options: LaunchOptions) -> str:
+    """What each task runs `-u -m submitit.core._submit FOLDER` with: Python entered through
+    submitit_task, which keeps a warning signal that comes while the task still starts."""
+    return f"{options.python or shlex.quote(sys.executable)} -u -m orchestrator.slurm.submitit_task"
+
+
 def _executor(log_dir: Path, options: LaunchOptions, size: int, offline: bool) -> SlurmExecutor:
     cls = OfflineExecutor if offline else SlurmExecutor
-    executor = cls(folder=log_dir, max_num_timeout=options.max_requeues, python=options.python)
+    executor = cls(folder=log_dir, max_num_timeout=options.max_requeues, python=task_python(options))
     executor.update_parameters(**executor_parameters(options, size))
     return executor
 

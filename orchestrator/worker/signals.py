@@ -25,12 +25,12 @@ def _record(signum: int, frame: FrameType | None) -> None:
     _received_early.append(signum)
 
 
-def catch_stop_signals_early() -> None:
-    """Record stop signals until the worker's event loop installs its own handlers; then let in
+def catch_stop_signals_early(signums: tuple[int, ...] = (*STOP_SIGNALS, STOP_NOW_SIGNAL)) -> None:
+    """Record these signals until the worker's event loop installs its own handlers; then let in
     those a launcher held back (see `stop_signals_held`)."""
-    for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
+    for signum in signums:
         signal.signal(signum, _record)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*STOP_SIGNALS, STOP_NOW_SIGNAL))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
 
 
 @contextmanager

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import shlex
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from orchestrator.slurm.node_job import NodeWorker
 from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
 from orchestrator.slurm.timespec import parse_minutes
 from orchestrator.worker.options import WorkerOptions
-from tests.core.util import make_run, write_jsonl
+from tests.core.util import make_run, wait_until, write_jsonl
 
 
 @pytest.mark.parametrize("text,minutes", [("30", 30), ("04:00:00", 240), ("1:30", 2), ("2-00", 2880),
@@ -182,3 +185,33 @@ def test_stop_cancel_finds_a_rendered_scripts_array_after_its_workers_left(tmp_p
     array_started_at(paths, "1244")
     assert not list(paths.workers.glob("*.json"))
     assert run_job_ids(paths) == ["1244"]
+
+
+@pytest.mark.parametrize("warning", ["USR2", "USR1"])
+def test_a_warning_that_comes_while_the_task_still_starts_waits_for_the_node_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warning: str) -> None:
+    """Slurm may send the warning up to 60 s early (sbatch(1), --signal): on a short limit it can
+    come while the task's Python still unpickles the node worker, before submitit or NodeWorker
+    listen. The task must not die of it: the signal is kept for NodeWorker to act on."""
+    options = LaunchOptions(nodes=1, signal=warning)
+    script = launcher.render_script(tmp_path, options, 1)
+    srun_line = next(line for line in script.splitlines() if "submitit.core._submit" in line)
+    task_command = srun_line[srun_line.index(launcher.task_python(options)):]
+    # The task's exact command, with a probe in place of submitit's module (no Slurm here).
+    running = tmp_path / "running"
+    argv = shlex.split(task_command.replace("submitit.core._submit", "tests.slurm.early_warning_probe"))
+    argv[-1] = str(running)
+    if warning != "USR2":
+        monkeypatch.setenv("SUBMITIT_PREEMPT_SIGNAL", warning)   # what the script's setup exports
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[2]))
+    probe = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: running.exists() or probe.poll() is not None, 30, "the probe to start")
+        probe.send_signal(signal.Signals["SIG" + warning])
+        out, _ = probe.communicate(timeout=30)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+            probe.wait()
+    assert probe.returncode == 0, f"the task's Python died of SIG{warning} (status {probe.returncode})"
+    assert out.split() == [str(int(signal.Signals["SIG" + warning]))]

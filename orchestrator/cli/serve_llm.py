@@ -24,7 +24,7 @@ import click
               help="Append every request's prompt ids, sampled ids and logprobs to this JSONL file.")
 @click.option("--max-model-len", type=click.IntRange(min=16), default=2048, show_default=True)
 @click.option("--max-batch", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Concurrent requests sampled together.")
+              help="Requests sampled together at most (continuous batching: a request joins at the next step).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads.")
 @click.option("--weight-version", default="0", show_default=True, help="Reported by /model_info and /generate.")
 @click.option("--scripted", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,

@@ -1,50 +1,32 @@
-"""Batched sampling for the reference server: a manual KV-cache loop over a causal LM.
+"""The reference server's engine: one causal LM, the requests in flight, continuous batching.
 
-Concurrent requests are gathered into one batch (left-padded), each row with its own
-temperature, top-p/top-k, seed and token budget. `abort_all()` ends every request in flight (queued
-or in the batch running) before its next token: it answers what it sampled so far with finish
-reason `abort`, as vLLM and SGLang do. Every sampled token comes with two
-logprobs: `raw` (log_softmax of the logits, vLLM's default) and `processed` (after
-temperature, SGLang's default), so the server can answer either protocol faithfully.
+Requests join the running batch at its next decode step and leave it as soon as they are done
+(orchestrator/devserver/running_batch.py), each with its own temperature, top-p/top-k, seed and
+token budget (orchestrator/devserver/sampling.py), as vLLM and SGLang schedule. `abort_all()`
+ends every request in flight (queued or running) before its next token: it answers what it
+sampled so far with finish reason `abort`, as they do. A weight reload waits for the running
+batch to drain, admitting nobody meanwhile, so no request mixes two sets of weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.devserver.running_batch import RunningBatch
+from orchestrator.devserver.sampling import GenRequest, GenResult
+
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class GenRequest:
-    prompt_ids: tuple[int, ...]
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    seed: int | None = None
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-
-
-@dataclass
-class GenResult:
-    output_ids: list[int] = field(default_factory=list)
-    raw_logprobs: list[float] = field(default_factory=list)
-    processed_logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = "length"
-    matched_stop: int | None = None
+Waiter = tuple[GenRequest, "asyncio.Future[GenResult]", threading.Event]
 
 
 class Engine:
-    """Owns the model; `submit` is awaited by request handlers, batches run in a thread."""
+    """Owns the model; `submit` is awaited by request handlers, decode steps run in a thread."""
 
     def __init__(self, model_dir: Path, *, max_batch: int = 8, threads: int | None = None) -> None:
         import torch
@@ -54,17 +36,17 @@ class Engine:
             torch.set_num_threads(threads)
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True)
+        # sdpa: the running batch packs its rows behind a prepared 4D mask, which that kernel takes as is
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="sdpa")
         self.model.to(self.device).eval()
-        config = self.model.config
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
-        self.pad_id = config.pad_token_id if config.pad_token_id is not None else 0
         self.max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[GenRequest, asyncio.Future[GenResult], threading.Event]] | None = None
+        self._queue: asyncio.Queue[Waiter] | None = None
         self._live: set[threading.Event] = set()   # one per request in flight: set = abort it
         self._loop_task: asyncio.Task[None] | None = None
-        self._weights_lock: asyncio.Lock | None = None   # a batch and a weight reload never overlap
+        self._weights_lock: asyncio.Lock | None = None   # held while a batch runs; a reload takes it
+        self._reloads_waiting = 0                        # > 0: admit nobody, so the batch drains
         self._default_rng = torch.Generator().manual_seed(0)
 
     async def submit(self, request: GenRequest) -> GenResult:
@@ -91,24 +73,41 @@ class Engine:
             abort.set()
         return len(live)
 
+    def _new_batch(self) -> RunningBatch[Any]:
+        return RunningBatch(self.model, eos_ids=self.eos_ids, rng_for=self._rng_for)
+
+    def _rng_for(self, request: GenRequest) -> Any:
+        return self.torch.Generator().manual_seed(request.seed) if request.seed is not None else self._default_rng
+
     async def _batch_loop(self) -> None:
         assert self._queue is not None
+        queue = self._queue
         while True:
-            batch = [await self._queue.get()]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            try:
-                async with self.weights_lock():
-                    results = await asyncio.to_thread(self.generate, [r for r, _, _ in batch], [a for _, _, a in batch])
-            except Exception as exc:  # answer every waiter; the server maps it to HTTP 500
-                log.exception("generation failed")
-                for _, future, _ in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future, _), result in zip(batch, results):
-                if not future.done():
-                    future.set_result(result)
+            joining = [await queue.get()]
+            async with self.weights_lock():
+                batch = self._new_batch()
+                while joining or batch:
+                    while len(batch) + len(joining) < self.max_batch and not queue.empty() and not self._reloads_waiting:
+                        joining.append(queue.get_nowait())
+                    entries = [(request, abort, future) for request, future, abort in joining]
+                    joining = []
+                    try:
+                        finished = await asyncio.to_thread(self._advance, batch, entries)
+                    except Exception as exc:  # answer every waiter; the server maps it to HTTP 500
+                        log.exception("generation failed")
+                        for future in [row.tag for row in batch.rows] + [tag for _, _, tag in entries]:
+                            if not future.done():
+                                future.set_exception(exc)
+                        break
+                    for future, result in finished:
+                        if not future.done():
+                            future.set_result(result)
+
+    def _advance(self, batch: RunningBatch[Any], joining: list[tuple[GenRequest, threading.Event, Any]]) -> list[tuple[Any, GenResult]]:
+        with self.torch.inference_mode():
+            if joining:
+                batch.admit(joining)
+            return batch.step()
 
     def weights_lock(self) -> asyncio.Lock:
         if self._weights_lock is None:
@@ -118,15 +117,20 @@ class Engine:
     async def reload_weights(self, directory: Path) -> float:
         """Load new weights from a checkpoint directory between two batches; seconds it took.
 
-        The batch running now finishes on the old weights; batches after it use the new ones,
-        so no request ever mixes the two. See orchestrator/devserver/reload.py and checkpoint.py.
+        The requests running now finish on the old weights (nobody joins them meanwhile); the
+        ones after use the new ones, so no request ever mixes the two. See
+        orchestrator/devserver/reload.py and checkpoint.py.
         """
         from orchestrator.devserver.checkpoint import read_state_dict
 
         started = time.monotonic()
         state = await asyncio.to_thread(read_state_dict, Path(directory), self.model)
-        async with self.weights_lock():
-            await asyncio.to_thread(self._load_state, state)
+        self._reloads_waiting += 1
+        try:
+            async with self.weights_lock():
+                await asyncio.to_thread(self._load_state, state)
+        finally:
+            self._reloads_waiting -= 1
         return time.monotonic() - started
 
     def _load_state(self, state: dict[str, Any]) -> None:
@@ -134,78 +138,13 @@ class Engine:
             self.model.load_state_dict(state, strict=False)
 
     def generate(self, requests: list[GenRequest], aborts: list[threading.Event] | None = None) -> list[GenResult]:
-        torch = self.torch
-        with torch.inference_mode():
-            return self._generate(requests, aborts or [threading.Event() for _ in requests])
-
-    def _generate(self, requests: list[GenRequest], aborts: list[threading.Event]) -> list[GenResult]:
-        torch = self.torch
-        width = max(len(r.prompt_ids) for r in requests)
-        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            n = len(request.prompt_ids)
-            ids[row, width - n:] = torch.tensor(request.prompt_ids, dtype=torch.long)
-            mask[row, width - n:] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        rngs = [
-            torch.Generator().manual_seed(r.seed) if r.seed is not None else self._default_rng
-            for r in requests
-        ]
-        results = [GenResult() for _ in requests]
-        done = [r.max_tokens <= 0 for r in requests]
-        out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True)
-        for _ in range(max(r.max_tokens for r in requests)):
-            if all(done):
-                break
-            logits = out.logits[:, -1, :].float().cpu()
-            raw = torch.log_softmax(logits, dim=-1)
-            next_ids = []
-            for row, request in enumerate(requests):
-                if not done[row] and aborts[row].is_set():
-                    results[row].finish_reason, done[row] = "abort", True
-                if done[row]:
-                    next_ids.append(self.pad_id)
-                    continue
-                token, processed = sample(torch, logits[row], request, rngs[row])
-                result = results[row]
-                result.output_ids.append(token)
-                result.raw_logprobs.append(float(raw[row, token]))
-                result.processed_logprobs.append(processed)
-                stops = set(request.stop_token_ids) | (set() if request.ignore_eos else self.eos_ids)
-                if token in stops:
-                    result.finish_reason, result.matched_stop, done[row] = "stop", token, True
-                elif len(result.output_ids) >= request.max_tokens:
-                    done[row] = True
-                next_ids.append(token)
-            if all(done):
-                break
-            step = torch.tensor(next_ids, dtype=torch.long).unsqueeze(-1)
-            mask = torch.cat([mask, torch.ones((len(requests), 1), dtype=torch.long)], dim=-1)
-            positions = positions[:, -1:] + 1
-            out = self.model(input_ids=step.to(self.device), attention_mask=mask.to(self.device),
-                             position_ids=positions.to(self.device),
-                             past_key_values=out.past_key_values, use_cache=True)
+        """Sample every request together, in this thread (tests and tools: no server)."""
+        batch: RunningBatch[int] = self._new_batch()
+        results: list[GenResult] = [GenResult() for _ in requests]
+        aborts = aborts or [threading.Event() for _ in requests]
+        with self.torch.inference_mode():
+            batch.admit([(request, abort, index) for index, (request, abort) in enumerate(zip(requests, aborts))])
+            while batch:
+                for index, result in batch.step():
+                    results[index] = result
         return results
-
-
-def sample(torch: Any, logits: Any, request: GenRequest, rng: Any) -> tuple[int, float]:
-    """One token id and its logprob after temperature (before top-p/top-k filtering)."""
-    if request.temperature <= 0:
-        token = int(torch.argmax(logits))
-        return token, float(torch.log_softmax(logits, -1)[token])
-    scaled = logits / request.temperature
-    processed = torch.log_softmax(scaled, -1)
-    filtered = scaled.clone()
-    if request.top_k > 0:
-        kth = torch.topk(filtered, min(request.top_k, filtered.numel())).values[-1]
-        filtered[filtered < kth] = -math.inf
-    if request.top_p < 1.0:
-        order = torch.argsort(filtered, descending=True)
-        cumulative = torch.softmax(filtered[order], -1).cumsum(-1)
-        drop = cumulative - torch.softmax(filtered[order], -1) > request.top_p
-        filtered[order[drop]] = -math.inf
-    probs = torch.softmax(filtered, -1)
-    token = int(torch.multinomial(probs, 1, generator=rng))
-    return token, float(processed[token])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.devserver.generation import GenRequest, GenResult
+from orchestrator.devserver.sampling import GenRequest, GenResult
 from orchestrator.errors import HpcRolloutError
 
 

@@ -31,7 +31,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from orchestrator.devserver.generation import Engine, GenRequest, GenResult
+from orchestrator.devserver.generation import Engine
+from orchestrator.devserver.sampling import GenRequest, GenResult
 from orchestrator.devserver.reload import add_reload_routes
 from orchestrator.llm.request_body import read_body
 

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from orchestrator.llm.conversation import Conversation, TemplateError
-from orchestrator.devserver.generation import Engine, GenRequest
+from orchestrator.devserver.generation import Engine
+from orchestrator.devserver.sampling import GenRequest
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from orchestrator.llm.tokenizer import load_tokenizer
 

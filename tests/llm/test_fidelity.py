@@ -70,7 +70,8 @@ def test_reencoding_would_change_ids() -> None:
     tokenizer = load_tokenizer(tiny_model_dir())
     record_free = []
     import torch  # noqa: F401  (the server's engine, used in-process here)
-    from orchestrator.devserver.generation import Engine, GenRequest
+    from orchestrator.devserver.generation import Engine
+    from orchestrator.devserver.sampling import GenRequest
 
     engine = Engine(tiny_model_dir(), threads=1)
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": f"q{i}"}], tokenize=True,

@@ -1,0 +1,151 @@
+"""A batch that requests join and leave between decode steps (continuous batching), for the
+reference server.
+
+vLLM and SGLang admit a request at their next step, not when the batch running ends, and its
+prompt rides in that step's forward pass with the other rows' next tokens. A server that makes
+newcomers wait for the whole batch, or gives each newcomer a forward pass of its own, charges
+clients that arrive staggered (the spool's workers, each refilling a slot as its job ends) more
+than a burst of the same requests, so comparisons through it measure its scheduling.
+
+Rows are packed into one sequence, as variable-length attention does: each step feeds every
+row's new tokens (one sampled token, or a newcomer's whole prompt) side by side, with a mask that
+lets a token see only its own row's cache and earlier new tokens, and its row's own positions.
+No row is padded. The KV cache is one sequence of columns, each owned by a row; a finished
+row's columns are dropped. Only each row's last token goes through the LM head.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, TypeVar
+
+from orchestrator.devserver.sampling import GenRequest, GenResult, sample
+
+Tag = TypeVar("Tag")
+
+
+@dataclass
+class _Row(Generic[Tag]):
+    request: GenRequest
+    abort: threading.Event
+    tag: Tag
+    rng: Any
+    stops: frozenset[int]
+    key: int               # owner id of its cache columns
+    next_position: int     # position id of the next token fed to the model
+    result: GenResult
+
+
+class RunningBatch(Generic[Tag]):
+    """Rows being sampled; `admit` and `step` run in the model's thread, in inference mode.
+
+    The model must run scaled-dot-product attention (the Engine loads it so): the packing mask
+    is a prepared 4D boolean mask, which transformers hands to that kernel as it is.
+    """
+
+    def __init__(self, model: Any, *, eos_ids: set[int], rng_for: Callable[[GenRequest], Any]) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.eos_ids = frozenset(eos_ids)
+        self.rng_for = rng_for
+        # transformers 5 calls the KV cache `cache` (`past_key_values` is deprecated there), 4.x `past_key_values`
+        self.cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.rows: list[_Row[Tag]] = []        # rows with logits to sample from, in `logits` order
+        self.joining: list[_Row[Tag]] = []     # admitted, prompt not yet through the model
+        self.finished_at_once: list[tuple[Tag, GenResult]] = []   # asked for no token at all
+        self.cache: Any = None                 # DynamicCache: [1, kv heads, columns, head dim] per layer
+        self.owners: Any = None                # [columns]: the key of the row each cache column belongs to
+        self.logits: Any = None                # [rows, vocab] on the CPU
+        self._keys = 0
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.joining) + len(self.finished_at_once)
+
+    def admit(self, entries: list[tuple[GenRequest, threading.Event, Tag]]) -> None:
+        """Add these requests; their prompts go through the model with the next step's tokens."""
+        for request, abort, tag in entries:
+            if request.max_tokens <= 0 or not request.prompt_ids:
+                self.finished_at_once.append((tag, GenResult()))
+                continue
+            stops = frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else self.eos_ids)
+            self._keys += 1
+            self.joining.append(_Row(request, abort, tag, self.rng_for(request), stops, self._keys, 0, GenResult()))
+
+    def step(self) -> list[tuple[Tag, GenResult]]:
+        """Sample one token for every row that has logits (rows done leave, returned with their
+        tags), then one forward pass: the others' tokens and the newcomers' prompts."""
+        finished, self.finished_at_once = self.finished_at_once, []
+        fed: list[tuple[_Row[Tag], list[int]]] = []
+        if self.rows:
+            raw = self.torch.log_softmax(self.logits, dim=-1)
+            for index, row in enumerate(self.rows):
+                token = self._sample(row, index, raw)
+                if token is None:
+                    finished.append((row.tag, row.result))
+                else:
+                    fed.append((row, [token]))
+            if len(fed) < len(self.rows):
+                self._drop({row.key for row, _ in fed})
+        fed += [(row, list(row.request.prompt_ids)) for row in self.joining]
+        self.rows, self.joining = [row for row, _ in fed], []
+        if fed:
+            self._forward(fed)
+        return finished
+
+    def _sample(self, row: _Row[Tag], index: int, raw: Any) -> int | None:
+        """The row's next token, or None when it is done."""
+        result = row.result
+        if row.abort.is_set():
+            result.finish_reason = "abort"
+            return None
+        token, processed = sample(self.torch, self.logits[index], row.request, row.rng)
+        result.output_ids.append(token)
+        result.raw_logprobs.append(float(raw[index, token]))
+        result.processed_logprobs.append(processed)
+        if token in row.stops:
+            result.finish_reason, result.matched_stop = "stop", token
+            return None
+        if len(result.output_ids) >= row.request.max_tokens:
+            return None
+        return token
+
+    def _forward(self, fed: list[tuple[_Row[Tag], list[int]]]) -> None:
+        torch = self.torch
+        ids, positions, owners, last = [], [], [], []
+        for row, tokens in fed:
+            ids += tokens
+            positions += range(row.next_position, row.next_position + len(tokens))
+            owners += [row.key] * len(tokens)
+            row.next_position += len(tokens)
+            last.append(len(ids) - 1)
+        new_owners = torch.tensor(owners, dtype=torch.long)
+        columns = new_owners if self.owners is None else torch.cat([self.owners, new_owners])
+        seen = columns[None, :] == new_owners[:, None]           # a token sees only its own row ...
+        count = len(owners)
+        seen[:, -count:] &= torch.ones((count, count), dtype=torch.bool).tril()   # ... and no later token
+        arguments = {self.cache_name: self.cache} if self.cache is not None else {}
+        out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                         attention_mask=seen[None, None].to(self.device),
+                         position_ids=torch.tensor([positions], device=self.device),
+                         use_cache=True, logits_to_keep=torch.tensor(last, device=self.device), **arguments)
+        self.cache, self.owners = getattr(out, self.cache_name), columns
+        self.logits = out.logits[0].float().cpu()
+
+    def _drop(self, staying: set[int]) -> None:
+        """Drop the cache columns of every row not in `staying` (keys)."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        keep = torch.isin(self.owners, torch.tensor(sorted(staying), dtype=torch.long))
+        if not bool(keep.any()):
+            self.cache = self.owners = None
+            return
+        on_device = keep.to(self.device)
+        self.cache = DynamicCache(ddp_cache_data=[
+            (layer.keys[:, :, on_device], layer.values[:, :, on_device]) for layer in self.cache.layers])
+        self.owners = self.owners[keep]

@@ -1,0 +1,85 @@
+"""The reference server's engine schedules as vLLM and SGLang do: a request joins the running
+batch at its next step and leaves it when done, without changing what the others sample."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from orchestrator.devserver.generation import Engine
+from orchestrator.devserver.sampling import GenRequest, GenResult
+from orchestrator.devserver.tiny_model import tiny_model_dir
+
+LONG = GenRequest((5, 6, 7), 300, seed=11, ignore_eos=True)
+
+
+def test_a_request_arriving_mid_batch_is_answered_before_the_batch_ends() -> None:
+    # With a batch that only took newcomers once it had ended, the short request waited for the
+    # long one's 300 tokens: staggered clients looked slower than a burst of the same requests.
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
+
+    async def race() -> list[tuple[str, float]]:
+        finished: list[tuple[str, float]] = []
+
+        async def timed(name: str, request: GenRequest) -> GenResult:
+            result = await engine.submit(request)
+            finished.append((name, time.monotonic()))
+            return result
+
+        long = asyncio.create_task(timed("long", LONG))
+        while engine.in_flight() == 0:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)   # the long one is sampling by now
+        short = await timed("short", GenRequest((9, 10, 11, 12, 13, 14, 15, 16), 2, seed=3, ignore_eos=True))
+        assert len(short.output_ids) == 2
+        assert len((await long).output_ids) == 300
+        return finished
+
+    assert [name for name, _ in asyncio.run(race())] == ["short", "long"]
+
+
+def test_rows_joining_and_leaving_do_not_change_a_rows_samples() -> None:
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=8)
+    alone = engine.generate([LONG])[0]
+
+    async def crowded() -> GenResult:
+        long = asyncio.create_task(engine.submit(LONG))
+        while engine.in_flight() == 0:
+            await asyncio.sleep(0.001)
+        for wave in range(3):   # rows with longer prompts join and leave around it
+            await asyncio.sleep(0.02)
+            await asyncio.gather(*(engine.submit(GenRequest(tuple(range(20, 40 + 7 * k)), 3 + 5 * k, seed=wave * 10 + k))
+                                   for k in range(3)))
+        return await long
+
+    together = asyncio.run(crowded())
+    assert together.output_ids == alone.output_ids
+    assert max(abs(a - b) for a, b in zip(together.raw_logprobs, alone.raw_logprobs)) < 1e-4
+
+
+def test_a_reload_waits_for_the_running_requests_and_admits_nobody_meanwhile() -> None:
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
+    seen_at_reload: list[tuple[bool, bool]] = []
+
+    async def scenario() -> GenResult:
+        original = engine._load_state
+        first = asyncio.create_task(engine.submit(LONG))
+        while engine.in_flight() == 0:
+            await asyncio.sleep(0.001)
+        reload = asyncio.create_task(engine.reload_weights(tiny_model_dir()))
+        while not engine._reloads_waiting:   # the reload has its state and waits for the batch
+            await asyncio.sleep(0.001)
+        later = asyncio.create_task(engine.submit(GenRequest((3, 4), 2, seed=1)))
+
+        def load(state: dict) -> None:
+            seen_at_reload.append((first.done(), later.done()))
+            original(state)
+
+        engine._load_state = load  # type: ignore[method-assign]
+        await reload
+        assert not first.cancelled()
+        return await later
+
+    # the running request ends on the old weights; the one that came during the wait gets the new ones
+    assert len(asyncio.run(scenario()).output_ids) == 2
+    assert seen_at_reload == [(True, False)]

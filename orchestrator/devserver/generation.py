@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.devserver.running_batch import RunningBatch
+from orchestrator.devserver.running_batch import RunningBatch, check_packable
 from orchestrator.devserver.sampling import GenRequest, GenResult
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class Engine:
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         # sdpa: the running batch packs its rows behind a prepared 4D mask, which that kernel takes as is
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="sdpa")
+        check_packable(self.model.config)
         self.model.to(self.device).eval()
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}

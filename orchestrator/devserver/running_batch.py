@@ -22,8 +22,25 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from orchestrator.devserver.sampling import GenRequest, GenResult, sample
+from orchestrator.errors import HpcRolloutError
 
 Tag = TypeVar("Tag")
+
+
+class UnpackableModelError(HpcRolloutError, ValueError):
+    """The model has attention the packing mask would get wrong (a sliding window, say)."""
+
+
+def check_packable(config: Any) -> None:
+    """Refuse a model whose layers do not all attend to the whole sequence: the packed batch's
+    mask replaces the model's own, so a sliding window would silently see too much."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    kinds = set(getattr(text, "layer_types", None) or ())
+    windowed = bool(getattr(text, "use_sliding_window", False) and getattr(text, "sliding_window", None))
+    if kinds - {"full_attention"} or windowed:
+        raise UnpackableModelError(
+            f"serve-llm batches full-attention models only; this one has {sorted(kinds) or 'a sliding window'} "
+            "layers. Serve it with stock vLLM or SGLang (docs/llm.md).")
 
 
 @dataclass
@@ -116,7 +133,10 @@ class RunningBatch(Generic[Tag]):
 
     def _forward(self, fed: list[tuple[_Row[Tag], list[int]]]) -> None:
         torch = self.torch
-        ids, positions, owners, last = [], [], [], []
+        ids: list[int] = []
+        positions: list[int] = []
+        owners: list[int] = []
+        last: list[int] = []
         for row, tokens in fed:
             ids += tokens
             positions += range(row.next_position, row.next_position + len(tokens))

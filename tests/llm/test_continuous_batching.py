@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from orchestrator.devserver.generation import Engine
 from orchestrator.devserver.sampling import GenRequest, GenResult
 from orchestrator.devserver.tiny_model import tiny_model_dir
@@ -83,3 +85,14 @@ def test_a_reload_waits_for_the_running_requests_and_admits_nobody_meanwhile() -
     # the running request ends on the old weights; the one that came during the wait gets the new ones
     assert len(asyncio.run(scenario()).output_ids) == 2
     assert seen_at_reload == [(True, False)]
+
+
+def test_a_model_with_sliding_window_layers_is_refused_with_what_to_use_instead() -> None:
+    from transformers import Qwen2Config
+
+    from orchestrator.devserver.running_batch import UnpackableModelError, check_packable
+
+    check_packable(Qwen2Config(num_hidden_layers=2))   # the tiny model's kind: full attention
+    windowed = Qwen2Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=64, max_window_layers=0)
+    with pytest.raises(UnpackableModelError, match="full-attention models only.*stock vLLM or SGLang"):
+        check_packable(windowed)

@@ -70,6 +70,8 @@ class Router:
     model_infos: ModelInfoCache = field(default_factory=ModelInfoCache, repr=False)
     # The keep-alive connections this worker's tasks share (orchestrator/llm/connections.py).
     connections: SharedConnections = field(default_factory=SharedConnections, repr=False)
+    # Sessions outside a worker using this router now (session_started / session_ended).
+    _sessions: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         self.registry = BackendRegistry(self.paths)
@@ -82,6 +84,19 @@ class Router:
     async def close(self) -> None:
         """Close the shared connections: the worker stops, its tasks are over."""
         await self.connections.aclose()
+
+    def session_started(self) -> None:
+        """A session outside a worker (router_for's router, shared by them) begins."""
+        self._sessions += 1
+
+    async def session_ended(self) -> None:
+        """A session outside a worker ended: the last one open closes the connections, which
+        would otherwise outlive their event loop ("Unclosed client session"); a later session
+        opens new ones."""
+        self._sessions -= 1
+        if self._sessions <= 0:
+            self._sessions = 0
+            await self.close()
 
     # -- the decision ---------------------------------------------------------------------
     def choose(self, snapshot: Snapshot, exclude: Collection[str] = ()) -> Backend:

@@ -109,6 +109,10 @@ class LLMSession:
     oldest_version: int | None = None   # the oldest policy version a turn of this task used
     staleness: Staleness = Staleness.RESTART   # what a turn does once oldest_version is below the floor
     resume_wait_s: float = RESUME_WAIT_S
+    # router_for's router, shared by the sessions outside a worker: counted in at session_for,
+    # out at close (the last one out closes the connections). A worker closes its own at its stop.
+    outside_worker: bool = False
+    _counted_out: bool = field(default=False, repr=False)
     _continued_at: int = field(default=0, repr=False)     # the floor last reported as continued past
     _switched_from: str | None = field(default=None, repr=False)  # reported by the next turn
     _trouble_since: float | None = field(default=None, repr=False)  # first failure since the last answer
@@ -126,6 +130,9 @@ class LLMSession:
         if self.backend is not None:
             self.router.release(self.backend.url)
             self.backend = None
+        if self.outside_worker and not self._counted_out:
+            self._counted_out = True
+            await self.router.session_ended()
 
     # -- the backend ------------------------------------------------------------------------
     async def ensure_backend(self) -> Backend:
@@ -306,8 +313,10 @@ def session_for(ctx: "JobContext", *, retry: RetryPolicy | None = None,
                 max_switches: int = DEFAULT_MAX_SWITCHES) -> LLMSession:
     """The LLM session of the job in `ctx`; use it as `async with` so its slot is released."""
     router = ctx.services.llm_router   # a worker injects the one it built from its RunConfig
+    outside_worker = router is None
     if router is None:
         router = router_for(ctx.paths, ctx.worker_id, ctx.node)
-    return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event,
+        router.session_started()
+    return LLMSession(router, job_id=ctx.job.job_id, event=ctx.event, outside_worker=outside_worker,
                       retry=retry or RetryPolicy(timeout_s=router.request_timeout_s), max_switches=max_switches,
                       staleness=Staleness.parse(ctx.job.staleness))

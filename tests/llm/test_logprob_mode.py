@@ -58,10 +58,12 @@ def teacher_forced(prompt: list[int], output: list[int], temperature: float) -> 
 def one_turn(run: Path) -> tuple[list[int], list[int], list[float], str]:
     async def go() -> tuple[list[int], list[int], list[float], str]:
         paths = make_run(run)
-        async with LLMSession(router_for(paths, "w1", "testnode"), job_id="j") as llm:
+        router = router_for(paths, "w1", "testnode")
+        async with LLMSession(router, job_id="j") as llm:
             prompt = list((await llm.tokenizer()).encode("the quick brown fox", add_special_tokens=False))
             turn = await llm.generate(prompt, {"temperature": TEMPERATURE, "seed": 7, "max_tokens": 12,
                                                "ignore_eos": True})
+        await router.close()   # its connections, before this loop ends
         return prompt, turn.output_ids, turn.logprobs, turn.logprob_mode
 
     return asyncio.run(go())

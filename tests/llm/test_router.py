@@ -211,3 +211,47 @@ def test_tasks_that_start_together_cost_one_board_write(tmp_path: Path, monkeypa
     # outside an event loop (a script, a test) a change is published at once, as before
     router.board.change(A, -1)
     assert len(writes) == 2 and read_load(paths).inflight == {A: 7}
+
+
+def test_sessions_outside_a_worker_close_their_connections_when_the_last_ends_never_a_worker_s(
+        tmp_path: Path) -> None:
+    """Outside a worker (no router injected) session_for uses router_for's router: its keep-alive
+    connections must close when its last session ends, not linger until the process exits
+    ("Unclosed client session"). A worker's router outlives its tasks' sessions."""
+    from aiohttp import web
+
+    from orchestrator.llm.session import session_for
+    from tests.llm.helpers import make_ctx
+
+    paths = run_dir(tmp_path)
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response()
+
+    async def go() -> tuple[bool, bool, bool]:
+        app = web.Application()
+        app.router.add_get("/health", health)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/health"
+        worker_router = router_for(paths, "w-worker", "testnode")
+        try:
+            # Two sessions outside a worker share router_for's router: the first to end leaves the
+            # other's connections open; the last closes them.
+            async with session_for(make_ctx(paths, "w-alone", "g-0", {})) as first:
+                async with session_for(make_ctx(paths, "w-alone", "g-1", {})) as second:
+                    assert first.router is second.router
+                    own = second.router.connections.client()
+                    assert (await own.get(url)).status == 200
+                open_after_one = not own.closed and (await first.router.connections.client().get(url)).status == 200
+            async with session_for(make_ctx(paths, "w-worker", "g-2", {}, router=worker_router)) as task:
+                shared = task.router.connections.client()
+                assert (await shared.get(url)).status == 200
+            return open_after_one, own.closed, shared.closed
+        finally:
+            await worker_router.close()
+            await runner.cleanup()
+
+    assert asyncio.run(go()) == (True, True, False)

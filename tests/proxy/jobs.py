@@ -76,6 +76,7 @@ class Job:
         assert self.proxy is not None
         await self.proxy.close()
         await self.llm.close()
+        await self.llm.router.close()   # this job's own router (router_for, keyed by the job)
 
     @property
     def token(self) -> str:

@@ -24,7 +24,9 @@ import sys  # noqa: E402
 
 def run(argv: list[str]) -> None:
     """Run `[-u] -m MODULE ARGS...` as `python` would have, in this process."""
-    args = [arg for arg in argv if arg != "-u"]   # this interpreter already runs unbuffered
+    args = list(argv)
+    while args[:1] == ["-u"]:   # the interpreter's own flag: this one already runs unbuffered
+        args.pop(0)
     if len(args) < 2 or args[0] != "-m":
         raise SystemExit(f"usage: python -m orchestrator.slurm.submitit_task -u -m MODULE [ARGS...], got {argv}")
     sys.argv = [args[1], *args[2:]]

@@ -1,7 +1,10 @@
 """Tasks in flight per backend, shared by every worker of a run through the spool.
 
-Each worker owns one file, `backends/inflight/<worker>.json`, rewritten atomically whenever
-its counts change: {"worker": W, "node": N, "inflight": {url: n}, "assigned": {url: n}}.
+Each worker owns one file, `backends/inflight/<worker>.json`, rewritten atomically when its
+counts change: {"worker": W, "node": N, "inflight": {url: n}, "assigned": {url: n}}. A worker
+writes it at most once per WORKER_PUBLISH_S (a busy worker's counts change at every job; each
+write is a create and a rename on the metadata server), and a change held back is written when
+that period ends, so other workers' view is at most that old; going idle is written at once.
 A reader sums the files of live workers only: a worker is alive while its heartbeat file
 (`workers/<worker>.json`, refreshed by the worker engine) keeps changing as the reader sees it
 (spool/lease.py), so a dead worker's counts vanish with its lease and nobody has to clean them up.
@@ -30,6 +33,11 @@ from orchestrator.spool.paths import SpoolPaths, safe_name
 
 log = logging.getLogger(__name__)
 
+# A worker's board is rewritten at most this often (seconds). Routing picks the backend with the
+# fewest tasks in flight; counts up to this old only matter for tasks that start within the
+# same 50 ms on different workers, which the tie-breaks spread anyway.
+WORKER_PUBLISH_S = 0.05
+
 
 @dataclass(frozen=True)
 class Load:
@@ -50,8 +58,9 @@ class InflightBoard:
     lease_s: float = DEFAULTS.leases.lease_s
     inflight: Counter[str] = field(default_factory=Counter)
     assigned: Counter[str] = field(default_factory=Counter)
-    # 0: publish every change (small runs: others read the boards at every decision). inf on a
-    # large run: others see the counts through the heartbeat and the cluster summary only.
+    # 0: publish every change (a bare board outside a worker); WORKER_PUBLISH_S in a worker of a
+    # small run (others read the boards at every decision); inf on a large run: others see the
+    # counts through the heartbeat and the cluster summary only.
     publish_every_s: float = 0.0
     _published_at: float = field(default=-1e18, repr=False)
     _unpublished: bool = field(default=False, repr=False)
@@ -78,21 +87,30 @@ class InflightBoard:
             self.publish_if_due()
 
     def publish_if_due(self) -> None:
-        """Publish changes not yet published, unless the last publication is too recent.
+        """Publish changes not yet published, now or when the publication period ends.
 
-        In an event loop the write waits for the end of the loop's round: the tasks a batch of
-        answers ends and starts together (every one in the same round) cost one write, not one
-        each, and other workers still see them before this one next waits for anything."""
-        if not self._unpublished or time.monotonic() - self._published_at < self.publish_every_s:
+        In an event loop the write waits at least for the end of the loop's round: the tasks a
+        batch of answers ends and starts together (every one in the same round) cost one write,
+        not one each. A change within `publish_every_s` of the last write is written when that
+        period ends (a timer of the loop), so it is never held back longer. Outside a loop (a
+        script, a test) a due change is written now; one that is not due waits for the next
+        call (the heartbeat makes one)."""
+        if not self._unpublished or self._publish_scheduled:
+            return
+        wait_s = self._published_at + self.publish_every_s - time.monotonic()
+        if math.isinf(wait_s):   # a large run: the heartbeat carries the counts
             return
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:   # no loop (a script, a test): now
-            self.publish()
+        except RuntimeError:
+            if wait_s <= 0:
+                self.publish()
             return
-        if not self._publish_scheduled:
-            self._publish_scheduled = True
+        self._publish_scheduled = True
+        if wait_s <= 0:
             loop.call_soon(self._publish_scheduled_write)
+        else:
+            loop.call_later(wait_s, self._publish_scheduled_write)
 
     def _publish_scheduled_write(self) -> None:
         self._publish_scheduled = False

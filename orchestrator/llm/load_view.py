@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView, Summary
-from orchestrator.llm.inflight import Load, WorkerCounts, read_load, total_load
+from orchestrator.llm.inflight import WORKER_PUBLISH_S, Load, WorkerCounts, read_load, total_load
 from orchestrator.spool.paths import SpoolPaths
 
 
@@ -61,9 +61,13 @@ class LoadView:
 
     @property
     def publish_every_s(self) -> float:
-        """How often a worker's own board is worth publishing: never on a large run (its heartbeat
-        carries the counts to the summary), at every change on a small one."""
-        return math.inf if self.cluster.fresh() is not None else 0.0
+        """How often this process's own board is worth publishing: never on a large run (its
+        heartbeat carries the counts to the summary); on a small one every WORKER_PUBLISH_S in a
+        worker (its loop lives as long as its tasks, so a held-back change is written when the
+        period ends), at every change outside one (a script's loop may end first)."""
+        if self.cluster.fresh() is not None:
+            return math.inf
+        return WORKER_PUBLISH_S if self.shared else 0.0
 
 
 def _plus(counts: dict[str, int], own: dict[str, int]) -> dict[str, int]:

@@ -213,6 +213,58 @@ def test_tasks_that_start_together_cost_one_board_write(tmp_path: Path, monkeypa
     assert len(writes) == 2 and read_load(paths).inflight == {A: 7}
 
 
+def test_a_busy_worker_writes_its_board_once_per_period_and_never_holds_a_change_back_longer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's counts change at every job it starts and ends (rounds apart as answers trickle
+    in): each write is a create and a rename on the metadata server, so a worker writes at most
+    once per WORKER_PUBLISH_S. The last change is written when the period ends, not at the next
+    change, and going idle is written at once. A bare Router (no worker) writes every change."""
+    import time
+
+    from orchestrator.llm import inflight
+
+    paths, registry = setup(tmp_path, [A, B])
+    worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions())
+    router = worker.state.services.llm_router
+    assert router is not None
+    heartbeat(paths, worker.worker_id)
+    writes: list[dict] = []
+    original = inflight.write_json_atomic
+    monkeypatch.setattr(inflight, "write_json_atomic", lambda path, data, **kw: (writes.append(data), original(path, data, **kw)))
+
+    async def trickle() -> tuple[float, dict[str, int], dict[str, int]]:
+        router.choose(registry.read())   # the worker's period, as every pick sets it
+        period = router.board.publish_every_s
+        for _ in range(40):              # 40 jobs start and end, each in a round of its own
+            router.board.change(A, +1)
+            await asyncio.sleep(0)
+            router.board.change(B, +1)
+            await asyncio.sleep(0.001)
+            router.board.change(A, -1)
+        seen_before = read_load(paths).inflight
+        await asyncio.sleep(period + 0.05)
+        return period, seen_before, read_load(paths).inflight
+
+    began = time.monotonic()
+    period, before, after = asyncio.run(trickle())
+    elapsed = time.monotonic() - began
+    assert period == inflight.WORKER_PUBLISH_S > 0
+    assert len(writes) <= elapsed / period + 2, f"{len(writes)} writes in {elapsed:.3f} s"
+    assert after == {B: 40}   # the last change was written when its period ended
+    assert before != after or len(writes) == 1
+    writes.clear()
+
+    async def go_idle() -> None:
+        router.board.change(B, -40)
+        assert len(writes) == 1 and read_load(paths).inflight == {}   # idle: at once, not a period later
+
+    asyncio.run(go_idle())
+
+    bare = Router(paths, "bare", node="x")   # outside a worker: every change, as a script's loop may end first
+    bare.choose(registry.read())
+    assert bare.board.publish_every_s == 0.0
+
+
 def test_sessions_outside_a_worker_close_their_connections_when_the_last_ends_never_a_worker_s(
         tmp_path: Path) -> None:
     """Outside a worker (no router injected) session_for uses router_for's router: its keep-alive

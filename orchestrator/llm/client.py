@@ -9,7 +9,7 @@ import abc
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from orchestrator.llm.http import BackendHttp, HttpFailure
 from orchestrator.llm.errors import AbortUnsupported, BackendFailed, ReloadUnsupported, RequestRejected
@@ -192,6 +192,8 @@ class BackendClient(abc.ABC):
         raise BackendFailed(self.backend.url, f"{problem} (after {self.retry.attempts} attempts)")
 
 
-def require(condition: bool, url: str, message: str) -> None:
+def require(condition: bool, url: str, message: str | Callable[[], str]) -> None:
+    """BackendFailed with `message` unless `condition`. A message that quotes the answer is given
+    as a function: it runs only on failure (rendering a whole answer costs as much as parsing it)."""
     if not condition:
-        raise BackendFailed(url, message)
+        raise BackendFailed(url, message if isinstance(message, str) else message())

@@ -35,7 +35,7 @@ class SGLangClient(BackendClient):
             require(len(body) == 1, url, f"/generate answered {len(body)} results for one prompt")
             body = body[0]
         require(isinstance(body, dict) and isinstance(body.get("meta_info"), dict), url,
-                f"/generate answered without meta_info: {str(body)[:200]}")
+                lambda: f"/generate answered without meta_info: {str(body)[:200]}")
         meta = body["meta_info"]
         triples = meta.get("output_token_logprobs")
         require(isinstance(triples, list), url, "no output_token_logprobs: was return_logprob ignored?")
@@ -63,7 +63,7 @@ class SGLangClient(BackendClient):
         except RequestRejected as exc:
             raise self.reload_unsupported(exc) from None
         require(isinstance(answer, dict) and answer.get("success") is True, self.backend.url,
-                f"/update_weights_from_disk answered {str(answer)[:300]}")
+                lambda: f"/update_weights_from_disk answered {str(answer)[:300]}")
 
     async def abort_all(self) -> int | None:
         try:

@@ -38,7 +38,7 @@ class VLLMClient(BackendClient):
     def parse_response(self, body: Any) -> Completion:
         url = self.backend.url
         require(isinstance(body, dict) and bool(body.get("choices")), url,
-                f"/v1/completions answered without choices: {str(body)[:200]}")
+                lambda: f"/v1/completions answered without choices: {str(body)[:200]}")
         choice = body["choices"][0]
         logprobs = choice.get("logprobs") or {}
         token_logprobs = logprobs.get("token_logprobs")
@@ -67,7 +67,7 @@ class VLLMClient(BackendClient):
         except RequestRejected as exc:
             raise self.reload_unsupported(exc) from None
         require(isinstance(answer, dict) and "results" in answer, self.backend.url,
-                f"/collective_rpc answered {str(answer)[:200]}")
+                lambda: f"/collective_rpc answered {str(answer)[:200]}")
         try:  # only reported by the server (e.g. in /model_info); older dev modes lack it
             await self.request("POST", "/update_weight_version", {"new_version": str(version)})
         except RequestRejected as exc:

@@ -299,3 +299,36 @@ def test_the_shared_connections_do_not_queue_a_big_run_pool(tmp_path: Path) -> N
 
         asyncio.run(tasks())
     assert len(arrived) == wanted
+
+
+class _CountsRenders(dict):
+    """An answer that counts how often it is rendered as text."""
+
+    renders = 0
+
+    def __repr__(self) -> str:
+        type(self).renders += 1
+        return super().__repr__()
+
+    __str__ = __repr__
+
+
+def test_parsing_an_answer_renders_it_as_text_only_to_report_it_broken() -> None:
+    """A worker parses an answer per sample: quoting the whole answer into an error message it
+    then does not raise cost as much as the parse itself (py-spy: 3% of a busy worker)."""
+    from orchestrator.llm.sglang import SGLangClient
+    from orchestrator.llm.vllm import VLLMClient
+
+    vllm = VLLMClient(Backend(url="http://x:1/v1"), BackendHttp())
+    good = _CountsRenders(choices=[{"token_ids": [5, 6], "finish_reason": "length",
+                                     "logprobs": {"token_logprobs": [-0.5, -0.25]}}])
+    assert vllm.parse_response(good).output_ids == [5, 6]
+    sglang = SGLangClient(Backend(url="http://x:1", protocol=Protocol.SGLANG), BackendHttp())
+    answer = _CountsRenders(output_ids=[7], meta_info={"output_token_logprobs": [[-0.1, 7, None]], "finish_reason": "stop"})
+    assert sglang.parse_response(answer).output_ids == [7]
+    assert _CountsRenders.renders == 0
+    with pytest.raises(BackendFailed, match="answered without choices: {'object': 'error'"):
+        vllm.parse_response(_CountsRenders(object="error"))
+    with pytest.raises(BackendFailed, match="answered without meta_info"):
+        sglang.parse_response(_CountsRenders(text="?"))
+    assert _CountsRenders.renders == 2

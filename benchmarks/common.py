@@ -53,6 +53,24 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / ticks
 
 
+def cpu_wait_seconds(pids: list[int]) -> float:
+    """Time the threads of these processes spent ready to run but waiting for a CPU, so far
+    (schedstat's run delay; 0 for one that is gone, or a kernel without schedstats). Tells CPU
+    contention apart from idling: a server slower beside busy neighbours waits here."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return total / 1e9
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

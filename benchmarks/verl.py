@@ -122,8 +122,9 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
     print("  fill: the call's start to the first RUN start (submit, claims, INIT); drain: the last RUN end to\n"
           "  the call's return (EVAL, commit, the reader, assembly); RUN slots busy: their use between.")
     print_table("CPU seconds per call (means over the pairs): what shares the 2 cores with the model",
-                ["side", "server (model + HTTP)", "workers", "this process (manager or client)"],
-                [[side, mean_of(pairs, f"{side}_cpu_server"), mean_of(pairs, f"{side}_cpu_workers") if side == "spool" else "-",
+                ["side", "server (model + HTTP)", "server waited for a CPU", "workers", "this process (manager or client)"],
+                [[side, mean_of(pairs, f"{side}_cpu_server"), mean_of(pairs, f"{side}_wait_server"),
+                  mean_of(pairs, f"{side}_cpu_workers") if side == "spool" else "-",
                   mean_of(pairs, f"{side}_cpu_self")] for side in ("spool", "direct")])
     ratio = median([p["ratio"] for p in pairs])
     inside = figures["inside_jobs"]
@@ -151,7 +152,8 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
         "overhead_ratio_ok": ratio <= TARGET_RATIO,
         "spool_s": [round(p["spool"], 3) for p in pairs], "direct_s": [round(p["direct"], 3) for p in pairs],
         "cpu_s_per_call": {key: round(mean_of(pairs, key), 3) for key in
-                           ("spool_cpu_server", "spool_cpu_workers", "spool_cpu_self", "direct_cpu_server", "direct_cpu_self")},
+                           ("spool_cpu_server", "spool_wait_server", "spool_cpu_workers", "spool_cpu_self",
+                            "direct_cpu_server", "direct_wait_server", "direct_cpu_self")},
         "spool_phases": {k: [round(p[k], 3) for p in pairs] for k in ("fill_s", "run_span_s", "run_busy", "drain_s")},
         "assemble_ms_per_1k_samples": round(assemble_ms, 2), "assemble_target_ms": TARGET_ASSEMBLE_MS,
         "assemble_ok": assemble_ms <= TARGET_ASSEMBLE_MS, "assembled_rows": assembly["rows"],

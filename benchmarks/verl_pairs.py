@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds
+from benchmarks.common import cpu_seconds, cpu_wait_seconds
 
 NOT_A_BENCHMARK = "the inside of benchmarks.verl (which runs it in verl's venv with its arguments file)"
 
@@ -183,6 +183,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         seconds: dict[str, float] = {}
         for side in order:
             cpu_before = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
+            wait_before = cpu_wait_seconds([args["server_pid"]])
             if side == "spool":
                 began, began_at = time.perf_counter(), time.time()
                 out = manager.generate(batch)
@@ -196,6 +197,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
                 seconds["queue_s_mean"] = timing["hpc_rollout/queue_s/mean"]
             else:
                 seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
+            seconds[f"{side}_wait_server"] = cpu_wait_seconds([args["server_pid"]]) - wait_before
             cpu_after = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
             for name, before, after in zip(("server", "workers", "self"), cpu_before, cpu_after):
                 seconds[f"{side}_cpu_{name}"] = after - before

@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.observation_pieces import ObservationPieces
+from orchestrator.llm.prompt_cache import FIRST_PROMPTS
 
 SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
 VERIFY_EVERY = 32
@@ -54,8 +55,9 @@ class Conversation:
 
     def __post_init__(self) -> None:
         self.messages = [dict(m) for m in self.messages]
-        if not self.prompt_ids:
-            self.prompt_ids = self.encode(self.render(self.messages, generation_prompt=True))
+        if not self.prompt_ids:   # the samples of a group share their first prompt: rendered once
+            self.prompt_ids = FIRST_PROMPTS.ids(self.tokenizer, self.messages, self.tools, lambda: self.encode(
+                self.render(self.messages, generation_prompt=True)))
 
     @property
     def input_ids(self) -> list[int]:

@@ -120,3 +120,30 @@ def test_engine_batches_rows_like_single_requests() -> None:
         return await asyncio.gather(*(engine.submit(r) for r in requests))
 
     assert [r.output_ids for r in asyncio.run(concurrent())] == [r.output_ids for r in batched]
+
+
+def test_the_samples_of_a_group_render_their_prompt_once() -> None:
+    """A group's n samples start from the same messages: the chat template runs and the tokenizer
+    encodes once for them, and the ids are those of a render of their own. Other messages, other
+    tools or another template render anew."""
+    tok = tokenizer()
+    renders = []
+    original = tok.apply_chat_template
+
+    def counted(*args, **kwargs):
+        renders.append(args)
+        return original(*args, **kwargs)
+
+    tok.apply_chat_template = counted
+    group = [Conversation(tok, [dict(m) for m in MESSAGES]) for _ in range(4)]
+    assert len(renders) == 1
+    expected = original(MESSAGES, tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert all(c.prompt_ids == list(expected) for c in group)
+    group[0].prompt_ids.append(7)   # each sample's ids are its own
+    assert Conversation(tok, MESSAGES).prompt_ids == list(expected) and len(renders) == 1
+    Conversation(tok, [*MESSAGES[:1], {"role": "user", "content": "Hi?"}])
+    tool = {"type": "function", "function": {"name": "calc", "description": "adds", "parameters": {"type": "object"}}}
+    with_tools = Conversation(tok, MESSAGES, tools=[tool])
+    assert len(renders) == 3 and "calc" in tok.decode(with_tools.prompt_ids)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}|{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+    assert tok.decode(Conversation(tok, MESSAGES).prompt_ids) == "Be brief.|Hi!|>" and len(renders) == 4

@@ -35,7 +35,7 @@ from orchestrator.config import Staleness
 from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, BackendClient, RetryPolicy
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
-from orchestrator.llm.identity import tokenizer_hash
+from orchestrator.llm.identity import RECHECK_S, tokenizer_hash
 from orchestrator.llm.registry import Backend
 from orchestrator.llm.router import Router, router_for
 from orchestrator.llm.tokenizer import load_tokenizer
@@ -170,12 +170,12 @@ class LLMSession:
                 break
             except BackendFailed as exc:  # dead before the first turn: move on like a turn would
                 self._switch(backend, str(exc))
-        if not Path(path).is_dir():
+        resolved = tokenizer_directory(path)
+        if resolved is None:
             raise LLMError(
                 f"backend {backend.url} serves model {path!r}, which is not a local directory: "
                 f"register its tokenizer with `hpc-rollout backend add ... --tokenizer DIR`"
             )
-        resolved = str(Path(path).resolve())
         loaded = _loaded_tokenizers.get(resolved)
         if loaded is not None:   # every task after the first: no hop to a thread and back
             return loaded
@@ -288,6 +288,25 @@ class LLMSession:
 _tokenizer_lock = threading.Lock()
 TOKENIZERS_KEPT = 8   # a run whose backends name a new checkpoint directory per version must not keep them all
 _loaded_tokenizers: dict[str, Any] = {}   # resolved path -> tokenizer, the last TOKENIZERS_KEPT loaded (read without the lock)
+
+
+_directories: dict[str, tuple[float, str]] = {}   # path -> (when resolved, monotonic; its real path)
+
+
+def tokenizer_directory(path: str) -> str | None:
+    """The real path of tokenizer directory `path` (None: not a directory), resolved again at most
+    every RECHECK_S: every job asks, and a symlink re-pointed to a new checkpoint is followed then."""
+    now = time.monotonic()
+    seen = _directories.get(path)
+    if seen is not None and now - seen[0] < RECHECK_S:
+        return seen[1]
+    directory = Path(path)
+    if not directory.is_dir():
+        return None
+    if len(_directories) >= TOKENIZERS_KEPT * 8:
+        _directories.clear()
+    _directories[path] = (now, str(directory.resolve()))
+    return _directories[path][1]
 
 
 def cached_tokenizer(path: str) -> Any:

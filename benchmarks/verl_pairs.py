@@ -187,20 +187,22 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             if side == "spool":
                 began, began_at = time.perf_counter(), time.time()
                 out = manager.generate(batch)
-                seconds["spool"] = time.perf_counter() - began
-                seconds.update(spool_phases(args["run"], began_at, time.time(), args["concurrency"]))
+                seconds["spool"], ended_at = time.perf_counter() - began, time.time()
+            else:
+                seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
+            # the CPU of the call alone: what this benchmark reads afterwards is not the manager's
+            seconds[f"{side}_wait_server"] = cpu_wait_seconds([args["server_pid"]]) - wait_before
+            cpu_after = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
+            for name, before, after in zip(("server", "workers", "self"), cpu_before, cpu_after):
+                seconds[f"{side}_cpu_{name}"] = after - before
+            if side == "spool":
+                seconds.update(spool_phases(args["run"], began_at, ended_at, args["concurrency"]))
                 counts = out.meta_info["hpc_rollout"]
                 if counts["ok"] != len(batch):
                     raise RuntimeError(f"spool run {run}: {counts}")
                 timing = out.meta_info["timing"]
                 seconds["run_s_mean"] = timing["agent_loop/generate_sequences/mean"]
                 seconds["queue_s_mean"] = timing["hpc_rollout/queue_s/mean"]
-            else:
-                seconds["direct"] = asyncio.run(direct(args["url"], ids, args))
-            seconds[f"{side}_wait_server"] = cpu_wait_seconds([args["server_pid"]]) - wait_before
-            cpu_after = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
-            for name, before, after in zip(("server", "workers", "self"), cpu_before, cpu_after):
-                seconds[f"{side}_cpu_{name}"] = after - before
         if run >= 0:
             pairs.append({**seconds, "first": order[0], "ratio": seconds["spool"] / seconds["direct"]})
     manager.close()

@@ -126,6 +126,11 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
                 [[side, mean_of(pairs, f"{side}_cpu_server"), mean_of(pairs, f"{side}_wait_server"),
                   mean_of(pairs, f"{side}_cpu_workers") if side == "spool" else "-",
                   mean_of(pairs, f"{side}_cpu_self")] for side in ("spool", "direct")])
+    print_table("the server's steps per call (means over the pairs; serve-llm's /metrics)",
+                ["side", "steps", "rows per step", "ms per step (wall)", "ms per step (model thread CPU)"],
+                [[side, mean_of(pairs, f"{side}_steps"), mean_of(pairs, f"{side}_rows_per_step"),
+                  mean_of(pairs, f"{side}_step_ms"), mean_of(pairs, f"{side}_step_cpu_ms")] for side in ("spool", "direct")])
+    print("  more steps or fewer rows per step: the batch had holes; more ms per step: the model ran slower")
     ratio = median([p["ratio"] for p in pairs])
     inside = figures["inside_jobs"]
     print_table(f"inside the {inside['jobs']} spool jobs (means, seconds)", ["LLM answer", "RUN", "RUN outside the LLM",
@@ -155,6 +160,8 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
                            ("spool_cpu_server", "spool_wait_server", "spool_cpu_workers", "spool_cpu_self",
                             "direct_cpu_server", "direct_wait_server", "direct_cpu_self")},
         "spool_phases": {k: [round(p[k], 3) for p in pairs] for k in ("fill_s", "run_span_s", "run_busy", "drain_s")},
+        "server_steps": {f"{side}_{k}": round(mean_of(pairs, f"{side}_{k}"), 3) for side in ("spool", "direct")
+                         for k in ("steps", "rows_per_step", "step_ms", "step_cpu_ms")},
         "assemble_ms_per_1k_samples": round(assemble_ms, 2), "assemble_target_ms": TARGET_ASSEMBLE_MS,
         "assemble_ok": assemble_ms <= TARGET_ASSEMBLE_MS, "assembled_rows": assembly["rows"],
         "assemble_split_ms": {k: round(v, 2) for k, v in assembly.items() if k not in ("rows", "total")},

@@ -166,6 +166,15 @@ def spool_phases(run: str, began_at: float, ended_at: float, concurrency: int) -
             "run_busy": busy}
 
 
+def server_steps(url: str) -> dict[str, float]:
+    """serve-llm's step counters so far (its /metrics): steps, rows they carried, wall and CPU seconds."""
+    import httpx
+
+    page = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=30).text
+    return {line.split("{")[0].removeprefix("serve_llm:"): float(line.rsplit(" ", 1)[1])
+            for line in page.splitlines() if line.startswith("serve_llm:")}
+
+
 def main(args: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.llm.tokenizer import load_tokenizer
     from orchestrator.trainer.verl.manager import SpoolLoopManager
@@ -184,6 +193,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
         for side in order:
             cpu_before = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
             wait_before = cpu_wait_seconds([args["server_pid"]])
+            steps_before = server_steps(args["url"])
             if side == "spool":
                 began, began_at = time.perf_counter(), time.time()
                 out = manager.generate(batch)
@@ -195,6 +205,11 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
             cpu_after = (cpu_seconds([args["server_pid"]]), cpu_seconds(args["worker_pids"]), time.process_time())
             for name, before, after in zip(("server", "workers", "self"), cpu_before, cpu_after):
                 seconds[f"{side}_cpu_{name}"] = after - before
+            steps = {k: v - steps_before[k] for k, v in server_steps(args["url"]).items()}
+            seconds[f"{side}_steps"] = steps["steps_total"]
+            seconds[f"{side}_rows_per_step"] = steps["step_rows_total"] / max(1.0, steps["steps_total"])
+            seconds[f"{side}_step_ms"] = 1000 * steps["step_seconds_total"] / max(1.0, steps["steps_total"])
+            seconds[f"{side}_step_cpu_ms"] = 1000 * steps["step_cpu_seconds_total"] / max(1.0, steps["steps_total"])
             if side == "spool":
                 seconds.update(spool_phases(args["run"], began_at, ended_at, args["concurrency"]))
                 counts = out.meta_info["hpc_rollout"]

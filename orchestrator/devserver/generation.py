@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,24 @@ from orchestrator.devserver.sampling import GenRequest, GenResult
 log = logging.getLogger(__name__)
 
 Waiter = tuple[GenRequest, "asyncio.Future[GenResult]", threading.Event]
+
+
+@dataclass
+class StepCounters:
+    """What the model thread did since the server started: steps, the rows they carried, their
+    wall and CPU seconds (serve-llm's /metrics): fewer rows per step means the batch had holes,
+    more seconds per step that the model ran slower."""
+
+    steps: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def add(self, rows: int, seconds: float, cpu_seconds: float) -> None:
+        self.steps += 1
+        self.rows += rows
+        self.seconds += seconds
+        self.cpu_seconds += cpu_seconds
 
 
 class Engine:
@@ -49,6 +68,7 @@ class Engine:
         self._weights_lock: asyncio.Lock | None = None   # held while a batch runs; a reload takes it
         self._reloads_waiting = 0                        # > 0: admit nobody, so the batch drains
         self._default_rng = torch.Generator().manual_seed(0)
+        self.counters = StepCounters()
 
     async def submit(self, request: GenRequest) -> GenResult:
         if self._queue is None:
@@ -105,10 +125,13 @@ class Engine:
                             future.set_result(result)
 
     def _advance(self, batch: RunningBatch[Any], joining: list[tuple[GenRequest, threading.Event, Any]]) -> list[tuple[Any, GenResult]]:
+        started, cpu_started = time.perf_counter(), time.thread_time()
         with self.torch.inference_mode():
             if joining:
                 batch.admit(joining)
-            return batch.step()
+            finished = batch.step()
+        self.counters.add(len(batch.rows), time.perf_counter() - started, time.thread_time() - cpu_started)
+        return finished
 
     def weights_lock(self) -> asyncio.Lock:
         if self._weights_lock is None:

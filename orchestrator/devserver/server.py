@@ -126,10 +126,17 @@ class ReferenceServer:
             "max_model_len": self.options.max_model_len, **self.announced()}]})
 
     async def metrics(self, _: web.Request) -> web.Response:
-        """A little of vLLM's Prometheus page: the requests in flight (queued ones included)."""
+        """A little of vLLM's Prometheus page: the requests in flight (queued ones included); and
+        the model thread's steps (serve_llm:*, a scripted policy has none): their count, the rows
+        they carried, their wall and CPU seconds."""
         label = f'{{model_name="{self.model_id}"}}'
         text = (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{label} {self.engine.in_flight()}\n"
                 f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{label} 0\n")
+        counters = getattr(self.engine, "counters", None)
+        if counters is not None:
+            for name, value in (("steps_total", counters.steps), ("step_rows_total", counters.rows),
+                                ("step_seconds_total", counters.seconds), ("step_cpu_seconds_total", counters.cpu_seconds)):
+                text += f"# TYPE serve_llm:{name} counter\nserve_llm:{name}{label} {value}\n"
         return web.Response(text=text, content_type="text/plain")
 
     async def model_info(self, _: web.Request) -> web.Response:

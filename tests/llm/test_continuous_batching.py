@@ -96,3 +96,33 @@ def test_a_model_with_sliding_window_layers_is_refused_with_what_to_use_instead(
     windowed = Qwen2Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=64, max_window_layers=0)
     with pytest.raises(UnpackableModelError, match="full-attention models only.*stock vLLM or SGLang"):
         check_packable(windowed)
+
+
+def test_the_servers_metrics_count_its_steps_and_the_rows_they_carried(tmp_path) -> None:
+    """serve-llm's /metrics says how full its batches ran (serve_llm:step_rows_total over
+    serve_llm:steps_total) and how long its steps took: a benchmark reads it to tell a batch with
+    holes from a model slowed by its neighbours."""
+    import httpx
+
+    from orchestrator.devserver.local_server import local_server
+
+    def counters(url: str) -> dict[str, float]:
+        page = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+        return {line.split("{")[0].removeprefix("serve_llm:"): float(line.rsplit(" ", 1)[1])
+                for line in page.splitlines() if line.startswith("serve_llm:")}
+
+    with local_server(extra_args=["--max-batch", "4"]) as url:
+        assert counters(url) == {"steps_total": 0, "step_rows_total": 0, "step_seconds_total": 0,
+                                 "step_cpu_seconds_total": 0}
+
+        async def four_together() -> None:
+            async with httpx.AsyncClient(timeout=60) as client:
+                answers = await asyncio.gather(*(client.post(f"{url}/completions", json={
+                    "prompt": [5, 6, 7 + i], "max_tokens": 6, "ignore_eos": True}) for i in range(4)))
+                assert all(a.status_code == 200 for a in answers)
+
+        asyncio.run(four_together())
+        seen = counters(url)
+    # 4 requests x 6 tokens: each row goes through the model 6 times (its prompt, then 5 sampled tokens)
+    assert seen["step_rows_total"] == 24
+    assert 6 <= seen["steps_total"] <= 24 and seen["step_seconds_total"] >= seen["step_cpu_seconds_total"] * 0.5 > 0

@@ -42,6 +42,8 @@ UNHINTED_POLL_LARGE_S = 30.0
 RUN_QUEUE_RELIST_S = 0.1   # backpressure lists the node's run queue at most this often
 # An idle dispatcher of a small run stats its queue directory this often between listings.
 QUEUE_WATCH_S = 0.05
+# INIT waiting for room looks again this often, besides being woken when room is made.
+ROOM_RECHECK_S = 0.05
 
 
 class Dispatcher:
@@ -168,7 +170,7 @@ class Dispatcher:
             if room:
                 return
             state.pools.wake[Stage.INIT].clear()
-            await wait_or_timeout(state.pools.wake[Stage.INIT], 0.05)
+            await wait_or_timeout(state.pools.wake[Stage.INIT], ROOM_RECHECK_S)
 
     def _prepared_count(self) -> int:
         state = self.state

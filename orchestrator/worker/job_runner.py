@@ -68,6 +68,8 @@ class JobRunner:
             state.jobs.user_cancelled.discard(name)
         if holds_slot:
             state.pools.slots[stage].release()
+        if stage is Stage.INIT or (stage is Stage.RUN and state.options.max_sandboxes):
+            state.pools.wake[Stage.INIT].set()   # room for INIT (max_prepared, max_sandboxes): no re-check to wait for
         self.committer.worker_let_go()
 
     async def _process(self, stage: Stage, name: str, ticket: Ticket | None = None) -> None:

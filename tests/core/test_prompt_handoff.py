@@ -67,6 +67,20 @@ def test_an_idle_worker_claims_a_new_ticket_without_sleeping_out_its_backoff(
     assert rows(paths)[0]["status"] == "ok"
 
 
+def test_init_starts_the_next_job_as_soon_as_one_finishes_not_at_its_room_recheck(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # INIT prepares at most max_prepared jobs ahead; it waited for room by re-checking every 50 ms,
+    # and a finished INIT did not wake it: a step's first 20 jobs reached RUN 4 per 50 ms (a quarter
+    # of a second of partly empty model batches at every verl step). Re-checks of 30 s make it plain.
+    monkeypatch.setattr(dispatch, "ROOM_RECHECK_S", 30.0)
+    paths = make_run(tmp_path / "run")
+    Spool.open(paths.root).submit([{"reward": 1.0}] * 6, handler="echo")
+    worker = Worker(paths, RunConfig.load(paths.run_config),
+                    WorkerOptions(init_pool=6, run_pool=6, eval_pool=6, max_prepared=1))
+    seconds = serve_until(worker, lambda: len(rows(paths)) == 6, timeout=60)
+    assert seconds < 15, "INIT waited out its room re-check"
+
+
 def test_the_last_rows_are_committed_once_the_worker_holds_no_job(tmp_path: Path) -> None:
     # A row would wait up to a minute for its shard: idle_flush_s and max_age_s say so.
     paths = make_run(tmp_path / "run", **{"shards.idle_flush_s": 60.0, "shards.max_age_s": 60.0})

@@ -126,3 +126,24 @@ def test_the_servers_metrics_count_its_steps_and_the_rows_they_carried(tmp_path)
     # 4 requests x 6 tokens: each row goes through the model 6 times (its prompt, then 5 sampled tokens)
     assert seen["step_rows_total"] == 24
     assert 6 <= seen["steps_total"] <= 24 and seen["step_seconds_total"] >= seen["step_cpu_seconds_total"] * 0.5 > 0
+
+
+def test_the_model_steps_on_while_the_servers_event_loop_is_busy() -> None:
+    """The steps run back to back in the model thread, as vLLM's engine core runs apart from its
+    API server: a step handed to a pool thread and awaited by the event loop waited, after every
+    step, for that loop's thread to be scheduled again (on a node busy with workers, 10% slower)."""
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
+
+    async def scenario() -> tuple[int, int]:
+        running = asyncio.create_task(engine.submit(LONG))
+        while engine.counters.steps < 3:
+            await asyncio.sleep(0.001)
+        before = engine.counters.steps
+        time.sleep(0.5)   # the event loop's thread is busy (HTTP, say): no await for half a second
+        during = engine.counters.steps - before
+        engine.abort_all()
+        await running
+        return before, during
+
+    before, during = asyncio.run(scenario())
+    assert during >= 10, f"{during} steps while the event loop was busy"

@@ -80,6 +80,17 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.9, resamples: int = 2000) -> tuple[float, float]:
+    """A bootstrap interval of the median (percentile method, fixed seed): how far the median of
+    this many noisy pairs may stand from the one a longer run would find."""
+    import random
+
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    tail = (1 - confidence) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def emit_json(figures: dict[str, Any]) -> None:
     """The last line of every benchmark: one JSON object with its figures."""
     print(json.dumps(figures, sort_keys=True))

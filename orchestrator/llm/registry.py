@@ -197,6 +197,7 @@ class BackendRegistry:
     on_quarantine: Callable[[str], None] | None = field(default=None, repr=False)
     _cache_key: tuple[int, int, int] | None = field(default=None, repr=False)
     _cache: Snapshot = field(default_factory=Snapshot, repr=False)
+    _file: str = field(default="", init=False, repr=False)   # the path as a string: read() stats it per pick
 
     @classmethod
     def of(cls, run_dir: str | os.PathLike[str] | SpoolPaths) -> "BackendRegistry":
@@ -209,17 +210,18 @@ class BackendRegistry:
         while `vouch` says the file is the one cached)."""
         if self.vouch is not None and self._cache_key is not None and self.vouch() == self._cache_key:
             return self._cache
-        path = self.paths.backends
+        if not self._file:
+            self._file = str(self.paths.backends)
         fsops.count("stat")
         try:
-            st = path.stat()
+            st = os.stat(self._file)
         except FileNotFoundError:
             self._cache_key, self._cache = None, Snapshot()
             return self._cache
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._cache_key:
             try:
-                self._cache = self._parse(path)
+                self._cache = self._parse(self.paths.backends)
             except RegistryCorrupt as exc:
                 if self.quarantine_unusable:
                     self._set_aside(key, str(exc))

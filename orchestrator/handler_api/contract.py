@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import difflib
 import math
+import time
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -112,9 +113,21 @@ def check_instance(handler: AgentHandler, instance: dict[str, Any]) -> None:
     handler.validate_instance(instance)
 
 
-def available_handlers() -> dict[str, Any]:
-    """Entry points of every installed handler, by name."""
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+# load_handler reuses a scan of the installed entry points this long (seconds): submit looks up a
+# verl row's data_source as a handler first, at every call of a trainer's step, and a scan reads
+# every installed distribution's metadata (10-15 ms a call in verl's environment). A handler
+# installed meanwhile is found once the scan is this old.
+LISTING_REUSE_S = 10.0
+_listing: tuple[float, dict[str, Any]] | None = None   # (when scanned, monotonic; entry points by name)
+
+
+def available_handlers(max_age_s: float = 0.0) -> dict[str, Any]:
+    """Entry points of every installed handler, by name (a scan at most `max_age_s` old)."""
+    global _listing
+    now = time.monotonic()
+    if _listing is None or now - _listing[0] > max_age_s:
+        _listing = (now, {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return _listing[1]
 
 
 _loaded: dict[str, type[AgentHandler]] = {}
@@ -124,7 +137,7 @@ def load_handler(name: str) -> AgentHandler:
     """A fresh handler instance for `name`, or HandlerError listing the installed ones."""
     cls = _loaded.get(name)
     if cls is None:
-        found = available_handlers()
+        found = available_handlers(max_age_s=LISTING_REUSE_S)
         if name not in found:
             known = ", ".join(sorted(found)) or "none"
             close = difflib.get_close_matches(name, sorted(found), n=1)

@@ -120,3 +120,33 @@ def test_submit_needs_a_run_directory(tmp_path: Path) -> None:
 def test_submission_ids_sort_in_the_order_made_even_within_a_millisecond() -> None:
     ids = [new_submission_id() for _ in range(200)]   # far faster than 200 ms
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_a_trainers_steps_scan_the_installed_handlers_once_not_at_every_submit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl rows name their data_source, which submit looks up as a handler before the fallback:
+    every step of a trainer scanned every installed distribution's entry points for it (10-15 ms
+    of each verl step's start). A scan is reused for LISTING_REUSE_S; then a handler installed
+    meanwhile is found."""
+    from orchestrator.handler_api import contract
+    from orchestrator.trainer.api import Spool
+
+    clock = [100.0]
+    monkeypatch.setattr(contract.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(contract, "_listing", None)
+    scans = []
+    original = contract.entry_points
+    monkeypatch.setattr(contract, "entry_points", lambda **kw: (scans.append(kw), original(**kw))[1])
+    spool = Spool.open(make_run(tmp_path / "run").root)
+    row = {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "1 + 1?"}],
+           "reward_model": {"ground_truth": "2"}}
+    for step in range(5):
+        report = spool.submit([row] * 4, handler="answer", samples=2)
+        assert not report.rejected and report.jobs == 8
+    assert len(scans) == 1
+    clock[0] += contract.LISTING_REUSE_S + 1
+    spool.submit([row], handler="answer")
+    assert len(scans) == 2
+    with pytest.raises(contract.HandlerError, match="unknown handler 'nope'.*installed handlers: .*answer"):
+        contract.load_handler("nope")
+    assert len(scans) == 2

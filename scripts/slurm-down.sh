@@ -11,20 +11,11 @@ D=$SLURM_CI_DIR
 
 log() { printf '[slurm-down %s] %s\n' "$(date +%T)" "$*"; }
 
-# alive, stop_pid
+# alive, stop_pid, cancel_all_jobs
 source "$(dirname "${BASH_SOURCE[0]}")/slurm-pids.sh"
 
 if alive "$D/run/slurmctld.pid" slurmctld; then
-  mapfile -t jobs < <(timeout 15 squeue -h -o %i 2>/dev/null)
-  if ((${#jobs[@]})); then
-    log "cancelling jobs: ${jobs[*]}"
-    timeout 15 scancel "${jobs[@]}" 2>/dev/null || true
-    for _ in $(seq 150); do   # up to 30 s (KillWait + epilog)
-      timeout 15 squeue -h -t all -o '%i %T' 2>/dev/null |
-        grep -qvE 'CANCELLED|COMPLETED|FAILED|TIMEOUT|PREEMPTED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE' || break
-      sleep 0.2
-    done
-  fi
+  cancel_all_jobs "stopping the cluster"
 fi
 
 for pf in "$D"/run/slurmd-*.pid; do [[ -e $pf ]] && stop_pid "$pf" slurmd; done

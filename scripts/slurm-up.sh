@@ -249,9 +249,11 @@ if [[ $SLURM_ACCOUNTING == dbd ]]; then
 fi
 
 # ---------------------------------------------------------- slurmctld/slurmd --
+started_ctld=0
 if ! alive "$D/run/slurmctld.pid" slurmctld; then
   log "starting slurmctld"
   slurmctld -i
+  started_ctld=1
 fi
 wait_for "$SLURM_WAIT" scontrol ping || die "slurmctld did not answer"
 
@@ -281,6 +283,13 @@ resume_stale() {
 }
 sleep 1; resume_stale
 wait_for "$SLURM_WAIT" nodes_up || { sinfo -N -o '%N %t %E'; die "nodes did not become idle"; }
+# A controller started here recovers the saved jobs of a cluster that was stopped without
+# slurm-down.sh (a test run killed mid-way): their tasks would hold the nodes until their time
+# limit and starve every job of this run. Cancel them once the nodes' slurmd can kill the steps.
+if ((started_ctld)); then
+  cancel_all_jobs "left by a controller that stopped without slurm-down.sh"
+  wait_for "$SLURM_WAIT" nodes_up || { sinfo -N -o '%N %t %E'; die "nodes did not become idle"; }
+fi
 
 if [[ $SLURM_ACCOUNTING == dbd ]]; then
   # slurmctld registers the cluster in slurmdbd by itself; wait for it so that

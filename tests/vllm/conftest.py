@@ -38,6 +38,7 @@ class VLLMServer:
     url: str               # http://127.0.0.1:PORT/v1
     model_dir: Path        # what it serves; also its model id and the tokenizer
     log_path: Path | None  # the server's log (None for a reused server)
+    pid: int | None = None  # its process group's leader (None for a reused server)
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +56,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     with stock_vllm(model_dir, python=python, max_model_len=MAX_MODEL_LEN, dev_mode=True,
                     log_path=log) as server:
-        yield VLLMServer(server.url, model_dir, log)
+        yield VLLMServer(server.url, model_dir, log, server.pid)
 
 
 @pytest.fixture

@@ -48,18 +48,6 @@ CPU_ARGS = ("--dtype", "float32", "--enforce-eager",
 # Without chunking a step must hold the longest prompt: at least max_model_len tokens.
 MIN_STEP_TOKENS = 2048
 
-
-def server_cpus() -> set[int]:
-    """The CPUs the server may use by default: all of this process's but the last, when it has two or more.
-
-    vLLM's engine core busy-waits (sched_yield) for its model worker. With the server free to use
-    every CPU of a 2-vCPU machine, a client that slept at the start of a generation (a test
-    polling /metrics, a stage worker) waited for its end: 3 of 4 1,000-token generations
-    stalled a sleep(0.02) for 2.8-4 s; confined to one CPU, 0 of 16 did (worst 0.023 s), at a
-    similar generation time (3.5-5 s against 2.9-4.1 s).
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    return set(cpus[:-1]) if len(cpus) > 1 else set(cpus)
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc (reload_weights), /pause, ...
 
 
@@ -92,6 +80,19 @@ def vllm_python(wait_s: float = 1800.0) -> Path:
                      + background_log.read_text(errors="replace")[-1500:]
         raise VLLMSetupError(f"no usable vLLM: {SETUP_SCRIPT} failed\n{story}")
     return Path(done.stdout.strip().splitlines()[-1])
+
+
+def server_cpus() -> set[int]:
+    """The CPUs the server may use by default: all of this process's but the last, when it has two or more.
+
+    vLLM's engine core busy-waits (sched_yield) for its model worker. With the server free to use
+    every CPU of a 2-vCPU machine, a client that slept at the start of a generation (a test
+    polling /metrics, a stage worker) waited for its end: 3 of 4 1,000-token generations
+    stalled a sleep(0.02) for 2.8-4 s; confined to one CPU, 0 of 16 did (worst 0.023 s), at a
+    similar generation time (3.5-5 s against 2.9-4.1 s).
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    return set(cpus[:-1]) if len(cpus) > 1 else set(cpus)
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 import orchestrator
+from orchestrator.devserver.cpus import confine_to
 from orchestrator.errors import HpcRolloutError
 
 REPO_ROOT = Path(orchestrator.__file__).resolve().parent.parent
@@ -78,9 +79,10 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
 def start_server(
     *, tiny: bool = True, model_dir: Path | None = None, host: str = "127.0.0.1", port: int = 0,
     record: Path | None = None, extra_args: Sequence[str] = (), log_path: Path | None = None,
-    timeout_s: float = 180.0, threads: int | None = 1,
+    timeout_s: float = 180.0, threads: int | None = 1, cpus: set[int] | None = None,
 ) -> LocalServer:
-    """Launch serve-llm and wait until GET /health answers 200."""
+    """Launch serve-llm and wait until GET /health answers 200; `cpus`: confine it (and all its
+    threads) to those CPUs (orchestrator.devserver.cpus), else it may use any."""
     args = [sys.executable, "-m", "orchestrator.cli.serve_llm", "--host", host, "--port", str(port)]
     args += ["--tiny"] if tiny else ["--model", str(model_dir)]
     if record is not None:
@@ -97,7 +99,8 @@ def start_server(
         log_path = Path(name)
     with open(log_path, "ab") as stderr:
         process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env,
-                                   start_new_session=True)
+                                   start_new_session=True,
+                                   preexec_fn=None if cpus is None else lambda: confine_to(cpus))
     server = LocalServer(process, "", log_path, temp_log)
     try:
         server.url = wait_ready(process, timeout_s)

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.llm.errors import LLMError
+from orchestrator.devserver.cpus import confine_to, parse_cpu_list, server_cpus
 from orchestrator.devserver.local_server import REPO_ROOT, LocalServer, ServerStartError, signal_group
 from orchestrator.llm.readiness import wait_until_serving
 from orchestrator.sandbox.procs import start_time
@@ -82,19 +83,6 @@ def vllm_python(wait_s: float = 1800.0) -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def server_cpus() -> set[int]:
-    """The CPUs the server may use by default: all of this process's but the last, when it has two or more.
-
-    vLLM's engine core busy-waits (sched_yield) for its model worker. With the server free to use
-    every CPU of a 2-vCPU machine, a client that slept at the start of a generation (a test
-    polling /metrics, a stage worker) waited for its end: 3 of 4 1,000-token generations
-    stalled a sleep(0.02) for 2.8-4 s; confined to one CPU, 0 of 16 did (worst 0.023 s), at a
-    similar generation time (3.5-5 s against 2.9-4.1 s).
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    return set(cpus[:-1]) if len(cpus) > 1 else set(cpus)
-
-
 def free_port() -> int:
     """A port free right now (vLLM cannot report a port it picked itself)."""
     with socket.socket() as probe:
@@ -129,12 +117,15 @@ def start_vllm(
     server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}), **(env or {})}
     server_env.pop("PYTHONPATH", None)  # the venv sees only its own packages
     command = server_command(python, model_dir, port, max_model_len, extra_args)
+    # vLLM's engine core busy-waits (sched_yield) for its model worker: free to use both CPUs of a
+    # 2-vCPU machine, it stalled a client's sleep(0.02) for 2.8-4 s in 3 of 4 1,000-token
+    # generations; on server_cpus(), 0 of 16 (worst 0.023 s), generating in 3.5-5 s (2.9-4.1 s before).
     allowed = cpus or server_cpus()
     with open(log_path, "ab") as log:
         # Set between fork and exec, so that every process vLLM starts inherits it.
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    env=server_env, start_new_session=True, text=True,
-                                   preexec_fn=lambda: os.sched_setaffinity(0, allowed))
+                                   preexec_fn=lambda: confine_to(allowed))
     server = LocalServer(process, f"http://127.0.0.1:{port}/v1", log_path, temp_log)
     try:
         wait_until_serving(server.url, timeout_s=timeout_s, pid=process.pid)
@@ -158,20 +149,6 @@ def stock_vllm(model_dir: Path, **options: object) -> Iterator[LocalServer]:
         yield server
     finally:
         server.stop(grace_s=30.0)
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """'0-3,6' -> {0, 1, 2, 3, 6}; every id must be one this process may use."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise ValueError(f"{text!r} is not a CPU list: write ids and ranges, e.g. 0 or 0-3,6")
-        cpus.update(range(int(low), int(high or low) + 1))
-    usable = os.sched_getaffinity(0)
-    if not cpus or not cpus <= usable:
-        raise ValueError(f"CPUs {sorted(cpus - usable)} are not among this machine's usable ones {sorted(usable)}")
-    return cpus
 
 
 def _interrupt(signum: int, frame: object) -> None:

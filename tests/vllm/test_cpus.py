@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from orchestrator.devserver.stock_vllm import parse_cpu_list, server_cpus
+from orchestrator.devserver.cpus import parse_cpu_list, server_cpus
 from orchestrator.sandbox.procs import live_members
 from tests.vllm.conftest import VLLMServer
 

@@ -15,6 +15,13 @@ SpoolLoopManager lives (benchmarks/verl_pairs.py):
   by default), as a deployment sizes its RUN slots above its backends' batch: between two jobs
   a slot is away from the server for 10-15 ms (the answer back, EVAL, the next job's prompt and
   request), which a few spare slots cover; verl's own loop sends every sample at once;
+- the server runs on all CPUs but the last (orchestrator.devserver.cpus) and everything else (the
+  workers, the manager, the direct client) on the last, as a cluster gives a model its GPU and
+  the workers CPUs of their own: free to mix on 2 vCPUs, the server's threads waited for a CPU
+  behind the workers (0.24-0.27 s a spool call against 0.10-0.12 direct; confined, 0.25-0.34
+  against 0.24-0.33) and the ratio measured that contention, not orchestration (alternated in one
+  hour: 6 runs shared, mean 1.146; 7 confined, mean 1.048; docs/trainer.md). --share-cpus
+  measures the shared arrangement;
 - pairs alternate which side goes first; overhead_ratio = median of spool / direct over the
   pairs (neighbours, so drift of a shared machine cancels), with a 90% bootstrap interval of that
   median: a call's time drifts by 10-20% between neighbouring calls on this shared host, so the
@@ -40,6 +47,7 @@ from typing import Any
 
 from benchmarks.common import emit_json, median, median_interval, print_table, submit_all
 from orchestrator.app.local_launch import start_local_workers
+from orchestrator.devserver.cpus import client_cpus, server_cpus
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.devserver.tiny_model import tiny_model_dir
@@ -61,10 +69,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--run-pool", type=int, default=20, help="RUN slots per worker (both sides' concurrency: workers x this)")
     parser.add_argument("--max-batch", type=int, default=16, help="the server's largest running batch")
+    parser.add_argument("--share-cpus", action="store_true",
+                        help="let the server and its clients share every CPU (default: the server gets all but the last)")
     parser.add_argument("--quick", action="store_true", help="8 prompts x 2 samples, one pair: a smoke run")
     args = parser.parse_args()
     if args.quick:
         args.prompts, args.samples, args.pairs, args.max_tokens = 8, 2, 1, 8
+    # chosen once, before this process confines itself to the clients' CPUs
+    args.server_cpus, args.client_cpus = (None, None) if args.share_cpus else (server_cpus(), client_cpus())
     return args
 
 
@@ -74,9 +86,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-verl-") as tmp:
         base = Path(tmp)
         verl = verl_env(base / "verl-env")
-        # One model thread: on 2 cores the other is for the workers (and the direct client), as in
-        # benchmarks.backends; else the spool side measures CPU contention with the model, not orchestration.
-        server = start_server(threads=1, extra_args=("--logprobs-mode", "processed", "--max-batch", str(args.max_batch)))
+        # One model thread on CPUs of its own; the other is for the workers (and the direct client),
+        # else the spool side measures CPU contention with the model, not orchestration.
+        server = start_server(threads=1, extra_args=("--logprobs-mode", "processed", "--max-batch", str(args.max_batch)),
+                              cpus=args.server_cpus)
+        if args.client_cpus:
+            os.sched_setaffinity(0, args.client_cpus)   # the workers and the verl venv started below inherit it
         try:
             paths, _ = init_run(base / "run", {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
             BackendRegistry.of(paths).add(server.url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))
@@ -108,6 +123,13 @@ def main() -> None:
         finally:
             server.stop()
     report(args, figures, load_before, os.getloadavg(), inner_s)
+
+
+def cpus_line(args: argparse.Namespace) -> str:
+    if args.share_cpus:
+        return "shared (--share-cpus): the server, the workers and the manager may each use any"
+    return (f"the server on {sorted(args.server_cpus)}, "
+            f"the workers and the manager (or the direct client) on {sorted(args.client_cpus)}")
 
 
 def mean_of(pairs: list[dict[str, Any]], key: str) -> float:
@@ -151,13 +173,14 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
         [f"  its 90% interval ({len(pairs)} pairs)", f"{low:.3f}-{high:.3f}", ""],
         ["assemble_ms_per_1k_samples", assemble_ms, f"<= {TARGET_ASSEMBLE_MS:.0f}"],
     ])
-    print(f"\nload average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({os.cpu_count()} CPUs); "
+    print(f"\nCPUs: {cpus_line(args)}")
+    print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({os.cpu_count()} CPUs); "
           f"{args.workers * args.run_pool} requests offered to a batch of {args.max_batch}; "
           f"verl-venv process {inner_s:.0f} s (its imports included)")
     emit_json({
         "benchmark": "verl", "quick": args.quick, "prompts": args.prompts, "samples": args.samples,
         "max_tokens": args.max_tokens, "pairs": len(pairs), "concurrency": args.workers * args.run_pool,
-        "max_batch": args.max_batch,
+        "max_batch": args.max_batch, "cpus": cpus_line(args),
         "overhead_ratio": round(ratio, 4), "overhead_ratio_target": TARGET_RATIO,
         "overhead_ratio_ok": ratio <= TARGET_RATIO,
         "overhead_ratio_interval_90": [round(low, 4), round(high, 4)],

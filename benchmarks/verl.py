@@ -18,9 +18,9 @@ SpoolLoopManager lives (benchmarks/verl_pairs.py):
 - the server runs on all CPUs but the last (orchestrator.devserver.cpus) and everything else (the
   workers, the manager, the direct client) on the last, as a cluster gives a model its GPU and
   the workers CPUs of their own: free to mix on 2 vCPUs, the server's threads waited for a CPU
-  behind the workers (0.24-0.27 s a spool call against 0.10-0.12 direct; confined, 0.25-0.34
-  against 0.24-0.33) and the ratio measured that contention, not orchestration (alternated in one
-  hour: 6 runs shared, mean 1.146; 7 confined, mean 1.048; docs/trainer.md). --share-cpus
+  behind the workers (0.24-0.31 s a spool call against 0.10-0.13 direct; confined, 0.25-0.42
+  against 0.24-0.39) and the ratio measured that contention, not orchestration (alternated over
+  two hours: 9 runs shared, mean 1.128; 11 confined, mean 1.045; docs/trainer.md). --share-cpus
   measures the shared arrangement;
 - pairs alternate which side goes first; overhead_ratio = median of spool / direct over the
   pairs (neighbours, so drift of a shared machine cancels), with a 90% bootstrap interval of that

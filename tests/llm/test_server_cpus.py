@@ -20,7 +20,8 @@ def thread_cpus(pid: int) -> dict[int, set[int]]:
 
 def answer_one(url: str) -> None:
     """One generation, so the model thread (and whatever else runs a step) exists."""
-    reply = httpx.post(f"{url}/completions", json={"model": str(tiny_model_dir()), "prompt": [1, 2, 3], "max_tokens": 2}, timeout=120)
+    body = {"model": str(tiny_model_dir()), "prompt": [1, 2, 3], "max_tokens": 2}
+    reply = httpx.post(f"{url}/completions", json=body, timeout=120)
     assert reply.status_code == 200, reply.text
 
 

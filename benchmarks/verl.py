@@ -47,7 +47,7 @@ from typing import Any
 
 from benchmarks.common import emit_json, median, median_interval, print_table, submit_all
 from orchestrator.app.local_launch import start_local_workers
-from orchestrator.devserver.cpus import client_cpus, server_cpus
+from orchestrator.devserver.cpus import client_cpus, confine_to, server_cpus
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.devserver.tiny_model import tiny_model_dir
@@ -91,7 +91,7 @@ def main() -> None:
         server = start_server(threads=1, extra_args=("--logprobs-mode", "processed", "--max-batch", str(args.max_batch)),
                               cpus=args.server_cpus)
         if args.client_cpus:
-            os.sched_setaffinity(0, args.client_cpus)   # the workers and the verl venv started below inherit it
+            confine_to(args.client_cpus)   # the workers and the verl venv started below inherit it
         try:
             paths, _ = init_run(base / "run", {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
             BackendRegistry.of(paths).add(server.url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))

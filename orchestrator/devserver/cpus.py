@@ -39,5 +39,5 @@ def parse_cpu_list(text: str) -> set[int]:
 
 
 def confine_to(cpus: set[int]) -> None:
-    """Pin the calling process (a `preexec_fn`: between fork and exec, so all it starts inherits it)."""
+    """Pin the calling process; all it starts afterwards inherits it (as a `preexec_fn`: the child, before exec)."""
     os.sched_setaffinity(0, cpus)

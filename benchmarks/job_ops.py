@@ -47,7 +47,8 @@ from orchestrator.worker.options import WorkerOptions
 NAMES_PER_OP = 1000   # one more operation per this many names a listing returns
 PER_JOB_DUTIES = ("submit", "claim", fsops.JOB_DUTY, "commit")
 PER_SECOND_DUTIES = ("idle_poll", "backpressure")
-PERIODIC_DUTIES = ("heartbeat", "recovery", "cancel_poll", "stop_poll", "claim_audit", "idle_exit", "sandbox_sweep")
+PERIODIC_DUTIES = ("heartbeat", "recovery", "cancel_poll", "stop_poll", "claim_audit", "idle_exit", "sandbox_sweep",
+                   "access_check")
 
 
 def charged(by_duty: Counter[str], duty: str) -> float:

@@ -49,6 +49,7 @@ from orchestrator.spool.jobs import JobSpec, JobStatus, Stage
 from orchestrator.spool.liveness import write_heartbeat
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import Router
+from orchestrator.worker.housekeeping import ACCESS_CHECK_S
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.recovery import reap_expired, reap_found
 from orchestrator.spool.rows import build_row
@@ -58,6 +59,7 @@ from orchestrator.spool.rundir import init_run
 from orchestrator.report.status import snapshot
 from orchestrator.spool.tickets import Ticket
 
+ACCESS_CHECK_STATS = 7   # the directories a worker re-checks (WorkerState.own_directories)
 
 SLOW_SCALE = 0.25   # stage durations of the idle-poll measurement (x0.05 makes idle episodes 20x as frequent)
 
@@ -325,6 +327,8 @@ def steady_state(per_call: dict[str, float], mix: dict[str, float], config: RunC
         ("recovery (dead workers: by the rebuilder; rare duties once per lease)", per_call["recovery"] / lease,
          f"{per_call['recovery']:.1f} ops / {lease:g} s for the run"),
         ("claim audit", nodes * 1.0 / lease, f"1 listing / {lease:g} s"),
+        ("access check (directories others could write into)", nodes * ACCESS_CHECK_STATS / ACCESS_CHECK_S,
+         f"{ACCESS_CHECK_STATS} stats / {ACCESS_CHECK_S:g} s"),
     ]
     return terms
 

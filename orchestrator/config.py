@@ -12,6 +12,7 @@ from typing import Any
 import tomli_w
 
 from orchestrator.errors import HpcRolloutError
+from orchestrator.safe_open import UnsafeSpoolFile, read_regular
 
 
 class Runtime(str, enum.Enum):
@@ -225,13 +226,16 @@ class RunConfig:
         """The settings of a run from its run.toml: the one loader, and the one answer when it is
         missing (ConfigError: not a run directory, with the command that makes one)."""
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(read_regular(path).decode("utf-8"))
         except FileNotFoundError:
             raise ConfigError(
                 f"{path.parent} is not a run directory (no {path.name}): create it with `hpc-rollout init {path.parent}`"
             ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except UnsafeSpoolFile as exc:   # a link or FIFO is never followed or waited on (docs/robustness.md)
+            raise ConfigError(f"{exc}: run.toml must be a plain file in the run directory (copy the settings "
+                              f"in rather than linking them)") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8, or recreate it "
                               f"with `hpc-rollout init {path.parent}`") from None

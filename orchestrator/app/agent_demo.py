@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import pyarrow.dataset as ds
 
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.spool.rundir import init_run
+from orchestrator.spool.shards import iter_rows
 from orchestrator.submission.submit import submit_file
 from orchestrator.worker.options import WorkerOptions
 
@@ -71,7 +71,7 @@ def run_task_demo(
         if launch is not None:
             launch.terminate(timeout_s=30)
         server.stop()
-    rows = ds.dataset(paths.shards, format="parquet").to_table().to_pylist()
+    rows = [row for _, shard_rows in iter_rows(paths) for row in shard_rows]
     return TaskDemoResult(paths.root, family, policy, report.jobs, rows, time.monotonic() - started)
 
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
 
 from orchestrator.devserver.local_server import start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
+from orchestrator.spool.shards import iter_rows
 from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 
@@ -78,8 +78,8 @@ def run_demo(
         if launch is not None:
             launch.terminate(timeout_s=30)
         server.stop()
-    table = ds.dataset(paths.shards, format="parquet").to_table()
-    return DemoResult(paths.root, server.url, report.jobs, table.to_pylist(), time.monotonic() - started)
+    landed = [row for _, shard_rows in iter_rows(paths) for row in shard_rows]
+    return DemoResult(paths.root, server.url, report.jobs, landed, time.monotonic() - started)
 
 
 def summary_lines(result: DemoResult) -> list[str]:

@@ -21,6 +21,7 @@ from orchestrator.config import RUNTIME_NAMES, ConfigError, RunConfig
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool import access
 from orchestrator.spool.rundir import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages, pool_verdict
 
@@ -99,6 +100,12 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
       without  they run until `hpc-rollout stop RUN_DIR`, or --idle-exit SECONDS of nothing to do
     """
     paths, config = _open(run_dir)
+    if dry_run:
+        for directory, mode in access.loose_directories(access.working_directories(paths)):
+            warn(f"would repair {directory}: mode {mode:04o} lets others place or swap files in it")
+    else:
+        for change in access.tighten(access.working_directories(paths)):   # before any worker reads a ticket
+            warn(f"repaired {change}")
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
     judge_pools(options.resolve(config))
     if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:

@@ -63,9 +63,7 @@ class JobContext:
 
     def artifact_dir(self) -> Path:
         """The job's own directory on the shared filesystem, created on first use."""
-        path = self.paths.job_dir(self.job.job_id)
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return self.paths.make_job_dir(self.job.job_id)
 
     def event(self, name: str, **fields: Any) -> None:
         """Record a handler event in the job's timeline (`hpc-rollout inspect`)."""

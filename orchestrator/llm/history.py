@@ -54,7 +54,7 @@ def append_changes(paths: SpoolPaths, before: Any, after: Any) -> None:
 def read_history(path: Path) -> tuple[list[dict[str, Any]], int]:
     """(changes in file order, lines that could not be parsed); ([], 0) when there is no log."""
     try:
-        raw = path.read_bytes()
+        raw = fsops.read_bytes(path, fsops.TICKET_READ_LIMIT)
     except FileNotFoundError:
         return [], 0
     found, bad = [], 0

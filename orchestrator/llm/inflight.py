@@ -183,10 +183,8 @@ def scan_boards(paths: SpoolPaths, lease_s: float = DEFAULTS.leases.lease_s, *, 
         worker = name[: -len(".json")]
         if worker == skip:
             continue
-        fsops.count("open")
         try:
-            with open(entry.path, "rb") as handle:
-                data = orjson.loads(handle.read())
+            data = orjson.loads(fsops.read_bytes(Path(entry.path)))
         except (OSError, orjson.JSONDecodeError):
             continue  # vanished or being replaced: absent for this decision
         found[worker] = WorkerCounts(

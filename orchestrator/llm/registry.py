@@ -232,9 +232,7 @@ class BackendRegistry:
     def _parse(self, path: Path) -> Snapshot:
         """The registry in `path`, or RegistryCorrupt when it cannot be parsed or its owner is
         not one the run trusts (the owner of exactly the file read)."""
-        data, uid = fsops.read_bytes_owned(path)
-        owners = access.owners_of(self.paths)
-        refusal = owners.refusal(uid, path) if owners is not None else None
+        data, refusal = access.read_trusted(self.paths, path, fsops.READ_LIMIT)
         if refusal:
             raise RegistryCorrupt(f"backend registry {refusal}")
         return parse_snapshot(data, path)

@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 from orchestrator.report.inspect_job import inspect_job
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import read_shard_table
 from orchestrator.report.event_read import events_of_jobs
 from orchestrator.report.figures import draw_all
 from orchestrator.report.model import RunReport, load_report
@@ -93,7 +93,7 @@ def _rows_of(shard_of: dict[str, Path]) -> dict[str, dict[str, Any]]:
     for path in sorted(set(shard_of.values())):
         wanted = pa.array([job for job, shard in shard_of.items() if shard == path], pa.string())
         try:
-            table = pq.read_table(path)
+            table = read_shard_table(path)
         except (pa.ArrowException, OSError):
             continue  # already named in the report's skipped list
         for row in table.filter(pc.is_in(table.column("job_id"), value_set=wanted)).to_pylist():

@@ -11,13 +11,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, BinaryIO, Collection
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
 
 # The fields reports use; other fields of an event are ignored.
@@ -68,36 +69,38 @@ def read_events(paths: SpoolPaths, names: Collection[str] | None = None) -> Even
 
 
 def _read_file(path: Path) -> tuple[pa.Table, int]:
-    if path.stat().st_size == 0:
-        return EVENT_SCHEMA.empty_table(), 0
-    try:
-        table = pj.read_json(
-            path,
-            read_options=pj.ReadOptions(block_size=BLOCK_BYTES, use_threads=True),
-            parse_options=pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore"),
-        )
-        return table.select(EVENT_SCHEMA.names), 0
-    except pa.ArrowInvalid:
-        return _read_lines(path)
+    fd, st = fsops.open_regular(path)   # Arrow would follow a planted link, or wait on a FIFO
+    with os.fdopen(fd, "rb") as handle:
+        if st.st_size == 0:
+            return EVENT_SCHEMA.empty_table(), 0
+        try:
+            table = pj.read_json(
+                handle,
+                read_options=pj.ReadOptions(block_size=BLOCK_BYTES, use_threads=True),
+                parse_options=pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore"),
+            )
+            return table.select(EVENT_SCHEMA.names), 0
+        except pa.ArrowInvalid:
+            handle.seek(0)
+            return _read_lines(handle)
 
 
-def _read_lines(path: Path) -> tuple[pa.Table, int]:
+def _read_lines(handle: BinaryIO) -> tuple[pa.Table, int]:
     columns: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
     bad = 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                record = orjson.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("not an object")
-                values = [_coerce(record.get(f.name), f.type) for f in EVENT_SCHEMA]
-            except (orjson.JSONDecodeError, ValueError, TypeError):
-                bad += 1
-                continue
-            for name, value in zip(EVENT_SCHEMA.names, values):
-                columns[name].append(value)
+    for line in handle:
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+            values = [_coerce(record.get(f.name), f.type) for f in EVENT_SCHEMA]
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            bad += 1
+            continue
+        for name, value in zip(EVENT_SCHEMA.names, values):
+            columns[name].append(value)
     return pa.table(columns, schema=EVENT_SCHEMA), bad
 
 
@@ -118,7 +121,7 @@ def events_of_jobs(paths: SpoolPaths, job_ids: Collection[str]) -> dict[str, lis
     pattern = re.compile(b'"job":"(' + b"|".join(re.escape(j.encode()) for j in sorted(found)) + b')"')
     for path in event_files(paths):
         try:
-            data = path.read_bytes()
+            data = fsops.read_bytes(path, fsops.TICKET_READ_LIMIT)
         except OSError:
             continue
         for match in pattern.finditer(data):

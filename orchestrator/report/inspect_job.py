@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow.dataset as ds
 
 from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import decode_batch, is_batch, jobs_in, may_hold_job
 from orchestrator.spool.events import events_of
 from orchestrator.spool.paths import SpoolPaths, safe_name
-from orchestrator.spool.quarantine import READ_ERRORS, readable_shard, warn_skipped
+from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
+from orchestrator.spool.shard_file import open_shard
 from orchestrator.spool.shards import shard_names
 from orchestrator.spool.journal import read as read_journal, resume_journaled
 from orchestrator.spool.tickets import CorruptTicket, Ticket
@@ -59,17 +59,18 @@ def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
     names = shard_names(paths)
     if not names:
         return None
-    try:
-        table = ds.dataset(paths.shards, format="parquet").to_table(filter=ds.field("job_id") == job_id)
-    except READ_ERRORS:  # an unreadable shard among them: look through the readable ones only
-        readable = [str(paths.shards / n) for n in names if readable_shard(paths.shards / n) is None]
-        for name in sorted(set(names) - {Path(p).name for p in readable}):
-            warn_skipped(name, "unreadable")
-        if not readable:
-            return None
-        table = ds.dataset(readable, format="parquet").to_table(filter=ds.field("job_id") == job_id)
-    rows = table.to_pylist()
-    return rows[-1] if rows else None
+    found = None
+    for name in names:   # the job id column first: a shard is read whole only when it holds the job
+        try:
+            shard = open_shard(paths.shards / name)
+            if job_id not in shard.read(columns=["job_id"]).column(0).to_pylist():
+                continue
+            rows = [row for row in shard.read().to_pylist() if row["job_id"] == job_id]
+        except READ_ERRORS as exc:   # an unreadable shard: look through the readable ones only
+            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+            continue
+        found = rows[-1] if rows else found
+    return found
 
 
 def _worker_logs(paths: SpoolPaths, worker_ids: set[str]) -> list[str]:
@@ -77,7 +78,7 @@ def _worker_logs(paths: SpoolPaths, worker_ids: set[str]) -> list[str]:
     for worker_id in sorted(worker_ids):
         for heartbeat in (paths.heartbeat(worker_id), paths.workers / "gone" / f"{worker_id}.json"):
             if heartbeat.exists():
-                info = orjson.loads(heartbeat.read_bytes())
+                info = orjson.loads(fsops.read_bytes(heartbeat))
                 launch = info.get("launch_id")
                 if launch and (paths.logs / launch).is_dir():
                     logs.append(f"{paths.logs / launch} (worker {worker_id}, pid {info.get('pid')})")
@@ -97,7 +98,7 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
     if location is not None:
         report["where"] = str(location.relative_to(paths.root))
         try:
-            ticket = Ticket.decode(location.read_bytes())
+            ticket = Ticket.decode(fsops.read_bytes(location, fsops.TICKET_READ_LIMIT))
         except (CorruptTicket, OSError) as exc:
             report["ticket_error"] = str(exc)
         if ticket is not None and location.parent.parent == paths.active:   # claimed: its worker's

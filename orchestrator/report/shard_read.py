@@ -18,10 +18,9 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import open_shard
 from orchestrator.spool.shards import list_shards, shard_names
 from orchestrator.spool.rows import SCHEMA, TURN_TYPE
 
@@ -98,7 +97,6 @@ def _turn_schema(turn_fields: Sequence[str]) -> pa.Schema:
 
 def _read_one(path: Path, columns: list[str], turn_fields: tuple[str, ...],
               since: float | None) -> tuple[pa.Table, pa.Table] | str:
-    fsops.count("open")
     try:
         return _decode(path, columns, turn_fields, since)
     except FileNotFoundError:
@@ -109,7 +107,7 @@ def _read_one(path: Path, columns: list[str], turn_fields: tuple[str, ...],
 
 def _decode(path: Path, columns: list[str], turn_fields: tuple[str, ...],
             since: float | None) -> tuple[pa.Table, pa.Table]:
-    parquet = pq.ParquetFile(path)
+    parquet = open_shard(path)
     present = set(parquet.schema_arrow.names)
     leaves = {parquet.schema.column(i).path for i in range(len(parquet.schema))}
     turn_paths = {name: f"turns.list.element.{'output_ids' if name == OUTPUT_TOKENS else name}" for name in turn_fields}

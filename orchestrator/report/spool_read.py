@@ -13,6 +13,7 @@ import orjson
 from orchestrator.llm.errors import RegistryCorrupt
 from orchestrator.llm.history import read_history
 from orchestrator.llm.registry import Backend, parse_snapshot
+from orchestrator.spool import fsops
 from orchestrator.spool.job_ids import submitted_at
 from orchestrator.spool.paths import SpoolPaths
 
@@ -55,10 +56,12 @@ def read_spool_files(paths: SpoolPaths) -> SpoolFiles:
     policy_version = 0
     if paths.backends.is_file():
         try:
-            snapshot = parse_snapshot(paths.backends.read_bytes(), paths.backends)
+            snapshot = parse_snapshot(fsops.read_bytes(paths.backends), paths.backends)
             backends, policy_version = snapshot.backends, snapshot.policy_version
         except RegistryCorrupt as exc:
             problems.append(str(exc).split(";")[0])
+        except OSError as exc:
+            problems.append(f"{paths.backends.name}: unreadable ({exc})")
     problems += _quarantined(paths)
     history, bad = read_history(paths.backends_history)
     if bad:
@@ -78,7 +81,7 @@ def _read_workers(paths: SpoolPaths, problems: list[str]) -> list[WorkerInfo]:
     for gone, directory in ((False, paths.workers), (True, paths.workers / "gone")):
         for path in _json_files(directory):
             try:
-                info = orjson.loads(path.read_bytes())
+                info = orjson.loads(fsops.read_bytes(path))
                 pools = {stage: int(p.get("size", 0)) for stage, p in (info.get("pools") or {}).items()}
                 found.append(WorkerInfo(
                     worker_id=path.stem, node=str(info.get("node", "")), host=str(info.get("host", "")),
@@ -103,7 +106,7 @@ def _quarantined(paths: SpoolPaths) -> list[str]:
     found = []
     for name in names[:QUARANTINE_LISTED]:
         try:
-            reason = (paths.quarantine / f"{name}.reason").read_text().strip().splitlines()[0][:200]
+            reason = fsops.read_bytes(paths.quarantine / f"{name}.reason").decode("utf-8", "replace").strip().splitlines()[0][:200]
         except (OSError, IndexError):
             reason = "no reason recorded"
         found.append(f"quarantine/{name}: {reason}")
@@ -116,7 +119,7 @@ def _read_submissions(paths: SpoolPaths, problems: list[str]) -> list[Submission
     found = []
     for path in _json_files(paths.submissions):
         try:
-            info = orjson.loads(path.read_bytes())
+            info = orjson.loads(fsops.read_bytes(path))
             stamped = submitted_at(str(info["submission_id"]))
             at = stamped if math.isfinite(stamped) else path.stat().st_mtime
             found.append(Submission(str(info["submission_id"]), at, int(info.get("jobs", 0))))

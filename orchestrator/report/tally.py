@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import pyarrow.parquet as pq
 
 from orchestrator.spool.jobs import JobStatus
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import read_shard_table
 from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
 from orchestrator.spool.shards import shard_names
 
@@ -38,7 +38,7 @@ class RowTally:
                 continue
             self.seen.add(name)
             try:
-                table = pq.read_table(self.paths.shards / name, columns=["status", "attempt"])
+                table = read_shard_table(self.paths.shards / name, ["status", "attempt"])
             except READ_ERRORS as exc:
                 warn_skipped(name, f"{type(exc).__name__}: {exc}")
                 continue

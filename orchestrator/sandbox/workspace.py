@@ -35,19 +35,24 @@ CHUNK = 1 << 20
 
 def host_workspace(paths: SpoolPaths, job_id: str, sandbox_id: str, keep: bool) -> Path:
     """A fresh host directory for one sandbox's workspace (runtimes without a tmpfs of their own)."""
-    return paths.job_dir(job_id) / f"{KEPT_PREFIX if keep else REMOVABLE_PREFIX}{sandbox_id}"
+    return paths.make_job_dir(job_id) / f"{KEPT_PREFIX if keep else REMOVABLE_PREFIX}{sandbox_id}"
 
 
 def kept_copy(paths: SpoolPaths, job_id: str, sandbox_id: str) -> Path:
-    return paths.job_dir(job_id) / f"{KEPT_PREFIX}{sandbox_id}"
+    return paths.make_job_dir(job_id) / f"{KEPT_PREFIX}{sandbox_id}"
 
 
 def removable_workspaces(job_dir: Path) -> list[Path]:
-    """Host workspaces of a finished job that nobody asked to keep (every attempt's)."""
+    """Host workspaces of a finished job that nobody asked to keep (every attempt's); none when
+    `job_dir` is no real directory (a planted link is not followed into its target)."""
     try:
-        return [p for p in job_dir.iterdir() if p.name.startswith(REMOVABLE_PREFIX)]
-    except FileNotFoundError:
+        directory = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:   # gone, or a link / file planted in its place
         return []
+    try:
+        return [job_dir / name for name in os.listdir(directory) if name.startswith(REMOVABLE_PREFIX)]
+    finally:
+        os.close(directory)
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ class Controller:
                 record = self.paths.logs / name / RECORD_NAME
                 try:
                     data = orjson.loads(fsops.read_bytes(record))
-                except (FileNotFoundError, orjson.JSONDecodeError):
+                except (OSError, orjson.JSONDecodeError):
                     continue   # still being submitted: counted from the next look on
                 keep = name.startswith(f"{prefix}keep-")
                 self.arrays[name] = [LaunchedArray(str(a["job_id"]), keep) for a in data.get("arrays", []) if a.get("job_id")]
@@ -212,7 +212,7 @@ class Controller:
         """A controller taking over keeps the decisions of the one before it, and says it took over."""
         try:
             previous = orjson.loads(fsops.read_bytes(state_path(self.paths, self.kind)))
-        except (FileNotFoundError, orjson.JSONDecodeError):
+        except (OSError, orjson.JSONDecodeError):
             previous = {}
         self.decisions.extend(previous.get("decisions", [])[-DECISIONS_KEPT:])
         changes = [float(d.get("t", 0)) for d in self.decisions if d.get("action") in ("grow", "withdraw")]
@@ -254,7 +254,7 @@ class Controller:
                                "reason": "no look at Slurm", "holder": self.holder, "error": error})
         try:
             state = orjson.loads(fsops.read_bytes(state_path(self.paths, self.kind)))
-        except (FileNotFoundError, orjson.JSONDecodeError):
+        except (OSError, orjson.JSONDecodeError):
             state = {"kind": self.kind, "min": self.settings.bounds.minimum, "max": self.settings.bounds.maximum}
         state.update({"holder": self.holder, "pid": os.getpid(), "updated_at": round(time.time(), 3),
                       "interval_s": self.settings.interval_s, "decisions": list(self.decisions)})
@@ -273,6 +273,6 @@ def read_states(paths: SpoolPaths) -> list[dict[str, Any]]:
         if name.startswith("adapt-") and name.endswith(".json"):
             try:
                 states.append(orjson.loads(fsops.read_bytes(paths.control / name)))
-            except (FileNotFoundError, orjson.JSONDecodeError):
+            except (OSError, orjson.JSONDecodeError):
                 continue
     return states

@@ -21,6 +21,7 @@ import orjson
 
 import orchestrator
 from orchestrator.config import RunConfig
+from orchestrator.spool import fsops
 from orchestrator.spool.launches import launch_log_dir, new_launch_id
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
@@ -216,7 +217,7 @@ def launched_arrays(paths: SpoolPaths) -> list[str]:
         return ids
     for record in sorted(paths.logs.glob(f"*/{RECORD_NAME}")):
         try:
-            data = orjson.loads(record.read_bytes())
+            data = orjson.loads(fsops.read_bytes(record))
         except (OSError, orjson.JSONDecodeError):
             continue
         ids += [a["job_id"] for a in data.get("arrays", []) if a.get("job_id")]

@@ -18,7 +18,9 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import stat
 from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 from orchestrator.config import Access, ConfigError
@@ -28,6 +30,7 @@ from orchestrator.spool.paths import SpoolPaths
 OWNER_ONLY = fsops.Modes(file=0o600, dir=0o700)
 GROUP_READ = fsops.Modes(file=0o640, dir=0o2750)   # setgid: directories below inherit the group
 ROOT_UID = 0
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 _own_process = False
 
@@ -91,6 +94,46 @@ def prepare(paths: SpoolPaths, access: Access) -> None:
     trust(paths, Owners.of(paths, access))
 
 
+def loose_directories(directories: Iterable[Path]) -> list[tuple[Path, int]]:
+    """Those of `directories` (each stat-ed: one metadata operation) in which someone other than
+    their owner may create, rename or remove entries, with their modes: group or other write
+    without the sticky bit. With it (`chmod g+wt`: how a queue is opened to trusted users) only a
+    file's owner may move or remove it, so nobody can swap the owner's tickets; without it, what
+    a queue holds may have been placed or swapped by anyone who can write there."""
+    loose = []
+    for directory in directories:
+        fsops.count("stat")
+        try:
+            mode = directory.stat().st_mode
+        except FileNotFoundError:
+            continue
+        if mode & OTHERS_WRITE and not mode & stat.S_ISVTX:
+            loose.append((directory, stat.S_IMODE(mode)))
+    return loose
+
+
+def tighten(directories: Iterable[Path]) -> list[str]:
+    """Take group and other write off each loose one of `directories` (its other bits kept);
+    what was changed, one line each. AccessError naming the fix for one this user does not own."""
+    changed = []
+    for directory, mode in loose_directories(directories):
+        tightened = mode & ~OTHERS_WRITE
+        try:
+            os.chmod(directory, tightened)
+        except PermissionError:
+            raise AccessError(
+                f"{directory} is writable by {'its group' if mode & stat.S_IWGRP else 'others'} (mode {mode:04o}): "
+                f"anyone who can write there could place or swap tickets; its owner should run "
+                f"`chmod go-w {directory}` (or `chmod +t {directory}` to let trusted users add files)") from None
+        changed.append(f"{directory}: mode {mode:04o} -> {tightened:04o} (others could place or swap files in it)")
+    return changed
+
+
+def working_directories(paths: SpoolPaths) -> list[Path]:
+    """Every directory of the run whose files workers act on: what `launch` repairs."""
+    return [paths.root, paths.queue, *paths.directories(), *paths.run_queues()]
+
+
 def _uid_of(user: str) -> int:
     if user.isdigit():
         return int(user)
@@ -128,6 +171,22 @@ class Owners:
                 f"(uid {self.owner}, {user_name(self.owner)}) nor listed in run.toml [access] trusted: "
                 f"moved aside unread; if that user may submit to this run, add them there")
 
+    def provenance(self, st: os.stat_result, path: Path) -> str | None:
+        """Why the file with attributes `st` may have been written by someone the run does not
+        trust (None: only a trusted user could have): its owner, anyone its mode lets write it,
+        or a second name through which someone else may have placed or rewritten it."""
+        owned = self.refusal(st.st_uid, path)
+        if owned:
+            return owned
+        if st.st_mode & OTHERS_WRITE:
+            return (f"{path} is writable by its {'group' if st.st_mode & stat.S_IWGRP else 'others'} "
+                    f"(mode {stat.S_IMODE(st.st_mode):04o}): someone other than its owner may have rewritten it; "
+                    f"moved aside unread (if you wrote it and trust its content: chmod go-w it and move it back)")
+        if st.st_nlink != 1:
+            return (f"{path} has {st.st_nlink} links: it may have been placed, or be rewritten, through "
+                    f"another name; moved aside unread (spool files have exactly one name)")
+        return None
+
     def check_self(self, paths: SpoolPaths) -> None:
         """AccessError when this process runs as a user the run does not trust: what it wrote
         (tickets it moves on, the registry) would be quarantined by the owner's workers."""
@@ -153,10 +212,28 @@ def owners_of(paths: SpoolPaths) -> Owners | None:
     return _trusted.get(paths.root)
 
 
-def read_trusted(paths: SpoolPaths, path: Path) -> tuple[bytes, str | None]:
-    """(content, None), or (b"", why not) when the file's owner is not one the run trusts: then
-    nothing of it was acted on and the caller moves it aside with that reason."""
-    data, uid = fsops.read_bytes_owned(path)
-    owners = _trusted.get(paths.root)
-    refusal = owners.refusal(uid, path) if owners is not None else None
-    return (b"", refusal) if refusal else (data, None)
+def read_trusted(paths: SpoolPaths, path: Path, limit: int = fsops.TICKET_READ_LIMIT) -> tuple[bytes, str | None]:
+    """(content, None), or (b"", why not) when the file may have been written by someone the run
+    does not trust, or is no regular file at all (a link, a FIFO, a device, a directory): then
+    nothing of it was read and the caller moves it aside with that reason. Checked on the open
+    descriptor, before a byte is read."""
+    return read_checked(_trusted.get(paths.root), path, limit)
+
+
+def read_checked(owners: Owners | None, path: Path, limit: int = fsops.TICKET_READ_LIMIT) -> tuple[bytes, str | None]:
+    """read_trusted with the owners given (None: no worker in this process; only the kind of
+    file and its size are checked)."""
+    try:
+        fd, st = fsops.open_regular(path)
+    except fsops.UnsafeSpoolFile as exc:
+        return b"", f"{exc}: moved aside unread"
+    try:
+        refusal = owners.provenance(st, path) if owners is not None else None
+        if refusal:
+            return b"", refusal
+        try:
+            return fsops.read_open(fd, st, path, limit), None
+        except fsops.UnsafeSpoolFile as exc:
+            return b"", f"{exc}: moved aside unread"
+    finally:
+        os.close(fd)

@@ -144,7 +144,7 @@ def entry_content(tickets: list[Ticket]) -> bytes:
 
 def read_entry(path: Path) -> list[Ticket]:
     """The tickets of one queue entry, a single ticket or a batch (CorruptTicket when unreadable)."""
-    data = fsops.read_bytes(path)
+    data = fsops.read_bytes(path, fsops.TICKET_READ_LIMIT)
     return decode_batch(data, path.name) if is_batch(path.name) else [Ticket.decode(data, path.name)]
 
 

@@ -160,11 +160,7 @@ class ClaimBox:
             return None
 
     def _read(self, name: str) -> bytes | None:
-        path = self.dir / name
-        try:
-            data, refusal = read_trusted(self.paths, path)
-        except IsADirectoryError as exc:
-            refusal = f"{path}: {exc}"
+        data, refusal = read_trusted(self.paths, self.dir / name)
         if refusal:
             self._quarantine(name, refusal)
             return None

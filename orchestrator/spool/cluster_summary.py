@@ -202,11 +202,9 @@ def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None 
         entries = []
     fsops.listed(len(entries))
     for entry in entries:
-        fsops.count("open")
         try:
-            with open(entry.path, "rb") as handle:
-                st = os.fstat(handle.fileno())
-                info = orjson.loads(handle.read())
+            data, st = fsops.read_regular(Path(entry.path))
+            info = orjson.loads(data)
         except (OSError, orjson.JSONDecodeError):
             continue   # being replaced or retired: absent from this summary
         info = info if isinstance(info, dict) else {}

@@ -81,7 +81,14 @@ def _records(directory: Path, needle: bytes | None) -> Iterator[dict[str, Any]]:
 
 
 def _read_lines(path: Path, needle: bytes | None, tail_bytes: int = 0) -> Iterator[dict[str, Any]]:
-    with open(path, "rb") as handle:
+    try:
+        fd, _ = fsops.open_regular(path)
+    except FileNotFoundError:
+        return
+    except fsops.UnsafeSpoolFile as exc:   # planted: never followed or waited on
+        log.warning("event log skipped: %s", exc)
+        return
+    with os.fdopen(fd, "rb") as handle:
         if tail_bytes:
             size = handle.seek(0, 2)
             handle.seek(max(0, size - tail_bytes))

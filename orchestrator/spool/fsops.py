@@ -19,9 +19,12 @@ import enum
 import errno
 import os
 import secrets
+import stat
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+
+from orchestrator import safe_open
 
 # Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list,
 # mkdir) and of flushes (fsync, fsync_dir, syncfs).
@@ -226,25 +229,53 @@ def create_exclusive(path: Path, data: bytes = b"", durability: Durability = Dur
     return True
 
 
-def read_bytes(path: Path) -> bytes:
-    count("open")
-    with open(path, "rb") as handle:
-        return handle.read()
+# Spool reads are bounded (orchestrator/safe_open.py): control files, and tickets with their outputs.
+READ_LIMIT = safe_open.READ_LIMIT
+TICKET_READ_LIMIT = safe_open.TICKET_READ_LIMIT
+UnsafeSpoolFile = safe_open.UnsafeSpoolFile
+kind_of = safe_open.kind_of
+read_open = safe_open.read_open
 
 
-def read_bytes_owned(path: Path) -> tuple[bytes, int]:
-    """The content of `path` and the uid owning the file that was read. The owner comes from the
-    open file (fstat: the attributes the open brought back), so checking it costs no metadata
-    operation beyond the open, and it is the owner of exactly what was read."""
+def open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of the regular file `path` and its attributes, checked on the
+    descriptor (orchestrator/safe_open.py): the one way spool files are opened for reading
+    (tests/core/test_spool_reads.py holds the package to it)."""
     count("open")
-    with open(path, "rb") as handle:
-        owner = os.fstat(handle.fileno()).st_uid
-        return handle.read(), owner
+    return safe_open.open_regular(path)
+
+
+def read_regular(path: Path, limit: int = READ_LIMIT) -> tuple[bytes, os.stat_result]:
+    """The content of the regular file `path` and the attributes of exactly what was read."""
+    fd, st = open_regular(path)
+    try:
+        return read_open(fd, st, path, limit), st
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path: Path, limit: int = READ_LIMIT) -> bytes:
+    """The content of the regular file `path` (UnsafeSpoolFile for a link, FIFO, device or
+    directory, or beyond `limit`; FileNotFoundError when it is gone)."""
+    return read_regular(path, limit)[0]
 
 
 def open_append(path: Path) -> int:
-    """A descriptor appending to `path` (created with the run's file mode when missing)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, _modes.file)
+    """A descriptor appending to `path` (created with the run's file mode when missing); a planted
+    link or FIFO there is refused (UnsafeSpoolFile), never written through or waited on."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     _modes.file)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):   # ENXIO: a FIFO nobody reads
+            raise UnsafeSpoolFile(f"{path} is {'a symbolic link' if exc.errno == errno.ELOOP else 'a FIFO'}, "
+                                  "not a file to append to") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafeSpoolFile(f"{path} is {kind_of(mode)}, not a file to append to")
+    return fd
 
 
 def rename(source: Path, target: Path) -> bool:
@@ -374,6 +405,30 @@ def create_dirs(path: Path) -> None:
     except OSError:
         if not path.is_dir():
             raise
+
+
+def ensure_real_dirs(base: Path, parts: tuple[str, ...], quarantine_dir: Path) -> Path:
+    """`base/parts...` as real directories none of which anyone else can write, made where
+    missing; what stands in the way (a planted link, a file, a directory open to others) is moved
+    to `quarantine_dir` with the reason and made afresh. Where a job's workspace goes: a link there
+    would make (and later remove) it inside the link's target."""
+    path = base
+    for part in parts:
+        path = path / part
+        while True:
+            try:
+                make_dir(path)
+                break
+            except FileNotFoundError:   # the base itself is missing (a run made by hand, a test's)
+                create_dirs(path.parent)
+            except FileExistsError:
+                count("stat")
+                st = os.lstat(path)
+                if stat.S_ISDIR(st.st_mode) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    break
+                what = kind_of(st.st_mode) if not stat.S_ISDIR(st.st_mode) else f"a directory others may write (mode {stat.S_IMODE(st.st_mode):04o})"
+                quarantine(path, quarantine_dir, f"{path} is {what} where a directory of the run goes: moved aside, never followed")
+    return path
 
 
 def quarantine(path: Path, quarantine_dir: Path, reason: str) -> Path:

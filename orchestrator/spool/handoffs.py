@@ -18,11 +18,14 @@ happened: the record is flushed first). The per-worker journal (orchestrator/spo
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from pathlib import Path
 
 from orchestrator.spool import fsops
+
+log = logging.getLogger(__name__)
 
 HANDOFF_LOG = ".handoffs"
 KIND = "handoff"
@@ -68,8 +71,11 @@ class HandoffLog:
 def read_handoffs(claims: Path) -> set[str]:
     """Job ids recorded in a claim directory's log (lines that fail their checksum are ignored)."""
     try:
-        data = fsops.read_bytes(claims / HANDOFF_LOG)
+        data = fsops.read_bytes(claims / HANDOFF_LOG, fsops.TICKET_READ_LIMIT)
     except FileNotFoundError:
+        return set()
+    except fsops.UnsafeSpoolFile as exc:   # not ours to follow or wait on: the batch entries stand
+        log.warning("hand-off log ignored: %s", exc)
         return set()
     jobs = set()
     for raw in data.split(b"\n"):

@@ -35,6 +35,7 @@ from typing import Any, Iterable
 import orjson
 
 from orchestrator.spool import fsops
+from orchestrator.spool.access import Owners, read_checked
 from orchestrator.spool.jobs import Stage
 from orchestrator.spool.tickets import Ticket
 
@@ -84,17 +85,20 @@ def journal_files(names: Iterable[str]) -> list[str]:
 
 
 def read(claim_dir: Path, names: Iterable[str] | None = None,
-         quarantine: Path | None = None) -> dict[str, JournalEntry]:
+         quarantine: Path | None = None, owners: Owners | None = None) -> dict[str, JournalEntry]:
     """The latest entry per job of the journal in `claim_dir` (one open per journal file).
 
     `names`: the directory's entries when the caller has listed it already (saves a listing).
     A journal file that cannot be read is skipped (its jobs resume from their saved claims),
-    and moved to `quarantine` when given, so that it stops no later reader.
+    and moved to `quarantine` when given, so that it stops no later reader; so is one that a user
+    the run does not trust could have written (`owners`: the run's, spool/access.py).
     """
     latest: dict[str, JournalEntry] = {}
     for name in journal_files(fsops.list_all_names(claim_dir) if names is None else names):
         try:
-            data = fsops.read_bytes(claim_dir / name)
+            data, refusal = read_checked(owners, claim_dir / name)   # its records decide what resumes
+            if refusal:
+                raise fsops.UnsafeSpoolFile(refusal)
         except FileNotFoundError:
             continue
         except OSError as exc:

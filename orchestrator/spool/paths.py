@@ -139,6 +139,10 @@ class SpoolPaths:
         # Two-level fan-out keeps directories small on Lustre/GPFS.
         return self.jobs / job_id[-2:] / job_id
 
+    def make_job_dir(self, job_id: str) -> Path:
+        """job_dir(job_id), made a real directory of the run (a planted link is moved aside)."""
+        return fsops.ensure_real_dirs(self.jobs, (job_id[-2:], job_id), self.quarantine)
+
     @property
     def submissions(self) -> Path:
         return self.root / "submissions"

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import open_shard
 from orchestrator.spool.rows import SCHEMA, rows_to_table
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def keep_aside(paths: SpoolPaths, name: str, data: bytes, reason: str) -> Path:
 def readable_shard(path: Path) -> str | None:
     """None when the shard's footer and schema can be read, else why not."""
     try:
-        pq.ParquetFile(path).schema_arrow
+        open_shard(path).schema_arrow
     except READ_ERRORS as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -29,7 +29,7 @@ from typing import Callable
 import orjson
 
 from orchestrator.spool import fsops
-from orchestrator.spool.access import read_trusted
+from orchestrator.spool.access import owners_of, read_trusted
 from orchestrator.spool.batches import decode_batch, is_batch
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, Rebuild
 from orchestrator.spool.jobs import StageError
@@ -249,7 +249,7 @@ def _return_claims(paths: SpoolPaths, reap_dir: Path, dead: str, max_attempts: i
     entries = fsops.list_all_names(reap_dir)
     # What the claims did since they were saved (a RUN output before EVAL): read before any
     # claim is requeued. A record the fenced worker appends later is simply not seen.
-    journal = read_journal(reap_dir, entries, paths.quarantine)
+    journal = read_journal(reap_dir, entries, paths.quarantine, owners_of(paths))
     moved = 0
     names = [name for name in entries if not name.startswith(".")]
     batches = [name for name in names if is_batch(name)]
@@ -292,7 +292,7 @@ def _expand_batches(paths: SpoolPaths, reap_dir: Path, batches: list[str], singl
                 fsops.quarantine(path, paths.quarantine, f"{reason}; its batch {refusal}")
                 continue
             jobs = decode_batch(data, name)
-        except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
+        except (CorruptTicket, UnicodeError) as exc:
             fsops.quarantine(path, paths.quarantine, f"{reason}; its batch {name} is corrupt: {exc}")
             continue
         for ticket in jobs:
@@ -320,7 +320,7 @@ def _requeue_file(paths: SpoolPaths, path: Path, reason: str, max_attempts: int,
             emit(name, "quarantined", {"reason": refusal})
             return 0
         ticket = Ticket.decode(data, name)
-    except (CorruptTicket, IsADirectoryError, UnicodeError) as exc:
+    except (CorruptTicket, UnicodeError) as exc:
         fsops.quarantine(path, paths.quarantine, f"{reason}; its ticket {name} is corrupt: {exc}")
         return 0
     resume_journaled(ticket, (journal or {}).get(name))

@@ -22,6 +22,7 @@ from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import read_shard_table
 from orchestrator.spool.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
 from orchestrator.spool.shardlog import (WriterDirectory, foreign_shard_name, parse_shard_name, shard_exists, shard_name,
                                         writers_of_worker)
@@ -233,9 +234,8 @@ def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any
         names = [n for n in shard_names(paths) if (parsed := parse_shard_name(n)) and parsed[0] in wanted]
     ids: set[str] = set()
     for name in names:
-        fsops.count("open")
         try:
-            ids.update(pq.read_table(paths.shards / name, columns=["job_id"]).column(0).to_pylist())
+            ids.update(read_shard_table(paths.shards / name, ["job_id"]).column(0).to_pylist())
         except READ_ERRORS as exc:
             quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
     return ids
@@ -256,7 +256,7 @@ def _shards_after(paths: SpoolPaths, writers: list[str], progress: dict[str, Any
 
 
 def read_shard(path: Path) -> list[dict[str, Any]]:
-    return pq.read_table(path).to_pylist()
+    return read_shard_table(path).to_pylist()
 
 
 def iter_rows(paths: SpoolPaths) -> Iterator[tuple[str, list[dict[str, Any]]]]:

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 from orchestrator.trainer.cursor import Cursor, RowKey
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.shard_file import read_shard_table
 from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
 from orchestrator.spool.shardlog import WriterDirectory, shard_exists, shard_name
 
@@ -310,9 +310,8 @@ class RowReader:
         return table
 
     def _decode(self, path: Path) -> pa.Table:
-        fsops.count("open")
         columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-        return pq.ParquetFile(path, memory_map=True).read(columns=columns, use_threads=True)
+        return read_shard_table(path, columns)
 
     def _decode_if_there(self, writer: str, seq: int) -> pa.Table | None:
         if not shard_exists(self.paths, writer, seq):

@@ -1,6 +1,6 @@
 """The worker's periodic duties, each its own task (worker/periodic.py), each charged to its own
 fsops duty: the heartbeat, recovery of dead workers' claims, the cluster view, the cancel and
-stop polls, the sandbox sweep, the claim audit and the idle exit.
+stop polls, the sandbox sweep, the claim audit, the access check and the idle exit.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ STOP_POLL_S = 1.0
 CANCEL_POLL_LARGE_S = 2.0
 STOP_POLL_LARGE_S = 5.0
 SWEEP_EVERY_S = 60.0
+# Directories opened to others mid-run are closed again within this (7 stats per worker).
+ACCESS_CHECK_S = 300.0
 COMMIT_EVERY_S = 0.05
 
 
@@ -62,6 +64,7 @@ class Housekeeping:
             PeriodicDuty("commit", COMMIT_EVERY_S, self.committer.commit_if_due, self.committer.wake),
             PeriodicDuty("sandbox_sweep", SWEEP_EVERY_S, self.sweep_in_background),
             PeriodicDuty("claim_audit", leases.lease_s, self.audit_claims),
+            PeriodicDuty("access_check", ACCESS_CHECK_S, self.state.check_directories),
         ]
         if self.idle.enabled:
             period = poll_period(self.idle.shortest_window_s, leases.heartbeat_s)

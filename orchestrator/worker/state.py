@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import os
 import secrets
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +38,8 @@ from orchestrator.spool.shards import ShardWriter
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.held_batches import BatchClaims
 from orchestrator.worker.options import WorkerOptions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,6 +110,9 @@ class WorkerState:
         owners = access.Owners.of(paths, config.access)
         owners.check_self(paths)
         access.trust(paths, owners)
+        # Directories others could drop or swap files in are closed before anything in them is
+        # read (AccessError, naming the fix, when this user cannot): docs/robustness.md.
+        repaired = access.tighten(access.working_directories(paths))
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
         self.info = base_info(self.node, self.options.launch_id)
         # A stop request is one made after this worker started: another identity of control/stop
@@ -122,6 +128,8 @@ class WorkerState:
         self.run_queue = paths.run_queue(self.node)
         fsops.ensure_dir(self.run_queue)
         self.events = EventLog(paths, self.worker_id)
+        for change in repaired:
+            self.access_repaired(change)
         self.shards = ShardWriter(paths, self.worker_id, config.shards)
         self.batches = BatchClaims(self.box, self.shards)
         self.cancels = CancelWatch(paths)
@@ -153,6 +161,27 @@ class WorkerState:
         # (one at a time), heartbeats in another (never queued behind a slow commit).
         self.spool_io = ThreadPoolExecutor(1, thread_name_prefix="spool-io")
         self.heartbeat_io = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
+
+    def own_directories(self) -> list[Path]:
+        """The directories this worker takes files from: held closed by its access check."""
+        paths = self.paths
+        return [paths.root, paths.queue, paths.init_queue, paths.eval_queue, self.run_queue, paths.active, self.box.dir]
+
+    def check_directories(self) -> None:
+        """Close again what someone opened since (an event and a warning each), or say loudly
+        that this user cannot: the per-file checks still hold meanwhile (spool/access.py)."""
+        try:
+            changes = access.tighten(self.own_directories())
+        except access.AccessError as exc:
+            log.error("%s", exc)
+            self.events.emit("-", "access_loose", {"reason": str(exc)})
+            return
+        for change in changes:
+            self.access_repaired(change)
+
+    def access_repaired(self, change: str) -> None:
+        log.warning("repaired %s", change)
+        self.events.emit("-", "access_repaired", {"reason": change})
 
     def quarantined(self, name: str, reason: str) -> None:
         self.events.emit(name, "quarantined", {"reason": reason})

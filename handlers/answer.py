@@ -13,7 +13,8 @@ Reward 1.0 or 0.0. Sampling parameters come from the job; an instance "sampling"
 overrides them for that task (e.g. max_tokens).
 
 With an instance key `verl_reward` (orchestrator/grading/verl_reward.py) the reply is scored by
-verl's own default_compute_score or a custom reward function instead, at EVAL.
+verl's own default_compute_score or a custom reward function instead, at EVAL (in a scorer
+sandbox of its own when the scorer may run the reply: verl's code and numina sources, any custom one).
 
 The `number` rule vs verl's gsm8k scorer (`verl.utils.reward_score.gsm8k`, strict by default):
 verl scores only a `#### N` in the reply's last 300 characters, compared as a string with the
@@ -140,6 +141,6 @@ class AnswerHandler(AgentHandler):
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
         if VERL_REWARD in instance:
-            return score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")), ctx.services.rewards)
+            return await score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")), ctx)
         truth = str(instance["reward_model"]["ground_truth"])
         return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}

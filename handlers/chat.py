@@ -115,6 +115,6 @@ class ChatHandler(AgentHandler):
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         if VERL_REWARD in ctx.job.instance:
-            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, str(result.get("response_text", "")),
-                                   ctx.services.rewards)
+            return await score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance,
+                                         str(result.get("response_text", "")), ctx)
         return {"reward": prose_share(list(result.get("replies", [])))}

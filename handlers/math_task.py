@@ -98,7 +98,7 @@ class MathHandler(ToolAgentHandler):
 
         if VERL_REWARD in ctx.job.instance:   # verl's scorer on the decoded response (grading/verl_reward.py)
             text = await decoded_response(ctx.paths, result)
-            return score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, text, ctx.services.rewards)
+            return await score_with_verl(ctx.job.instance[VERL_REWARD], ctx.job.instance, text, ctx)
         task = self.task(ctx.job.instance)
         graded = candidate(result)
         check = await asyncio.to_thread(shared_verifier().check, task.answer, graded)

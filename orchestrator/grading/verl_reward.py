@@ -9,33 +9,64 @@ says `hpc_rollout.reward: verl | custom`; a hand-written task may carry it too):
     {"source": "custom", "reward_kwargs": {...}}   the operator's function: run.toml [rewards]
                                                    verl_custom_path / verl_custom_name
 
-The custom function's file is the operator's choice, never a row's: it runs on the worker, outside
-every sandbox, so a row that names a file (`path`, `name`) is refused at submit, and a job that
-carries one anyway (a ticket planted without submit) fails at EVAL without the file being read.
+No scorer runs the model's output on the worker. verl's default_compute_score runs in the worker's
+process only for the data sources whose scorers just compare strings (STRING_SCORED_SOURCES, read
+and attacked for verl 0.9.1: gsm8k, math_reward, math_dapo, search_r1's exact match); every other
+source, and every other verl version, runs it in a scorer sandbox of its own (scorer_sandbox.py):
+prime_code executes the reply as a program (codecontests, apps, codeforces, taco) and prime_math
+hands it to eval() (numina_*). The operator's custom function always runs there. With the `local`
+runtime (no sandbox) these are refused: at submit when run.toml says `local` (`refuse_unsandboxed`),
+and at EVAL.
+
+A row chooses no code: the custom function's file is run.toml's (a row that names a file, `path` or
+`name`, is refused at submit, and a planted one fails at EVAL without the file being read);
+`reward_kwargs` may not name the scorer's own arguments, nor, for `default`, the remote code runner
+verl would post the reply to (sandbox_fusion_url: the operator's choice, not a row's).
 
 Called the way verl's naive reward manager calls it: compute_score(data_source=, solution_str=,
 ground_truth=, extra_info=, **reward_kwargs), solution_str being the decoded response (sampled
 and observation tokens, special tokens skipped). A float is the reward (extra info {"acc": it}, as
 verl records it); a dict gives `score` as the reward and every key as extra info. `default` needs
-verl on the worker (imported here, only then); `custom` loads the file with importlib, no verl needed.
+verl on the worker (its Python is what the scorer sandbox runs); `custom` needs no verl.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
+import logging
 import math
-import sys
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.config import Rewards
 from orchestrator.errors import HpcRolloutError
+from orchestrator.grading.scorer_sandbox import ScorerCall, refuse_local, run_sandboxed
+
+if TYPE_CHECKING:
+    from orchestrator.handler_api.context import JobContext
+
+log = logging.getLogger(__name__)
 
 INSTANCE_KEY = "verl_reward"
 SOURCES = ("default", "custom")
+# What the scorer is always called with: reward_kwargs naming one of them would fail at EVAL.
+SCORER_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
+# default_compute_score's own settings: a remote runner the reply is posted to (the operator's choice).
+REMOTE_RUNNER_ARGUMENTS = ("sandbox_fusion_url", "concurrent_semaphore", "memory_limit_mb")
+
+# verl 0.9.1's default_compute_score sends these data sources to scorers that only match and
+# normalise strings (regular expressions; no eval, no sympy): safe to run in the worker. Read for
+# that version only: with another, every source goes to the scorer sandbox.
+STRING_SCORED_VERL_VERSIONS = ("0.9.1",)
+STRING_SCORED_SOURCES = frozenset({
+    "openai/gsm8k",                                                                    # gsm8k
+    "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",  # math_reward
+    "math_dapo", "math", "math_dapo_reasoning",                                        # math_dapo
+    "searchR1_nq", "searchR1_triviaqa", "searchR1_popqa", "searchR1_hotpotqa",         # search_r1_like_qa_em
+    "searchR1_2wikimultihopqa", "searchR1_musique", "searchR1_bamboogle",
+})
+STRING_SCORED_PREFIXES = ("aime",)                                                     # math_dapo
+DEFAULT_MODULE, DEFAULT_FUNCTION = "verl.utils.reward_score", "default_compute_score"
 
 
 class VerlRewardError(HpcRolloutError, ValueError):
@@ -55,44 +86,125 @@ def check_spec(spec: Any) -> None:
     if named:
         raise VerlRewardError(
             f"{INSTANCE_KEY} names {' and '.join(named)}: the reward function is the operator's choice, not a "
-            f"row's (it runs on the worker, outside the sandbox): set run.toml [rewards] verl_custom_path "
-            f"(and verl_custom_name) and give the row {{'source': 'custom'}}")
+            f"row's: set run.toml [rewards] verl_custom_path (and verl_custom_name) and give the row "
+            f"{{'source': 'custom'}}")
     unknown = sorted(set(spec) - set(ROW_KEYS))
     if unknown:
         raise VerlRewardError(f"{INSTANCE_KEY} takes only {', '.join(ROW_KEYS)}; unknown: {', '.join(unknown)}")
-    if not isinstance(spec.get("reward_kwargs", {}), Mapping):
+    kwargs = spec.get("reward_kwargs", {})
+    if not isinstance(kwargs, Mapping):
         raise VerlRewardError(f"{INSTANCE_KEY}.reward_kwargs must be a mapping")
+    check_reward_kwargs(kwargs, spec["source"], f"{INSTANCE_KEY}.reward_kwargs")
 
 
-def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], solution_str: str,
-                    rewards: Rewards) -> dict[str, Any]:
-    """{"reward": float, "reward_extra_info": {...}} for one finished job; `rewards`: run.toml [rewards]."""
+def check_reward_kwargs(kwargs: Mapping[str, Any], source: str, where: str) -> None:
+    """Refuse keyword arguments the call cannot take (also for the verl config's own, trainer/verl/settings.py)."""
+    clashing = sorted(set(kwargs) & set(SCORER_ARGUMENTS))
+    if clashing:
+        raise VerlRewardError(
+            f"{where} {', '.join(clashing)} clash with the arguments the scorer is always called with "
+            f"({', '.join(SCORER_ARGUMENTS)}): the call would fail at EVAL, after the job ran; rename them "
+            f"(in the reward function and here) or drop them")
+    remote = sorted(set(kwargs) & set(REMOTE_RUNNER_ARGUMENTS)) if source == "default" else []
+    if remote:
+        raise VerlRewardError(
+            f"{where} {', '.join(remote)}: verl's default_compute_score would post the reply to that code runner; "
+            f"a row does not choose where code runs: code sources are scored in the job's own scorer sandbox")
+
+
+def may_run_code(spec: Mapping[str, Any], data_source: Any) -> bool:
+    """Whether this scorer may run the model's output, by its data source as verl 0.9.1 routes it."""
+    if spec.get("source") != "default":
+        return True   # the operator's function: anything
+    source = str(data_source)
+    return not (source in STRING_SCORED_SOURCES or source.startswith(STRING_SCORED_PREFIXES))
+
+
+def needs_sandbox(spec: Mapping[str, Any], data_source: Any) -> bool:
+    """Whether this call runs in a scorer sandbox: it may run code, or the installed verl is not the one checked."""
+    return may_run_code(spec, data_source) or _verl_version() not in STRING_SCORED_VERL_VERSIONS
+
+
+def refuse_unsandboxed(instance: Mapping[str, Any], runtime: str) -> None:
+    """At submit: VerlRewardError when the row's scorer may run the model's output and `runtime`
+    (run.toml [sandbox] runtime) has no sandbox. A row without `verl_reward` passes. (The workers'
+    verl version is not known here: EVAL refuses again, also for a verl whose scorers were not checked.)"""
+    spec = instance.get(INSTANCE_KEY)
+    if isinstance(spec, Mapping) and may_run_code(spec, instance.get("data_source")):
+        try:
+            refuse_local(runtime, _describe(spec, instance.get("data_source")))
+        except ValueError as exc:
+            raise VerlRewardError(str(exc)) from None
+
+
+async def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], solution_str: str,
+                          ctx: "JobContext") -> dict[str, Any]:
+    """{"reward": float, "reward_extra_info": {...}} for one finished job, scored at its EVAL."""
     check_spec(spec)
-    if spec["source"] == "default":
-        function = _default_compute_score()
-    elif rewards.verl_custom_path:
-        function = _load_custom(rewards.verl_custom_path, rewards.verl_custom_name)
-    else:
+    rewards = ctx.services.rewards
+    if spec["source"] == "custom" and not rewards.verl_custom_path:
         raise VerlRewardError(f"{INSTANCE_KEY} asks for the custom reward function, and the run names none: "
                               f"set run.toml [rewards] verl_custom_path (hpc-rollout init RUN_DIR --set "
                               f"rewards.verl_custom_path=FILE.py) before the workers start")
     reward_model = given if isinstance(given := instance.get("reward_model"), Mapping) else {}
     extra_info = dict(instance.get("extra_info") or {}) if isinstance(instance.get("extra_info"), Mapping) else {}
-    result = function(data_source=instance.get("data_source"), solution_str=solution_str,
-                      ground_truth=reward_model.get("ground_truth"), extra_info=extra_info,
-                      **dict(spec.get("reward_kwargs") or {}))
-    if inspect.isawaitable(result):
-        raise VerlRewardError(f"{spec.get('name')} is a coroutine function: give a plain function for EVAL")
+    kwargs = {"data_source": instance.get("data_source"), "solution_str": solution_str,
+              "ground_truth": reward_model.get("ground_truth"), "extra_info": extra_info,
+              **dict(spec.get("reward_kwargs") or {})}
+    data_source = instance.get("data_source")
+    if may_run_code(spec, data_source):   # refused by its name first: nothing is imported for it
+        refuse_local(ctx.services.runtime, _describe(spec, data_source))
+    if spec["source"] == "default":
+        _verl_installed()
+    if not needs_sandbox(spec, data_source):
+        return _reward_of(_default_compute_score()(**kwargs))
+    refuse_local(ctx.services.runtime, _describe(spec, data_source))   # a verl whose string scorers were not checked
+    if spec["source"] == "default":
+        call = ScorerCall(DEFAULT_FUNCTION, kwargs, module=DEFAULT_MODULE, light_parents=("verl", "verl.utils"),
+                          packages=("verl",))
+    else:
+        call = ScorerCall(rewards.verl_custom_name, kwargs, file_text=_custom_source(rewards.verl_custom_path))
+    return _reward_of(await run_sandboxed(ctx, call))
+
+
+def _describe(spec: Mapping[str, Any], data_source: Any) -> str:
+    if spec.get("source") == "custom":
+        return f"{INSTANCE_KEY} 'custom' (the operator's reward function, run.toml [rewards] verl_custom_path)"
+    if not may_run_code(spec, data_source):
+        return (f"{INSTANCE_KEY} 'default' for data_source {data_source!r} with verl {_verl_version() or '(none)'} "
+                f"(only verl {', '.join(STRING_SCORED_VERL_VERSIONS)}'s string scorers were checked)")
+    return f"{INSTANCE_KEY} 'default' for data_source {data_source!r} (verl's scorer for it)"
+
+
+def _reward_of(result: Any) -> dict[str, Any]:
     if isinstance(result, Mapping):
         if "score" not in result:
             raise VerlRewardError(f"the reward function returned a dict without 'score': {sorted(result)}")
         score, extra = result["score"], {str(k): _plain(v) for k, v in result.items()}
     else:
         score, extra = result, {"acc": _plain(result)}
-    reward = float(score)
+    try:
+        reward = float(score)
+    except (TypeError, ValueError):
+        raise VerlRewardError(f"the reward function returned {score!r}, not a number") from None
     if not math.isfinite(reward):
         raise VerlRewardError(f"the reward function returned {score!r}, not a finite number")
     return {"reward": reward, "reward_extra_info": extra}
+
+
+@lru_cache(maxsize=1)
+def _verl_version() -> str:
+    """The installed verl's version, read from its metadata (verl itself is not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("verl")
+    except PackageNotFoundError:
+        return ""
+    if found not in STRING_SCORED_VERL_VERSIONS:
+        log.warning("verl %s is not the version whose string scorers were checked (%s): every data source is "
+                    "scored in a scorer sandbox", found, ", ".join(STRING_SCORED_VERL_VERSIONS))
+    return found
 
 
 def _default_compute_score() -> Callable[..., Any]:
@@ -104,20 +216,21 @@ def _default_compute_score() -> Callable[..., Any]:
     return default_compute_score
 
 
-@lru_cache(maxsize=16)
-def _load_custom(path: str, name: str) -> Callable[..., Any]:
+def _verl_installed() -> None:
+    """verl is found without being imported (a sandbox may import it): a missing verl fails here, named."""
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None:
+        raise VerlRewardError(f"{INSTANCE_KEY} source 'default' needs verl on the EVAL workers "
+                              f"(pip install 'hpc-rollout[verl]'): No module named 'verl'")
+
+
+def _custom_source(path: str) -> str:
+    """The operator's file, read (never imported) on the worker: it is run in the scorer sandbox."""
     file = Path(path)
     if not file.is_file():
-        raise VerlRewardError(f"run.toml [rewards] verl_custom_path {path} does not exist on this worker ({sys.argv[0]})")
-    spec = importlib.util.spec_from_file_location(f"hpc_rollout_verl_reward_{abs(hash(path))}", file)
-    if spec is None or spec.loader is None:
-        raise VerlRewardError(f"run.toml [rewards] verl_custom_path {path} cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    function = getattr(module, name, None)
-    if not callable(function):
-        raise VerlRewardError(f"{path} has no function {name!r}")
-    return function
+        raise VerlRewardError(f"run.toml [rewards] verl_custom_path {path} does not exist on this worker")
+    return file.read_text()
 
 
 def _plain(value: Any) -> Any:

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 import pyarrow.parquet as pq
 
+from orchestrator.grading.verl_reward import refuse_unsandboxed
 from orchestrator.config import Staleness
 from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops, job_ids
@@ -172,7 +173,7 @@ def submit_rows(
     except ValueError as exc:
         raise SubmitError(str(exc)) from None
     report = SubmitReport(job_ids.new_submission_id(), source)
-    allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults())
+    allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults(), config.sandbox.runtime)
     tasks = _validated_tasks(rows, handler, report, mapping, allowed)
     if strict and report.rejected:
         _record(paths, report)
@@ -273,10 +274,13 @@ class SandboxChoices:
 
     policy: SandboxPolicy
     defaults: dict[str, Any]
+    runtime: str = "auto"   # run.toml [sandbox] runtime: `local` has no sandbox for scorers that run code
 
     def check(self, handler: AgentHandler, task: Task) -> None:
-        """SandboxPolicyError (a ValueError: the row is rejected) naming what is not allowed."""
+        """SandboxPolicyError (a ValueError: the row is rejected) naming what is not allowed; a
+        reward scorer that may run the reply as code where the run has no sandbox to put it in."""
         self.policy.decide(self.defaults, handler.sandbox_request(task.instance), handler=task.handler)
+        refuse_unsandboxed(task.instance, self.runtime)
 
 
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport,

@@ -6,6 +6,8 @@ settings and the handlers that can call verl's reward functions must not import 
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +17,16 @@ import numpy as np
 import pytest
 
 from orchestrator.config import Rewards
+from orchestrator.grading.scorer_sandbox import ScorerSandboxError
 from orchestrator.grading.verl_reward import VerlRewardError, check_spec, score_with_verl
+from orchestrator.handler_api.context import JobContext, WorkerServices
+from orchestrator.spool.jobs import JobSpec, Stage
+from orchestrator.spool.paths import current_node
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import assemble
 from orchestrator.trainer.verl.servers import policy_version_of
 from orchestrator.trainer.verl.settings import RewardSource, VerlConfigError, parse_settings
+from tests.core.util import make_run
 
 
 def config(**block: Any) -> dict[str, Any]:
@@ -105,6 +112,7 @@ def test_the_policy_version_a_batch_is_sampled_with() -> None:
     assert policy_version_of({}) is None and policy_version_of({"global_steps": "x"}) is None
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="the custom function runs in a bubblewrap sandbox")
 def test_a_custom_reward_function_is_called_the_way_verl_calls_it(tmp_path: Path) -> None:
     module = tmp_path / "my_reward.py"
     module.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):\n"
@@ -112,10 +120,18 @@ def test_a_custom_reward_function_is_called_the_way_verl_calls_it(tmp_path: Path
     instance = {"data_source": "x", "reward_model": {"ground_truth": "42"}, "extra_info": {"index": 2}}
     spec = {"source": "custom", "reward_kwargs": {"scale": 3.0}}
     operator = Rewards(verl_custom_path=str(module), verl_custom_name="compute_score")
-    assert score_with_verl(spec, instance, " 42 ", operator) == {"reward": 5.0, "reward_extra_info": {"acc": 5.0}}
-    with pytest.raises(VerlRewardError, match="no function 'missing'"):
-        score_with_verl(spec, instance, "42", Rewards(verl_custom_path=str(module), verl_custom_name="missing"))
+    paths = make_run(tmp_path / "run")
+
+    def score(spec: dict[str, Any], rewards: Rewards, reply: str = "42") -> dict[str, Any]:
+        job = JobSpec(job_id="s-0000000-0000", group_id="s-0000000", instance_id="i", sample_index=0,
+                      handler="answer", instance=instance)
+        services = WorkerServices(paths=paths, worker_id="w", node=current_node(), runtime="bwrap", rewards=rewards)
+        return asyncio.run(score_with_verl(spec, instance, reply, JobContext(job, Stage.EVAL, 1, services)))
+
+    assert score(spec, operator, " 42 ") == {"reward": 5.0, "reward_extra_info": {"acc": 5.0}}
+    with pytest.raises(ScorerSandboxError, match="no function 'missing'"):
+        score(spec, Rewards(verl_custom_path=str(module), verl_custom_name="missing"))
     with pytest.raises(VerlRewardError, match="must be"):
         check_spec({"source": "elsewhere"})
     with pytest.raises(VerlRewardError, match="needs verl on the EVAL workers"):   # verl is not installed here
-        score_with_verl({"source": "default"}, instance, "42", Rewards())
+        score({"source": "default"}, Rewards())

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import HpcRolloutError
+from orchestrator.grading.verl_reward import VerlRewardError, check_reward_kwargs
 from orchestrator.llm.errors import RegistryError
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
 
@@ -196,6 +197,10 @@ def _custom_reward(plain: Mapping[str, Any]) -> CustomReward:
     kwargs = found.get("reward_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise VerlConfigError("reward.custom_reward_function.reward_kwargs must be a mapping")
+    try:   # refused here, before a step's jobs run, not at their EVAL
+        check_reward_kwargs(kwargs, "custom", "reward.custom_reward_function.reward_kwargs")
+    except VerlRewardError as exc:
+        raise VerlConfigError(str(exc)) from None
     return CustomReward(str(Path(path).expanduser().resolve()), str(found.get("name") or "compute_score"), dict(kwargs))
 
 

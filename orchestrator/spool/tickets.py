@@ -82,6 +82,21 @@ class Ticket:
             self.status = JobStatus.FAILED
             self.error = error_record
 
+    def return_after_infrastructure_loss(self, cause: str, free_losses: int, error_record: dict[str, str],
+                                         max_attempts: int) -> bool:
+        """Its stage was lost to the infrastructure (a full spool), not to the job: back to where it
+        can resume (`return_after_loss`), attempt unchanged for its first `free_losses` such losses;
+        each one beyond is charged like an engine error (`count_lost_attempt`), so a spool that keeps
+        filling up still ends the job. True when this loss was charged."""
+        earlier = sum(1 for entry in self.history if "infrastructure_loss" in entry)
+        charged = earlier >= free_losses
+        self.history.append({"t": time.time(), "infrastructure_loss": cause, "stage": self.stage.value,
+                             "attempt": self.attempt, "charged": charged})
+        if charged:
+            self.count_lost_attempt(error_record, max_attempts)
+        self.return_after_loss()
+        return charged
+
     def record_output(self, stage: Stage, output: dict[str, Any]) -> None:
         self.outputs[stage.value] = output
 

@@ -3,7 +3,8 @@
 A stage runs as a task holding a slot of its pool. Before the handler is called the job may
 end early (its handler cannot be loaded, it was cancelled, its samples are stale); after, its
 outcome sends it on (`TicketMoves`), ends it early, or buffers its row (`finish`). An error of
-the engine itself requeues the claim (attempt + 1): a claim must never stay with a task that died.
+the engine itself requeues the claim (attempt + 1): a claim must never stay with a task that died;
+a full spool gives the job back without charging it an attempt (`FullSpoolReturn`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from orchestrator.spool.rows import build_row
 from orchestrator.spool.staleness import STALE_KIND, job_stale_reason
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.commit import Committer
+from orchestrator.worker.full_spool import FullSpoolReturn, disk_full_error
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.stages import StageOutcome, execute_stage, final_fields
 from orchestrator.worker.state import WorkerState
@@ -39,6 +41,7 @@ class JobRunner:
         self.moves = moves
         self.committer = committer
         self.lose_lease = lose_lease
+        self.full_spool = FullSpoolReturn(state, moves)
         self.handlers: dict[str, AgentHandler] = {}
 
     # -- the task of a stage ------------------------------------------------------------------
@@ -87,13 +90,18 @@ class JobRunner:
         if state.lease_lost:
             log.info("job %s: %s after this worker lost its lease; left to its new owner", name, exc)
             return
-        log.error("job %s: worker error in %s: %s: %s", name, stage.value, type(exc).__name__, exc, exc_info=exc)
+        spool_full = disk_full_error(exc)
+        if spool_full is None:   # a full spool is no bug: its own warning says what happens (full_spool.py)
+            log.error("job %s: worker error in %s: %s: %s", name, stage.value, type(exc).__name__, exc, exc_info=exc)
         ticket = state.jobs.in_flight.get(name)
         if ticket is not None and "sandbox" in ticket.state:
             await self.close_quietly(ticket)
         if self.committer.carries(name):
             return  # its row is on its way: the ticket goes with the shard
-        self.moves.requeue_claim(name, f"worker error in {stage.value}: {type(exc).__name__}: {exc}")
+        if spool_full is not None:
+            await self.full_spool.give_back(name, stage, spool_full)
+        else:
+            self.moves.requeue_claim(name, f"worker error in {stage.value}: {type(exc).__name__}: {exc}")
 
     # -- the stage ----------------------------------------------------------------------------
     async def _run_stage(self, stage: Stage, name: str, ticket: Ticket | None = None) -> None:

@@ -18,6 +18,7 @@ from orchestrator.handler_api.contract import AgentHandler, merge_stage_outputs
 from orchestrator.spool.jobs import StageError
 from orchestrator.spool.jobs import JobStatus, Stage
 from orchestrator.spool.staleness import STALE_KIND, StalePolicy
+from orchestrator.worker.full_spool import disk_full_error, fills_the_spool
 
 log = logging.getLogger(__name__)
 MAX_ERROR_CHARS = 4000
@@ -38,7 +39,8 @@ async def execute_stage(
     budget_s: float,
     cancelled_by_user: Callable[[], bool],
 ) -> StageOutcome:
-    """Run `ctx.stage` of the handler. Raises CancelledError only when the worker itself stops."""
+    """Run `ctx.stage` of the handler. Raises CancelledError only when the worker itself stops, and
+    the handler's own error only when it is the spool's filesystem being full."""
     stage = ctx.stage
     if stage is Stage.INIT:
         call = handler.init(ctx)
@@ -67,6 +69,8 @@ async def execute_stage(
         error = StageError(stage.value, STALE_KIND, str(exc)[:MAX_ERROR_CHARS])
         return StageOutcome(_hook(handler, ctx, error), JobStatus.CANCELLED, error)
     except Exception as exc:  # a handler bug must end the job, never the worker
+        if (spool_full := disk_full_error(exc)) is not None and fills_the_spool(spool_full, ctx.paths.root):
+            raise   # the infrastructure's fault, not the job's: the engine gives the job back (full_spool.py)
         where = raise_site(exc, handler)
         error = StageError(stage.value, type(exc).__name__, f"{str(exc)[:MAX_ERROR_CHARS]} (at {where})",
                            "".join(traceback.format_exception(exc))[-MAX_TRACEBACK_CHARS:])

@@ -10,6 +10,10 @@ Modules, one concept each:
     anthropic_messages  Anthropic Messages (POST /v1/messages; Claude Code)
     openai_responses    OpenAI Responses (POST /v1/responses; Codex CLI)
     api                 what the server needs of each API; problems and their statuses
+    bad_request         the error of a request the proxy cannot serve (400 in the API's shape)
+    typed_fields        the typed fields of each API's requests (type and documented range)
+    nesting             how deep a request's JSON may nest (MAX_NESTING levels)
+    admission           budgets counted at admission: max_calls slots, the bodies' allowance
     recorder            messages -> ids (a call that extends the last keeps its ids verbatim and renders
                         only the new messages), one generation, the reply's tool calls; every call recorded
     trajectory          training samples from the recorded calls: per_request or prefix_merging

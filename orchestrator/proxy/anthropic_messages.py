@@ -37,6 +37,8 @@ from orchestrator.proxy.chat_form import (
     BadRequest, ChatRequest, MessageForms, Reply, arguments_object, chat_message, check_fields, flatten,
     positive_int, template_call, template_tool,
 )
+from orchestrator.proxy.nesting import check_fields_nesting
+from orchestrator.proxy.typed_fields import FLAG, INTEGER, OBJECT, POSITIVE, PROBABILITY, TEXT, Rule, check_typed
 
 NAME = "anthropic_messages"
 FIELDS = {"model", "messages", "system", "max_tokens", "metadata", "stop_sequences", "stream", "temperature",
@@ -44,6 +46,9 @@ FIELDS = {"model", "messages", "system", "max_tokens", "metadata", "stop_sequenc
           "service_tier"}
 COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "context_management",
                 "output_config"}
+TYPED: dict[str, Rule] = {"model": TEXT, "stream": FLAG, "max_tokens": POSITIVE, "temperature": PROBABILITY,
+                         "top_p": PROBABILITY, "top_k": INTEGER, "metadata": OBJECT, "service_tier": TEXT}
+CONVERTED = ("messages", "system", "tools")   # nesting checked as MessageForms converts them
 TOOL_FIELDS = {"type", "name", "description", "input_schema", "cache_control", "defer_loading"}
 ERROR_TYPES = {Problem.INVALID: "invalid_request_error", Problem.AUTHENTICATION: "authentication_error",
                Problem.PERMISSION: "permission_error", Problem.NOT_FOUND: "not_found_error",
@@ -182,12 +187,15 @@ class AnthropicMessages:
         raw = body.get("messages")
         if not isinstance(raw, list) or not raw:
             raise BadRequest("messages must be a non-empty list", param="messages")
+        check_typed(body, TYPED)
+        check_fields_nesting(body, CONVERTED)
         _check_options(body)
         groups = [self.forms.converted(NAME, message, convert_message) for message in raw]
         system = body.get("system")
         if system:
             groups.insert(0, self.forms.converted(NAME + ":system", system,
-                                                  lambda s: [chat_message("system", _text(s, "system"))]))
+                                                  lambda s: [chat_message("system", _text(s, "system"))],
+                                                  where="system", above=1))
         messages, keys = flatten(groups)
         tools, tools_key = self.forms.tools(NAME, body.get("tools") or [], convert_tools)
         max_tokens = positive_int(body.get("max_tokens"), "max_tokens")

@@ -16,6 +16,10 @@ from orchestrator.proxy.api import Problem, sse
 from orchestrator.proxy.chat_form import (
     PASSED_SAMPLING, ROLES, BadRequest, ChatRequest, MessageForms, Reply, flatten, template_call,
 )
+from orchestrator.proxy.nesting import check_arguments, check_fields_nesting
+from orchestrator.proxy.typed_fields import (
+    FLAG, INTEGER, OBJECT, ONE, PENALTY, POSITIVE, POSITIVE_NUMBER, PROBABILITY, TEXT, TEXTS, Rule, check_typed, number,
+)
 
 NAME = "chat_completions"
 ERROR_TYPES = {Problem.INVALID: "invalid_request_error", Problem.AUTHENTICATION: "authentication_error",
@@ -23,6 +27,14 @@ ERROR_TYPES = {Problem.INVALID: "invalid_request_error", Problem.AUTHENTICATION:
                Problem.TOO_LARGE: "invalid_request_error", Problem.CONTEXT_FULL: "invalid_request_error",
                Problem.MAX_TURNS: "invalid_request_error", Problem.BACKEND_GONE: "server_error",
                Problem.SERVER: "server_error"}
+TYPED: dict[str, Rule] = {
+    "model": TEXT, "stream": FLAG, "stream_options": OBJECT, "n": ONE, "max_tokens": POSITIVE,
+    "max_completion_tokens": POSITIVE, "temperature": number(0, 2), "top_p": PROBABILITY, "top_k": INTEGER,
+    "min_p": PROBABILITY, "seed": INTEGER, "stop": TEXTS, "presence_penalty": PENALTY, "frequency_penalty": PENALTY,
+    "repetition_penalty": POSITIVE_NUMBER, "parallel_tool_calls": FLAG,
+}
+STREAM_OPTIONS = {"include_usage": FLAG}
+CONVERTED = ("messages", "tools")   # nesting checked as MessageForms converts them
 ERROR_CODES = {Problem.AUTHENTICATION: "invalid_api_key", Problem.NOT_FOUND: "unknown_url",
                Problem.TOO_LARGE: "request_too_large", Problem.CONTEXT_FULL: "context_length_exceeded",
                Problem.MAX_TURNS: "max_turns_reached", Problem.BACKEND_GONE: "backend_unavailable"}
@@ -56,6 +68,7 @@ def _calls(message: dict[str, Any]) -> list[dict[str, Any]]:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise BadRequest(f"tool call {str(call)[:120]!r} has no function name")
+        check_arguments(function.get("arguments"), "messages (tool call arguments)")
         out.append(template_call(str(call.get("id") or ""), function["name"], function.get("arguments", "{}")))
     return out
 
@@ -87,19 +100,18 @@ def parse_request(body: Any, parse_tools_default: bool = True, forms: MessageFor
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise BadRequest("'messages' must be a non-empty list", param="messages")
-    if int(body.get("n") or 1) != 1:
-        raise BadRequest("n must be 1: the proxy records one sample per call", param="n")
+    check_typed(body, TYPED)
+    options = body.get("stream_options") or {}
+    check_typed(options, STREAM_OPTIONS)
+    check_fields_nesting(body, CONVERTED)
     messages, keys = flatten([forms.converted(NAME, m, lambda m: [template_message(m)]) for m in raw])
     tools, tools_key = forms.tools(NAME, body.get("tools") or [], _tools)
     sampling = {k: body[k] for k in PASSED_SAMPLING if body.get(k) is not None}
     wanted = body.get("max_completion_tokens", body.get("max_tokens"))
-    if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 1):
-        raise BadRequest(f"max_tokens must be a positive integer, got {wanted!r}", param="max_tokens")
-    options = body.get("stream_options") or {}
     return ChatRequest(
         model=str(body.get("model") or ""), messages=messages, keys=keys, tools=tools or None, tools_key=tools_key,
         sampling=sampling, max_tokens=wanted, stream=bool(body.get("stream")),
-        include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        include_usage=bool(options.get("include_usage")),
         parse_tools=parse_tools_default and bool(tools) and body.get("tool_choice") != "none",
     )
 

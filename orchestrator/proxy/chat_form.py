@@ -28,27 +28,19 @@ from typing import Any
 import orjson
 
 from orchestrator.agent.calls import ParsedReply
-from orchestrator.errors import HpcRolloutError
+from orchestrator.proxy.bad_request import BadRequest as BadRequest   # where the API modules find it
+from orchestrator.proxy.nesting import check_nesting
 
 # Sampling parameters a harness may set; the job's own sampling parameters win over them.
 PASSED_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
                    "frequency_penalty", "repetition_penalty")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# What MessageForms keeps when not told (the job's proxy tells it: 2 x [proxy] max_body_mb).
+DEFAULT_FORMS_BYTES = 8 << 20
+TOOL_SETS = 64   # distinct tool sets MessageForms keeps converted
 
 Key = tuple[Any, ...]
 Form = tuple[dict[str, Any], Key]
-
-
-class BadRequest(HpcRolloutError, ValueError):
-    """A request the proxy cannot serve; answered with HTTP 400 (or `status`) in the API's own
-    error shape, naming the problem. `param`: the offending field, when there is one."""
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 status: int = 400) -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -107,17 +99,26 @@ def template_tool(name: Any, description: Any, parameters: Any, where: str) -> d
 
 
 def _arguments(value: Any) -> Any:
+    """Arguments as the object they spell; text that is not JSON (or nests beyond what Python's
+    json reads: a reply's, as requests' are checked first) stays the text it is."""
     if isinstance(value, str):
         try:
             return json.loads(value) if value.strip() else {}
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return value
     return value
 
 
+def _arguments_key(value: Any) -> str:
+    try:
+        return json.dumps(_arguments(value), sort_keys=True)
+    except RecursionError:
+        return str(value)
+
+
 def message_key(message: dict[str, Any]) -> Key:
     """What makes two messages the same turn (see the module's docstring)."""
-    calls = tuple((c["function"]["name"], json.dumps(_arguments(c["function"]["arguments"]), sort_keys=True))
+    calls = tuple((c["function"]["name"], _arguments_key(c["function"]["arguments"]))
                   for c in message.get("tool_calls") or ())
     return (message["role"], str(message.get("content") or "").strip(), calls, message.get("tool_call_id") or "")
 
@@ -165,39 +166,60 @@ class MessageForms:
     """The template forms and keys of each piece of history a job's harness sent (a message, or a
     group of items that make one message), by the piece's JSON: the history a harness resends
     is converted once. The bytes are the dict's own order, so a client that reorders keys only
-    misses the cache. Bounded by `limit` entries."""
+    misses the cache. A piece's nesting is checked (nesting.py) when it is first converted.
 
-    def __init__(self, limit: int = 20_000) -> None:
+    Bounded by `limit` entries and by `max_bytes` of JSON, for messages and again for tool sets
+    (the job's proxy gives two bodies' worth: its harness's history, and another conversation's):
+    requests refused after their first messages converted cannot make the proxy keep them all."""
+
+    def __init__(self, limit: int = 20_000, max_bytes: int = DEFAULT_FORMS_BYTES) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
         self._forms: dict[tuple[str, bytes], tuple[Form, ...]] = {}
         self._tools: dict[tuple[str, bytes], tuple[list[dict[str, Any]], str]] = {}
+        self._forms_bytes = 0
+        self._tools_bytes = 0
 
-    def converted(self, kind: str, raw: Any, convert: Callable[[Any], list[dict[str, Any]]]) -> tuple[Form, ...]:
-        """The template messages `convert(raw)` gives, with their keys (cached by `kind` + JSON)."""
-        try:
-            blob = orjson.dumps(raw)
-        except TypeError:
-            raise BadRequest(f"unreadable message: {str(raw)[:120]!r}") from None
+    def converted(self, kind: str, raw: Any, convert: Callable[[Any], list[dict[str, Any]]], *,
+                  where: str = "messages", above: int = 2) -> tuple[Form, ...]:
+        """The template messages `convert(raw)` gives, with their keys (cached by `kind` + JSON);
+        `raw` sits `above` levels down the body (a message of a list: 2)."""
+        blob = _json_of(raw, where, above)
         forms = self._forms.get((kind, blob))
         if forms is None:
+            check_nesting(raw, where, above)
             forms = tuple((message, message_key(message)) for message in convert(raw))
-            if len(self._forms) >= self.limit:
+            if len(self._forms) >= self.limit or self._forms_bytes + len(blob) > self.max_bytes:
                 self._forms.clear()
+                self._forms_bytes = 0
             self._forms[(kind, blob)] = forms
+            self._forms_bytes += len(blob)
         return forms
 
     def tools(self, kind: str, raw: Any,
               convert: Callable[[Any], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], str]:
-        """The template tool declarations of `raw` and the key that tells tool sets apart."""
-        blob = orjson.dumps(raw)
+        """The template tool declarations of `raw` (the body's `tools`) and the key that tells
+        tool sets apart."""
+        blob = _json_of(raw, "tools", 1)
         found = self._tools.get((kind, blob))
         if found is None:
+            check_nesting(raw, "tools", above=1)
             tools = convert(raw)
             found = (tools, json.dumps(tools, sort_keys=True) if tools else "")
-            if len(self._tools) >= 64:
+            if len(self._tools) >= TOOL_SETS or self._tools_bytes + len(blob) > self.max_bytes:
                 self._tools.clear()
+                self._tools_bytes = 0
             self._tools[(kind, blob)] = found
+            self._tools_bytes += len(blob)
         return found
+
+
+def _json_of(raw: Any, where: str, above: int) -> bytes:
+    try:
+        return orjson.dumps(raw)
+    except TypeError:   # orjson writes at most 254 levels: refused for its nesting, named
+        check_nesting(raw, where, above)
+        raise BadRequest(f"{where}: unreadable: {str(raw)[:120]!r}", param=where) from None
 
 
 def flatten(forms: Sequence[tuple[Form, ...]]) -> tuple[tuple[dict[str, Any], ...], tuple[Key, ...]]:

@@ -39,12 +39,21 @@ from orchestrator.proxy.chat_form import (
     template_call, template_tool,
 )
 from orchestrator.proxy.chat_completions import ERROR_CODES, ERROR_TYPES, error_body
+from orchestrator.proxy.nesting import check_arguments, check_fields_nesting
+from orchestrator.proxy.typed_fields import FLAG, OBJECT, POSITIVE, PROBABILITY, TEXT, Rule, check_typed, number
 
 NAME = "openai_responses"
 FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
           "temperature", "top_p", "stream", "store", "include", "reasoning", "prompt_cache_key", "client_metadata",
           "metadata", "previous_response_id", "service_tier", "text", "truncation", "user", "safety_identifier",
           "stream_options"}
+TYPED: dict[str, Rule] = {
+    "model": TEXT, "instructions": TEXT, "stream": FLAG, "store": FLAG, "parallel_tool_calls": FLAG,
+    "max_output_tokens": POSITIVE, "temperature": number(0, 2), "top_p": PROBABILITY,
+    "previous_response_id": TEXT, "metadata": OBJECT, "prompt_cache_key": TEXT, "user": TEXT,
+    "safety_identifier": TEXT, "service_tier": TEXT, "stream_options": OBJECT, "reasoning": OBJECT,
+}
+CONVERTED = ("input", "tools")   # nesting checked as MessageForms converts them
 INCLUDES = {"reasoning.encrypted_content"}
 MESSAGE_ROLES = ("system", "developer", "user", "assistant")
 ECHOED = ("instructions", "parallel_tool_calls", "previous_response_id", "reasoning", "store", "temperature", "text",
@@ -98,6 +107,15 @@ def convert_group(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          param="input")
     calls = [_call(item) for item in group[1:]]
     return [chat_message(head["role"], _parts_text(head.get("content"), f"{head['role']} message"), calls)]
+
+
+def convert_input_group(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`convert_group` for a request's input: its function calls' arguments are checked too (a
+    reply's own items, converted to be kept, are not: they are what the policy wrote)."""
+    for item in group:
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            check_arguments(item.get("arguments"), "input (function_call arguments)")
+    return convert_group(group)
 
 
 def groups_of(items: list[Any]) -> list[list[dict[str, Any]]]:
@@ -172,13 +190,16 @@ class OpenAIResponses:
         if not isinstance(body, dict):
             raise BadRequest("the body must be a JSON object")
         check_fields(body, FIELDS, "the Responses API")
+        check_typed(body, TYPED)
+        check_fields_nesting(body, CONVERTED)
         _check_options(body)
         raw = body.get("input")
         if isinstance(raw, str):
             raw = [{"type": "message", "role": "user", "content": raw}]
         if not isinstance(raw, list) or not raw:
             raise BadRequest("input must be a string or a non-empty list of items", param="input")
-        groups = [self.forms.converted(NAME, group, convert_group) for group in groups_of(raw)]
+        groups = [self.forms.converted(NAME, group, convert_input_group, where="input", above=1)
+                  for group in groups_of(raw)]
         previous = body.get("previous_response_id")
         if previous is not None:
             if previous not in self._kept:

@@ -10,6 +10,10 @@ counted by the router, policy version recorded per call.
 
 Pure of HTTP: the server (server.py) turns each API's requests into `ChatRequest`s (chat_form.py)
 and calls `complete`.
+
+`max_calls` is counted at admission (admission.CallSlots): a call takes a slot before anything
+else, spends it once it is sent to the backend, and gives it back if it is refused or fails
+before that; concurrent calls beyond the limit get the refusal a sequential one gets.
 """
 
 from __future__ import annotations
@@ -20,17 +24,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from orchestrator.agent.calls import ParsedReply
 from orchestrator.agent.messages import reply_text
 from orchestrator.agent.parsers import Parser
 from orchestrator.config import DEFAULTS
 from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.conversation import Conversation
+from orchestrator.proxy.admission import CallSlot, CallSlots
 from orchestrator.proxy.chat_form import ChatRequest, Reply, message_key, reply_message
+from orchestrator.proxy.nesting import MAX_NESTING, nests_within
 
 RENDER_WINDOW = 2   # as the agent loop: deltas rendered after the last 2 messages (checked by Conversation)
 # Rendering and tokenizing more new text than this runs in a thread, off the worker's event loop
 # (other jobs' stages and proxies keep running); below it the thread hop costs more than it saves.
 OFF_LOOP_CHARS = 32_000
+DEEP_CALL = f"a tool call's arguments nest deeper than {MAX_NESTING} levels"
 
 
 class LimitReached(HpcRolloutError):
@@ -84,6 +92,10 @@ class CallRecorder:
     failed_with: Exception | None = None         # ... and the error itself (the job ends with it)
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
     unserved: list[str] = field(default_factory=list)   # endpoints the harness asked for that are not served
+    slots: CallSlots = field(init=False)      # max_calls, taken as calls are admitted (admission.py)
+
+    def __post_init__(self) -> None:
+        self.slots = CallSlots(self.limits.max_calls)
 
     def _find_chain(self, request: ChatRequest) -> tuple[int, Chain] | None:
         for index in range(len(self.chains) - 1, -1, -1):
@@ -128,8 +140,17 @@ class CallRecorder:
         began = time.perf_counter()
         if self.failed_with is not None:   # no backend left: a harness's retries get the same answer at once
             raise BackendGone(self.failure or "")
-        if len(self.calls) >= self.limits.max_calls:
+        # Taken before any wait: calls in flight count, so concurrent calls cannot pass the limit together.
+        slot = self.slots.take()
+        if slot is None:
             raise self._stop("max_turns", f"this job allows {self.limits.max_calls} model calls; the limit is reached")
+        try:
+            return await self._complete(request, client_gone, slot, began)
+        finally:
+            slot.close()   # given back unless the call reached the backend
+
+    async def _complete(self, request: ChatRequest, client_gone: Callable[[], bool], slot: CallSlot,
+                        began: float) -> Reply:
         found = self._find_chain(request)
         diverged = None if found is not None else self._divergence(request)
         new_messages = list(request.messages)
@@ -160,13 +181,13 @@ class CallRecorder:
             prompt = chain.conversation.input_ids
         try:
             return await self._generate(request, chain, chain_index, found is not None, new_messages, delta, prompt,
-                                        diverged, began, client_gone)
+                                        diverged, began, client_gone, slot)
         finally:
             chain.busy = False
 
     async def _generate(self, request: ChatRequest, chain: Chain, chain_index: int, extends: bool,
                         new_messages: list[dict[str, Any]], delta: list[int], prompt: list[int],
-                        diverged: str | None, began: float, client_gone: Callable[[], bool]) -> Reply:
+                        diverged: str | None, began: float, client_gone: Callable[[], bool], slot: CallSlot) -> Reply:
         room = self.limits.max_context_tokens - len(prompt)
         if room <= 0:
             raise self._stop("context_full", f"prompt is too long: {len(prompt)} tokens > {self.limits.max_context_tokens} "
@@ -175,6 +196,7 @@ class CallRecorder:
         wanted += [int(v) for v in (request.max_tokens, self.sampling.get("max_tokens")) if v is not None]
         sampling = {**request.sampling, **self.sampling, "max_tokens": min(wanted)}
         rendered_ms = (time.perf_counter() - began) * 1000
+        slot.spend()
         try:
             turn = await self.llm.generate(prompt, sampling)
         except Exception as exc:
@@ -200,7 +222,7 @@ class CallRecorder:
             chain_index = len(self.chains) - 1
         conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
         text = reply_text(self.tokenizer, turn.output_ids, turn.finish_reason)
-        parsed = self.parse(text) if request.parse_tools else None
+        parsed = self._read_calls(text) if request.parse_tools else None
         if parsed is not None and parsed.errors:
             self.malformed_calls += len(parsed.errors)
         message = reply_message(parsed, text, f"{request.call_id_prefix}{len(self.calls)}")
@@ -212,6 +234,17 @@ class CallRecorder:
         self.calls.append(record)
         self.on_call(record)
         return Reply(message, turn.finish_reason, len(prompt), len(turn.output_ids))
+
+    def _read_calls(self, text: str) -> ParsedReply:
+        """The reply's tool calls. One nested past MAX_NESTING, or beyond what Python's json reads,
+        is malformed: the harness gets the text (no answer could carry it)."""
+        try:
+            parsed = self.parse(text)
+        except RecursionError:
+            return ParsedReply(text, errors=(DEEP_CALL,))
+        if not all(nests_within(call.arguments, MAX_NESTING) for call in parsed.calls):
+            return ParsedReply(text, errors=(DEEP_CALL,))
+        return parsed
 
     async def count_tokens(self, request: ChatRequest) -> int:
         """The prompt's tokens as a call with these messages and tools would send them (not a call)."""

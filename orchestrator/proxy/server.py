@@ -19,7 +19,10 @@ Routes (also without the /v1 prefix):
                                        `anthropic-version`, else the OpenAI shape
 Anything else: 404 in the API's error shape, and the endpoint is listed in the row
 (`unserved_endpoints`). A body over `max_body_bytes` (run.toml [proxy] max_body_mb) is refused
-with 413 before it is read or parsed.
+with 413 before it is read or parsed; bodies sent at once are read and parsed within one
+allowance of that size (admission.py), so concurrency does not multiply what the job holds.
+JSON nested past nesting.MAX_NESTING levels and typed fields of the wrong type (typed_fields.py)
+are refused with 400 by each API's parser; no failure is answered outside the API's shape.
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from typing import Any, Awaitable, Callable
 import orjson
 from aiohttp import web
 
+from orchestrator.proxy.admission import BodyAllowance
 from orchestrator.proxy.anthropic_messages import AnthropicMessages
 from orchestrator.proxy.api import Problem, ProxyApi
 from orchestrator.proxy.chat_completions import ChatCompletions
-from orchestrator.proxy.chat_form import BadRequest, MessageForms
+from orchestrator.proxy.chat_form import BadRequest, ChatRequest, MessageForms
+from orchestrator.proxy.nesting import too_deep
 from orchestrator.proxy.openai_responses import OpenAIResponses
 from orchestrator.proxy.recorder import BackendGone, CallRecorder, ClientGone, LimitReached
 
@@ -47,6 +52,8 @@ TOKEN_NAME = "token"
 RELAY_NAME = "relay.py"
 DEFAULT_MODEL_NAME = "policy"
 DEFAULT_MAX_BODY_BYTES = 4 << 20
+# The job's converted history is kept up to this many bodies' worth (chat_form.MessageForms).
+FORMS_BODIES = 2
 LIMIT_PROBLEMS = {"context_full": Problem.CONTEXT_FULL, "max_turns": Problem.MAX_TURNS}
 
 
@@ -78,7 +85,10 @@ class JobProxy:
         self.token = token or read_token(self.directory)
         self.model_name = model_name
         self.max_body_bytes = max_body_bytes
-        self.forms = MessageForms()   # one cache of converted history for every API of the job
+        # Bodies are read and parsed one allowance at a time, however many requests come at once.
+        self.intake = BodyAllowance(max_body_bytes)
+        # One cache of converted history for every API of the job.
+        self.forms = MessageForms(max_bytes=FORMS_BODIES * max_body_bytes)
         self.chat = ChatCompletions(self.forms)
         self.messages = AnthropicMessages(self.forms)
         self.responses = OpenAIResponses(self.forms)
@@ -181,7 +191,14 @@ class JobProxy:
         except web.HTTPRequestEntityTooLarge:
             raise _TooLarge() from None
         except orjson.JSONDecodeError as exc:
+            if exc.msg.startswith("depth limit"):   # orjson reads at most 1024 levels
+                raise too_deep("the body", in_field=False) from None
             raise BadRequest(f"the body is not JSON: {exc}") from None
+
+    async def _parsed(self, request: web.Request, parse: Callable[[Any], ChatRequest]) -> ChatRequest:
+        """The request's body, read and parsed within the job's body allowance (admission.py)."""
+        async with self.intake.hold(request.content_length):
+            return parse(await self._body(request))
 
     def _route(self, api: ProxyApi) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def serve(request: web.Request) -> web.StreamResponse:
@@ -190,8 +207,12 @@ class JobProxy:
 
     async def _serve(self, request: web.Request, api: ProxyApi) -> web.StreamResponse:
         try:
-            chat = api.parse(await self._body(request))
+            chat = await self._parsed(request, api.parse)
             reply = await self.recorder.complete(chat, client_gone(request))
+            if not chat.stream:
+                return _json(api.answer(chat, reply, self.model_name))
+            # The reply is whole already: its events go in one write (one wake-up of the harness).
+            events = b"".join(api.events(chat, reply, self.model_name))
         except _TooLarge:
             return self._too_large(request, None)
         except BadRequest as exc:
@@ -204,21 +225,20 @@ class JobProxy:
         except ClientGone:
             return web.Response(status=499)   # nobody reads it
         except Exception as exc:  # the proxy's own failure on this request (a template that cannot render it...)
-            return self._refuse(api, Problem.SERVER, f"the proxy could not serve this request: "
-                                                     f"{type(exc).__name__}: {exc}")
-        if not chat.stream:
-            return _json(api.answer(chat, reply, self.model_name))
+            return self._server_error(api, exc)
         stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await stream.prepare(request)
-        # The reply is whole already: its events go in one write (one wake-up of the harness).
-        await stream.write(b"".join(api.events(chat, reply, self.model_name)))
+        await stream.write(events)
         await stream.write_eof()
         return stream
+
+    def _server_error(self, api: ProxyApi, exc: Exception) -> web.Response:
+        return self._refuse(api, Problem.SERVER, f"the proxy could not serve this request: {type(exc).__name__}: {exc}")
 
     async def count_tokens(self, request: web.Request) -> web.Response:
         api = self.messages
         try:
-            chat = api.parse(await self._body(request), counting=True)
+            chat = await self._parsed(request, lambda body: api.parse(body, counting=True))
             return _json({"input_tokens": await self.recorder.count_tokens(chat)})
         except _TooLarge:
             return self._too_large(request, None)
@@ -226,6 +246,8 @@ class JobProxy:
             return self._refuse(api, Problem.INVALID, str(exc), exc.param, exc.code, exc.status)
         except LimitReached as exc:
             return self._refuse(api, LIMIT_PROBLEMS[exc.reason], str(exc))
+        except Exception as exc:  # in the API's shape, never aiohttp's plain-text 500
+            return self._server_error(api, exc)
 
 
 class _TooLarge(Exception):

@@ -41,8 +41,9 @@ class Job:
     """One job's proxy on its own directory, served from a thread's event loop."""
 
     def __init__(self, backend: Backend, directory: Path, job_id: str, *, delay: float = 0.0,
-                 limits: ProxyLimits | None = None, max_body_bytes: int | None = None) -> None:
+                 limits: ProxyLimits | None = None, max_body_bytes: int | None = None, max_tokens: int = 256) -> None:
         self.backend, self.directory, self.job_id = backend, directory, job_id
+        self.max_tokens = max_tokens
         self.delay = delay
         self.limits = limits or ProxyLimits(max_calls=20, max_context_tokens=30000)
         self.max_body_bytes = max_body_bytes
@@ -66,8 +67,8 @@ class Job:
         router = router_for(self.backend.paths, f"worker-{self.job_id}")
         self.llm = LLMSession(router, job_id=self.job_id)
         llm: Any = Held(self.llm, self.delay) if self.delay else self.llm
-        self.recorder = CallRecorder(llm, await self.llm.tokenizer(), get_parser("hermes"), {"max_tokens": 256},
-                                     self.limits)
+        self.recorder = CallRecorder(llm, await self.llm.tokenizer(), get_parser("hermes"),
+                                     {"max_tokens": self.max_tokens}, self.limits)
         extra = {"max_body_bytes": self.max_body_bytes} if self.max_body_bytes else {}
         self.proxy = JobProxy(self.recorder, self.directory, **extra)
         await self.proxy.start()

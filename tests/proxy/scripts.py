@@ -10,6 +10,12 @@ def tool_call(name: str, **arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+def deep_call(levels: int) -> str:
+    """A tool call whose arguments nest `levels` + 1 levels deep."""
+    return '<tool_call>\n{"name": "bash", "arguments": {"a": ' + "[" * levels + "]" * levels + "}}\n</tool_call>"
+
+
+DEEP_REPLIES = (300, 1100)   # past what orjson writes (254), past what Python's json reads (~1000)
 BASH_TOOL = [{"type": "function", "function": {
     "name": "bash", "description": "Run a command.",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
@@ -24,6 +30,8 @@ SCRIPTS = [
                                              tool_call("bash", command="cat notes.txt"), "The answer is 42."]}
       for api in ("anthropic", "responses", "cancel anthropic", "cancel responses")),
     {"match": "Task long.", "replies": ["word " * 200]},
+    # A policy's tool call nested past what the APIs' answers can carry (tests/proxy/test_proxy_request_checks.py).
+    *({"match": f"Task deep reply {levels}.", "replies": [deep_call(levels)]} for levels in DEEP_REPLIES),
 ]
 
 

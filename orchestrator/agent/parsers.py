@@ -19,6 +19,7 @@ import json
 from typing import Any, Callable
 
 from orchestrator.agent.calls import ParsedReply, ToolCall
+from orchestrator.agent.json_depth import MAX_NESTING, nests_within
 
 Parser = Callable[[str], ParsedReply]
 MAX_QUOTED = 200
@@ -31,6 +32,8 @@ def _short(text: str) -> str:
 
 def call_from_object(obj: Any, index: int) -> ToolCall | str:
     """A ToolCall from a decoded {"name", "arguments"|"parameters"} object, or the error text."""
+    if not nests_within(obj, MAX_NESTING):   # before anything recursive (json.dumps, orjson) reads it
+        return _too_deep(index)
     if not isinstance(obj, dict):
         return f"tool call {index}: expected a JSON object with \"name\" and \"arguments\", got {_short(json.dumps(obj))}"
     name = obj.get("name")
@@ -42,6 +45,10 @@ def call_from_object(obj: Any, index: int) -> ToolCall | str:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return f"tool call {index} ({name}): \"arguments\" is a string but not JSON: {exc}"
+        except RecursionError:
+            return _too_deep(index)
+    if not nests_within(arguments, MAX_NESTING - 1):   # the call object is the first level
+        return _too_deep(index)
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -49,11 +56,18 @@ def call_from_object(obj: Any, index: int) -> ToolCall | str:
     return ToolCall(name=name, arguments=arguments)
 
 
+def _too_deep(index: int) -> str:
+    return (f"tool call {index}: its JSON nests deeper than {MAX_NESTING} levels of objects and arrays; "
+            "write flatter arguments")
+
+
 def _decode(body: str, index: int) -> ToolCall | str:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as exc:
         return f"tool call {index}: not valid JSON ({exc.msg} at char {exc.pos}): {_short(body)}"
+    except RecursionError:
+        return _too_deep(index)
     return call_from_object(obj, index)
 
 
@@ -97,6 +111,9 @@ def parse_mistral(text: str, marker: str = "[TOOL_CALLS]") -> ParsedReply:
             found.append(f"tool call {len(found) + 1}: {marker} must be followed by a JSON list of "
                          f"{{\"name\", \"arguments\"}} objects ({exc.msg}): {_short(segment)}")
             continue
+        except RecursionError:
+            found.append(_too_deep(len(found) + 1))
+            continue
         for obj in value if isinstance(value, list) else [value]:
             found.append(call_from_object(obj, len(found) + 1))
         trailing.append(segment[end:])
@@ -118,6 +135,9 @@ def parse_llama3_json(text: str, python_tag: str = "<|python_tag|>") -> ParsedRe
         except json.JSONDecodeError as exc:
             found.append(f"tool call {len(found) + 1}: not valid JSON ({exc.msg} at char {exc.pos}): "
                          f"{_short(body[position:])}")
+            break
+        except RecursionError:
+            found.append(_too_deep(len(found) + 1))
             break
         found.append(call_from_object(value, len(found) + 1))
         while position < len(body) and body[position] in " \t\r\n;":

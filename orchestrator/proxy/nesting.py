@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.agent.json_depth import MAX_NESTING, deepest, nests_within
 from orchestrator.proxy.bad_request import BadRequest
 
-MAX_NESTING = 64
 
 
 def too_deep(where: str, levels: int | None = None, *, in_field: bool = True) -> BadRequest:
@@ -29,34 +29,9 @@ def too_deep(where: str, levels: int | None = None, *, in_field: bool = True) ->
 def check_nesting(value: Any, where: str, above: int = 0) -> None:
     """Refuse `value` (found `above` levels down the body) if it reaches past MAX_NESTING."""
     if not nests_within(value, MAX_NESTING - above):
-        raise too_deep(where, _deepest(value) + above)
+        raise too_deep(where, deepest(value) + above)
 
 
-def nests_within(value: Any, levels: int) -> bool:
-    """Whether `value` nests at most `levels` levels of objects and arrays (a scalar: 0)."""
-    if type(value) is not dict and type(value) is not list:
-        return True
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        if level > levels:
-            return False
-        for child in node.values() if type(node) is dict else node:
-            if type(child) is dict or type(child) is list:
-                stack.append((child, level + 1))
-    return True
-
-
-def _deepest(value: Any) -> int:
-    """The levels of `value` (only to word a refusal)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, level = stack.pop()
-        deepest = max(deepest, level)
-        for child in node.values() if type(node) is dict else node:
-            if type(child) is dict or type(child) is list:
-                stack.append((child, level + 1))
-    return deepest
 
 
 def check_fields_nesting(body: dict[str, Any], converted: tuple[str, ...]) -> None:

@@ -32,7 +32,7 @@ from orchestrator.errors import HpcRolloutError
 from orchestrator.llm.conversation import Conversation
 from orchestrator.proxy.admission import CallSlot, CallSlots
 from orchestrator.proxy.chat_form import ChatRequest, Reply, message_key, reply_message
-from orchestrator.proxy.nesting import MAX_NESTING, nests_within
+from orchestrator.agent.json_depth import MAX_NESTING, nests_within
 
 RENDER_WINDOW = 2   # as the agent loop: deltas rendered after the last 2 messages (checked by Conversation)
 # Rendering and tokenizing more new text than this runs in a thread, off the worker's event loop

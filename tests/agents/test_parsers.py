@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from orchestrator.agent.calls import ToolCall
+from orchestrator.agent.json_depth import MAX_NESTING
 from orchestrator.agent.messages import assistant_message, cut_middle, tool_message, with_call_ids
 from orchestrator.agent.parsers import PARSERS, get_parser
 from orchestrator.agent.tools import BASH, STR_REPLACE_EDITOR, check_arguments, openai_tools, tool_specs
@@ -90,3 +92,21 @@ def test_cut_middle_keeps_head_and_tail() -> None:
     assert was_cut and cut.startswith("HEAD") and cut.endswith("TAIL") and "characters truncated" in cut
     assert len(cut) < 300
     assert cut_middle("short", 200) == ("short", False)
+
+
+@pytest.mark.parametrize("parser,wrap", [
+    ("hermes", lambda body: f"<tool_call>{body}</tool_call>"),
+    ("mistral", lambda body: f"[TOOL_CALLS][{body}]"),
+    ("llama3_json", lambda body: body),
+])
+@pytest.mark.parametrize("depth", [100, 5000])
+def test_a_call_nested_past_the_limit_is_an_error_not_a_crash(parser: str, wrap: Any, depth: int) -> None:
+    """A policy can write JSON deeper than Python's json (and the ticket's orjson) can take: the
+    loop tells the model, it does not die of a RecursionError (issue 34)."""
+    deep = "[" * depth + "]" * depth
+    reply = get_parser(parser)(wrap('{"name": "bash", "arguments": {"command": ' + deep + "}}"))
+    assert reply.calls == () and len(reply.errors) == 1, reply
+    assert "nests" in reply.errors[0] and str(MAX_NESTING) in reply.errors[0], reply.errors
+    as_string = get_parser("hermes")("<tool_call>" + json.dumps({"name": "bash", "arguments": '{"c": ' + deep + "}"})
+                                     + "</tool_call>")
+    assert as_string.calls == () and str(MAX_NESTING) in as_string.errors[0], as_string.errors

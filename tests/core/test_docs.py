@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ABBREVIATIONS = {"C": "core", "S": "sandbox", "L": "llm", "F": "faults", "R": "report", "P": "proxy"}   # docs/robustness.md's legend
+ABBREVIATIONS = {"C": "core", "S": "sandbox", "L": "llm", "F": "faults", "R": "report", "P": "proxy", "A": "agents"}   # docs/robustness.md's legend
 CITATION = re.compile(r"(?:tests/)?\b([A-Za-z]+)/(test_\w+\.py)((?:::\w+(?:\[[^\]]*\])?)?(?:,\s*::\w+(?:\[[^\]]*\])?)*)")
 
 

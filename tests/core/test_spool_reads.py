@@ -49,6 +49,7 @@ ALLOWED: dict[str, str] = {
     "orchestrator/submission/submit.py": "the user's task and sampling files, named on the command line",
     "orchestrator/grading/code_runner.py": "runs inside the sandbox, on the sandbox's own files",
     "orchestrator/grading/scorer_runner.py": "runs inside the sandbox, on the sandbox's own files",
+    "orchestrator/grading/verl_reward.py": "the operator's reward file (run.toml [rewards] verl_custom_path)",
     "orchestrator/llm/identity.py": "a model directory (the operator's)",
     "orchestrator/proxy/relay.py": "the proxy's runtime directory (0700, created by the worker)",
     "orchestrator/proxy/server.py": "the proxy's runtime directory (0700, created by the worker), its own source",

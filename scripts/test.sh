@@ -73,7 +73,8 @@ if [[ $(id -u) == 0 ]]; then
   # lets the durability tests check the order of fsync calls.
   # npm fetches the agent CLIs of the harness image (images/harness.def.j2 %setup) when Node is not
   # installed already (Debian's npm brings nodejs 18 and ~420 small packages: minutes; skipped when present).
-  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap [strace]=strace [npm]=npm)
+  # fuse3 (fusermount3 and libfuse3) carries tests/fsrig's NFS-client views, one FUSE mount per emulated node.
+  declare -A package_of=([bwrap]=bubblewrap [tmux]=tmux [chromium]=chromium [mmdebstrap]=mmdebstrap [strace]=strace [npm]=npm [fusermount3]=fuse3)
   missing=()
   for tool in "${!package_of[@]}"; do command -v "$tool" >/dev/null || missing+=("${package_of[$tool]}"); done
   start_slurm=0

@@ -187,6 +187,13 @@ def registry_key(paths: SpoolPaths) -> tuple[int, int, int] | None:
     return fsops.identity(paths.backends)
 
 
+def _stop_identity(paths: SpoolPaths) -> Identity | None:
+    """control/stop's identity, looked up after its directory is revalidated (fsops.refresh_dir):
+    a stop written on another node is in this summary, not one attribute cache time later."""
+    fsops.refresh_dir(paths.control)
+    return fsops.identity(paths.stop_request)
+
+
 def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None = None,
                   previous: Summary | None = None, builder: str = "") -> Rebuild:
     """Read every heartbeat (one open each; its identity from the open file), cancel/, control/stop,
@@ -225,7 +232,7 @@ def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None 
     summary = Summary(
         built_at=time.time(), workers=workers, generation=(previous.generation + 1 if previous else 1),
         builder=builder, cancel_names=tuple(sorted(cancel_names)), cancel_all=cancel_all,
-        stop_key=fsops.identity(paths.stop_request), registry_key=registry_key(paths),
+        stop_key=_stop_identity(paths), registry_key=registry_key(paths),
         queued=shared_queues_queued(paths), since_sweep_s=0.0 if sweep else since_sweep,
     )
     listed = frozenset(entry.name[: -len(".json")] for entry in entries)

@@ -199,6 +199,7 @@ class RowReader:
     def poll(self) -> int:
         """Fetch every shard committed since the last poll; the number of rows fetched."""
         fetched = 0
+        fsops.refresh_dir(self.paths.shards)   # shards another node committed: found by name now (fsops.refresh_dir)
         for writer in self._writers_to_probe():
             fetched += self._follow_writer(writer, MAX_FETCH_ROWS - fetched)
             if fetched >= MAX_FETCH_ROWS:

@@ -170,6 +170,8 @@ class Housekeeping:
     def poll_stop_request(self) -> None:
         state = self.state
         summary = state.cluster.fresh()
+        if summary is None:
+            fsops.refresh_dir(state.paths.control)   # a stop written on another node: seen now, not after acdirmin
         requested = summary.stop_key if summary is not None else fsops.identity(state.paths.stop_request)
         if requested is not None and requested != state.stop_seen:
             log.info("stop requested through %s", state.paths.stop_request)

@@ -27,7 +27,9 @@ from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard
 from orchestrator.spool.shards import shard_names
 from orchestrator.report.status import pending_count
 from orchestrator.submission.submit import submit_file
+from orchestrator.spool.events import events_named
 from tests.core.util import make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
+from tests.fsrig.rig import NFS_DEFAULTS, Rig, sees_through_view, start_worker as start_rig_worker
 from tests.faults.fake_vllm import POISON_SEED, FakeVLLM
 from tests.faults.helpers import chat_task, fill_disk, register, small_tmpfs
 from tests.sandbox.helpers import needs_bwrap, sandbox_processes
@@ -91,11 +93,26 @@ def submit(paths: SpoolPaths, tmp: Path, name: str, tasks: list[dict[str, Any]],
     return [f"{prefix}-{index:07d}-0000" for index in range(report.jobs)]
 
 
-def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
+# "nfs": every worker a node of the NFS-like rig (tests/fsrig), at a Linux client's default cache
+# times; the lease is sized above the attribute cache (acregmin 3 s), as docs/robustness.md says.
+VIEWS = {"local": {}, "nfs": {"leases.lease_s": 8.0}}
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_exactly_once_under_a_mix_of_faults(tmp_path: Path, view: str) -> None:
     runtime = tmp_path / "rt"
     env = {"HPC_ROLLOUT_RUNTIME_DIR": str(runtime), "HPC_ROLLOUT_LOOPBACK_DIR": str(tmp_path / "lo")}
     with small_tmpfs(tmp_path / "disk", 64) as disk, FakeVLLM() as llm:
-        paths = make_run(disk / "run", **SETTINGS)
+        paths = make_run(disk / "run", **{**SETTINGS, **VIEWS[view]})
+        if view == "local":
+            def start(*args: str) -> Any:
+                return start_worker(paths, *args, env=env)
+        else:
+            (tmp_path / "view").mkdir()
+            rig = Rig(disk, tmp_path / "view", NFS_DEFAULTS)
+
+            def start(*args: str) -> Any:
+                return start_rig_worker(rig, paths.root, *args, env=env)
         register(paths, llm.url)
         sleepy = {"handler": "sleep", "instance": {"init": 0.01, "run": {"uniform": [0.5, 1.5]}, "seed": 5}}
         shell = {"handler": "shell", "instance": {"commands": ["echo $((6 * 7)) > answer", "sleep 0.3", "cat answer"],
@@ -108,8 +125,10 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
 
         trainer = Trainer(paths.root)
         trainer.start()
-        workers = [start_worker(paths, "--run-pool", "4", env=env) for _ in range(3)]
+        workers = [start("--run-pool", "4") for _ in range(3)]
         victim, sleeper = workers[0], workers[1]
+        if view != "local":   # the workers really work through their views, not on the disk itself
+            wait_until(lambda: all(sees_through_view(w.pid, rig.at) for w in workers), 30, "the views")
         try:
             # 1. SIGKILL, with a torn last shard: a truncated copy of a shard, as the victim's next one.
             wait_until(lambda: shard_names(paths) and heartbeat_of(paths, victim), 120, "first shards")
@@ -123,7 +142,7 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
                 (WriterDirectory(paths).open_dir / victim_id).touch()   # it died before its first commit
             data = (paths.shards / shard_names(paths)[0]).read_bytes()
             (paths.shards / torn).write_bytes(data[: len(data) // 3])
-            workers.append(start_worker(paths, "--run-pool", "4", env=env))
+            workers.append(start("--run-pool", "4"))
 
             # 2. SIGSTOP past the lease: the paused worker's claims are taken over while it sleeps.
             wait_until(lambda: sleeper.poll() is not None or heartbeat_of(paths, sleeper), 60, "its heartbeat")
@@ -184,3 +203,5 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path) -> None:
         assert any(n.name.startswith(torn) and n.name.endswith(".reason") for n in paths.quarantine.iterdir())
         logs = "".join(p.read_text(errors="replace") for p in paths.root.glob("worker-*.log"))
         assert "lost its lease" in logs and "No space left on device" in logs
+        fenced = {event["worker"] for event in events_named(paths, "lease_lost")}
+        assert fenced <= {sleeper_id}, f"only the paused worker may lose its lease, not {fenced - {sleeper_id}}"

@@ -1,0 +1,55 @@
+"""One emulated node's view of the spool, then the node's program in it.
+
+    unshare -m --propagation private python -m tests.fsrig.node BASE AT CLIENT_OPTIONS -- CMD...
+
+Mounts an NFS-client view (tests/fsrig/nfsview.py: BASE at AT with CLIENT_OPTIONS such as
+`acregmin=3,acdirmin=30,lookupcache=all,cto`) in this process's private mount namespace, waits
+until it answers, then becomes CMD (exec: the pid the caller holds is the program's, so its
+signals, SIGSTOP included, reach the program itself). The view is started with a parent-death
+signal (SIGKILL) and in a session of its own: it outlives every signal sent to the program or its
+process group (a SIGTERM must not take the filesystem away from a worker still shutting down),
+and dies with the program, however that ends; the namespace goes with the last of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+MOUNT_WAIT_S = 20.0
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def mount_view(base: str, at: str, options: str) -> subprocess.Popen[bytes]:
+    view = subprocess.Popen([sys.executable, "-m", "tests.fsrig.nfsview", base, at, options],
+                            preexec_fn=_die_with_parent, start_new_session=True, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + MOUNT_WAIT_S
+    while not os.path.ismount(at):
+        if view.poll() is not None or time.monotonic() > deadline:
+            view.kill()
+            raise SystemExit(f"tests.fsrig.node: the view of {base} did not mount at {at} (exit {view.poll()})")
+        time.sleep(0.01)
+    return view
+
+
+def main(argv: list[str]) -> None:
+    if "--" not in argv or argv.index("--") != 3:
+        raise SystemExit(__doc__)
+    base, at, options = argv[:3]
+    mount_view(base, at, options)
+    command = argv[4:]
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

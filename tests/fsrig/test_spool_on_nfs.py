@@ -1,0 +1,105 @@
+"""The spool across nodes whose filesystem clients cache: a worker, a trainer and the user's
+commands, each a node of the NFS-like rig (tests/fsrig), at a Linux client's default cache times.
+
+What other nodes create is found by name (control/stop, the next shard of a writer) or by a
+listing (cancel/): with "does not exist" cached until the directory's attributes expire (acdirmin,
+30 s), each must still be seen within a poll. With `nocto` no open revalidates anything, and the
+bound is the directory attribute time, once for each node in the chain (docs/robustness.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.submission.submit import submit_rows
+from tests.core.util import make_run, rows, wait_until
+from tests.fsrig.conftest import needs_rig
+from tests.fsrig.nfsview import ClientTimes
+from tests.fsrig.rig import NFS_DEFAULTS, REPO, Rig, sees_through_view, start_worker
+
+pytestmark = needs_rig
+
+SETTINGS = {"shards.idle_flush_s": 0.2, "shards.max_age_s": 0.5, "shutdown.grace_s": 5.0}
+FOLLOW = """
+import json, sys, time
+from orchestrator.trainer.api import Spool
+for row in Spool.open(sys.argv[1]).reader(poll_s=0.2).rows(follow=True):
+    print(json.dumps({"job": row["job_id"], "status": row["status"], "t": time.monotonic()}), flush=True)
+"""
+CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
+# (client, the bound on seeing what another node created: seconds after it is there). With nocto
+# each listing and lookup may be a directory attribute time stale: the worker finds the new tickets
+# up to acdirmin late, and the trainer their shards up to acdirmin after that.
+CLIENTS = {"nfs": (NFS_DEFAULTS, 4.0), "nocto": (ClientTimes(acdirmin=6.0, cto=False), 2 * 6.0 + 4.0)}
+
+
+def quick_jobs(paths_root: Path, count: int) -> list[str]:
+    from orchestrator.spool.paths import SpoolPaths
+
+    report = submit_rows(SpoolPaths.of(paths_root), [(n, {"handler": "sleep", "instance": {"run": 0.1}})
+                                                    for n in range(count)])
+    prefix = report.first_job.rsplit("-", 2)[0]
+    return [f"{prefix}-{n:07d}-0000" for n in range(count)]
+
+
+@pytest.mark.parametrize("view", list(CLIENTS))
+def test_stop_cancel_and_new_shards_reach_other_nodes_within_the_stated_bound(tmp_path: Path, view: str) -> None:
+    client, bound = CLIENTS[view]
+    rig = Rig(tmp_path / "server", tmp_path / "view", client)
+    rig.base.mkdir()
+    rig.at.mkdir()
+    paths = make_run(rig.base / "run", **SETTINGS)
+    worker = start_worker(rig, paths.root, "--run-pool", "4")
+    trainer = rig.popen([sys.executable, "-c", FOLLOW, str(rig.seen_from_node(paths.root))], stdout=subprocess.PIPE,
+                        text=True, start_new_session=True)
+    assert trainer.stdout is not None
+    try:
+        wait_until(lambda: sees_through_view(worker.pid, rig.at) and sees_through_view(trainer.pid, rig.at), 30,
+                   "the views")
+
+        def received(count: int) -> dict[str, dict[str, object]]:
+            got: dict[str, dict[str, object]] = {}
+            while len(got) < count:
+                line = trainer.stdout.readline()   # type: ignore[union-attr]
+                assert line, "the trainer stopped"
+                record = json.loads(line)
+                got[str(record["job"])] = record
+            return got
+
+        # 1. New shards: the trainer has looked for each writer's next shard while it was missing.
+        received(len(quick_jobs(paths.root, 4)))
+        time.sleep(2)
+        submitted = time.monotonic()
+        second = quick_jobs(paths.root, 4)
+        latest = max(float(r["t"]) for r in received(len(second)).values())   # type: ignore[arg-type]
+        assert latest - submitted <= bound, f"new shards reached the trainer {latest - submitted:.1f}s later"
+
+        # 2. Cancel from another node: a running job ends `cancelled` within the bound.
+        slow = submit_rows(paths, [(1, {"handler": "sleep", "instance": {"run": 120}})]).first_job
+        wait_until(lambda: any(p.name == slow for d in paths.active.iterdir() if d.is_dir() for p in d.iterdir()),
+                   30, "the slow job to be claimed")
+        subprocess.run(rig.node([*CLI, "cancel", str(rig.seen_from_node(paths.root)), slow]), cwd=REPO, check=True,
+                       capture_output=True, timeout=60)
+        asked = time.monotonic()   # the request is on the server
+        wait_until(lambda: any(r["job_id"] == slow and r["status"] == "cancelled" for r in rows(paths)), 60,
+                   "the cancelled row")
+        assert time.monotonic() - asked <= bound + 2, f"the cancel took {time.monotonic() - asked:.1f}s"
+
+        # 3. Stop from another node: the worker drains and leaves within the bound and its grace.
+        subprocess.run(rig.node([*CLI, "stop", str(rig.seen_from_node(paths.root)), "--no-wait"]), cwd=REPO,
+                       check=True, capture_output=True, timeout=60)
+        asked = time.monotonic()
+        assert worker.wait(timeout=120) == 0
+        assert time.monotonic() - asked <= bound + SETTINGS["shutdown.grace_s"], \
+            f"the stop took {time.monotonic() - asked:.1f}s"
+    finally:
+        for process in (worker, trainer):
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sandbox", "llm"),                              # what a stage drives: sandboxes, LLM backends (client side)
     ("handler_api", "agent", "grading", "proxy", "report", "devserver"),  # what handlers see; run readers; the reference LLM server
     ("worker", "metrics", "submission"),             # the stage worker and its hooks; queueing tasks
-    ("handlers", "slurm"),                           # task plugins; Slurm arrays of workers
+    ("handlers", "slurm", "doctor"),                 # task plugins; Slurm arrays of workers; the filesystem's doctor
     ("trainer",),                                    # what a trainer imports: API, reader, batches, sampler, verl
     ("app",),                                        # demo, local launching, tasks check
     ("cli",),                                        # the command line, on top of everything

@@ -14,7 +14,8 @@ from orchestrator import __version__
 from orchestrator.spool import access
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
-COMMAND_MODULES = ("core", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report")
+COMMAND_MODULES = ("core", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report",
+                   "doctor")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

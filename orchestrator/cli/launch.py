@@ -22,6 +22,7 @@ from orchestrator.spool.launches import request_stop
 from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool import access
+from orchestrator.spool.fs_record import check_lease
 from orchestrator.spool.rundir import open_run
 from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages, pool_verdict
 
@@ -106,6 +107,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
     else:
         for change in access.tighten(access.working_directories(paths)):   # before any worker reads a ticket
             warn(f"repaired {change}")
+    check_lease(paths, config.leases)   # a lease shorter than the filesystem's measured delay fences healthy workers
     options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
     judge_pools(options.resolve(config))
     if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:

@@ -8,6 +8,7 @@ import signal
 import threading
 
 from orchestrator.config import RunConfig
+from orchestrator.spool.fs_record import check_lease
 from orchestrator.spool import access
 from orchestrator.spool.paths import SpoolPaths
 from dataclasses import replace
@@ -63,6 +64,7 @@ def run_worker(
     3 (EXIT_LEASE_LOST) when it lost its lease more than MAX_REJOINS times."""
     access.own_process()   # a worker process: its umask follows the run's modes too
     config = RunConfig.load(paths.run_config)
+    check_lease(paths, config.leases)   # refused before anything is claimed (spool/fs_record.py)
 
     async def main() -> int:
         loop = asyncio.get_running_loop()

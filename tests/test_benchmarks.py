@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -54,11 +55,14 @@ def check(requirement: str, benchmark: str) -> None:
     """Skip (the Slurm probe: fail where the project's cluster is required) when it is absent."""
     if requirement == "slurm":
         require(nodes=2)   # benchmarks.scaling --quick launches 1 and 2 nodes
+    elif requirement == "fuse":   # the NFS-like rig (tests/fsrig): FUSE views in mount namespaces
+        if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+            pytest.skip(f"benchmarks.{benchmark} mounts FUSE views of the NFS-like rig: root and /dev/fuse (CI runs as root)")
     elif requirement in ("bwrap", "tmux"):
         if not shutil.which(requirement):
             pytest.skip(f"benchmarks.{benchmark} needs {requirement}: not installed (scripts/test.sh installs it)")
     else:
-        pytest.fail(f"benchmarks.{benchmark}: unknown requirement {requirement!r}; name one of slurm, bwrap, tmux")
+        pytest.fail(f"benchmarks.{benchmark}: unknown requirement {requirement!r}; name one of slurm, bwrap, tmux, fuse")
 
 
 def params() -> list[object]:

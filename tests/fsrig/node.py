@@ -30,11 +30,19 @@ def _die_with_parent() -> None:
         signal.signal(number, signal.SIG_IGN)
 
 
+def _view_mounted(at: str) -> bool:
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[:3] == ["nfsview", at, "fuse"] for line in mounts)
+
+
 def mount_view(base: str, at: str, options: str) -> subprocess.Popen[bytes]:
+    # libfuse 3 (Debian's fuse3): mfusepy would take libfuse 2 where both are installed, which refuses
+    # to mount over a non-empty directory (`at` may be a bind of the server's directory already).
     view = subprocess.Popen([sys.executable, "-m", "tests.fsrig.nfsview", base, at, options],
-                            preexec_fn=_die_with_parent, start_new_session=True, stdin=subprocess.DEVNULL)
+                            env={**os.environ, "FUSE_LIBRARY_NAME": "fuse3"}, preexec_fn=_die_with_parent,
+                            start_new_session=True, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + MOUNT_WAIT_S
-    while not os.path.ismount(at):
+    while not _view_mounted(at):   # not ismount(): `at` may be a mount already (a bind of the server's directory)
         if view.poll() is not None or time.monotonic() > deadline:
             view.kill()
             raise SystemExit(f"tests.fsrig.node: the view of {base} did not mount at {at} (exit {view.poll()})")

@@ -9,8 +9,9 @@ Instance: a verl row as it is, e.g. from the gsm8k parquet of verl's examples:
               equals the ground truth as a number (gsm8k's convention)
     prefix    the reply starts with the ground truth
     exact     the stripped reply equals the stripped ground truth
-Reward 1.0 or 0.0. Sampling parameters come from the job; an instance "sampling" object
-overrides them for that task (e.g. max_tokens).
+Reward 1.0 or 0.0 (RULE below). A reply cut at the length limit (`stop_reason` `truncated`) is not
+graded: it earns run.toml [rewards] truncated_reward (default 0). Sampling parameters come from
+the job; an instance "sampling" object overrides them for that task (e.g. max_tokens).
 
 With an instance key `verl_reward` (orchestrator/grading/verl_reward.py) the reply is scored by
 verl's own default_compute_score or a custom reward function instead, at EVAL (in a scorer
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.grading.verl_reward import INSTANCE_KEY as VERL_REWARD, check_spec, score_with_verl
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
@@ -51,6 +53,17 @@ SCHEMA = InstanceSchema((
     instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, reward_kwargs} (the function: run.toml [rewards])"),
 ), accepts_verl_rows=True)
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+RULE = RewardRule(
+    summary="1 when the reply's answer (by the row's `match` rule) equals reward_model.ground_truth, else 0",
+    graded="the reply (one turn), by the row's `match`: `number` (default: the number after the last `####`, else "
+           "the reply's last number; lenient on purpose: a reply ending in the right number scores 1), `gsm8k` "
+           "(verl's strict rule: the last `#### N` of the reply's last 300 characters), `prefix`, `exact`",
+    against="`reward_model.ground_truth` (numbers compared as numbers under `number`, as strings under `gsm8k`)",
+    range="0 or 1",
+    truncated="the reply was cut at the length limit (`stop_reason` `truncated`): run.toml [rewards] "
+              "`truncated_reward` (default 0), not graded (with `verl_reward`: verl's scorer, as verl does)",
+    failed="no reward (null, status `failed`)",
+    ground_truth="what the reply is scored against")
 
 
 def match_rule(instance: dict[str, Any]) -> str:
@@ -108,6 +121,7 @@ def score(reply: str, truth: str, rule: str) -> float:
 class AnswerHandler(AgentHandler):
     name: ClassVar[str] = "answer"
     instance_schema = SCHEMA
+    reward_rule = RULE
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)
@@ -134,6 +148,7 @@ class AnswerHandler(AgentHandler):
             "logprobs": turn.logprobs,
             "turns": records,
             "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
+            "stop_reason": "truncated" if turn.finish_reason == "length" else "finished",
             "policy_version_min": min(r["policy_version"] for r in records),
             "policy_version_max": max(r["policy_version"] for r in records),
         }
@@ -142,5 +157,7 @@ class AnswerHandler(AgentHandler):
         instance = ctx.job.instance
         if VERL_REWARD in instance:
             return await score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")), ctx)
+        if result.get("stop_reason") == "truncated":   # a cut reply is no answer, whatever the cut kept
+            return {"reward": ctx.services.rewards.truncated_reward, "graded": "truncated: not graded"}
         truth = str(instance["reward_model"]["ground_truth"])
         return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}

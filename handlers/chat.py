@@ -7,9 +7,11 @@ user turns run out. A verl row (`{"data_source": "chat", "prompt": [...], "rewar
 string for one user message) is the conversation when there are no `messages`. Sampling parameters come from the job (`submit --sampling`); an optional
 instance key "sampling" overrides them for that task (e.g. a per-task max_tokens).
 
-Reward (deterministic, from the trajectory alone): the share of letters and spaces in the
-assistant replies, in [0, 1]: a stand-in for "answers in prose" that differs between
-samples of a random model, so groups carry signal. Replace it in your own handler.
+Reward (deterministic, from the trajectory alone; RULE below): the share of letters and spaces in
+the assistant replies, in [0, 1]: a stand-in for "answers in prose" that differs between
+samples of a random model, so groups carry signal. Replace it in your own handler. It uses no
+ground truth: a row with `reward_model` is refused at submit (naming the handlers that would use
+it) unless it asks for verl's scorer (`verl_reward`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers.task_rows import prompt_messages
 from orchestrator.handler_api.contract import AgentHandler
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.llm.conversation import Conversation
 from orchestrator.llm.session import session_for
@@ -34,6 +37,18 @@ SCHEMA = InstanceSchema((
     instance_key("sampling", Kind.OBJECT, "sampling parameters for this task (over submit --sampling)", default={}),
     instance_key("verl_reward", Kind.OBJECT, "score with verl instead: {source: default} or {source: custom, reward_kwargs} (the function: run.toml [rewards])"),
 ), accepts_verl_rows=True)
+
+
+RULE = RewardRule(
+    summary="the share of letters and spaces in the replies, in [0, 1] (a stand-in, no ground truth)",
+    graded="the assistant replies' text: the share of letters and spaces in it, a stand-in that differs between "
+           "samples of a random model, not a verifiable reward",
+    against="nothing: a row with `reward_model` is refused at submit unless it asks for `verl_reward` (verl's "
+            "scorer on the decoded response)",
+    range="[0, 1]",
+    truncated="graded as it stands",
+    failed="no reward (null, status `failed`)",
+    ground_truth=None)
 
 
 def chat_messages(instance: dict[str, Any]) -> list[dict[str, Any]]:
@@ -75,6 +90,10 @@ def prose_share(texts: list[str]) -> float:
 class ChatHandler(AgentHandler):
     name: ClassVar[str] = "chat"
     instance_schema = SCHEMA
+    reward_rule = RULE
+
+    def ignored_reward_model(self, instance: dict[str, Any]) -> str | None:
+        return None if VERL_REWARD in instance else super().ignored_reward_model(instance)
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         check_instance(instance)

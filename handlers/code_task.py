@@ -10,6 +10,8 @@ Rows: {"statement": "...", "tests": [{"input": "1 2\\n", "output": "3\\n"}, ...]
 or verl rows whose reward_model.ground_truth is {"inputs": [...], "outputs": [...]} (or its JSON,
 or a list of {"input", "output"}), extra fields in extra_info. Without a solution.py, the last
 ```python block of the agent's replies is the solution.
+Reward: RULE below (`hpc-rollout handlers code`). The hidden tests never enter the agent's sandbox,
+nor their expected outputs the sandbox the solution runs in at EVAL (orchestrator/grading/).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hpc_rollout.handlers.task_rows import first_text, flatten, json_value, opti
 from orchestrator.agent.tool_handler import ToolAgentHandler, agent_task_keys, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.code_tests import SCORING, run_hidden_tests
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 
 if TYPE_CHECKING:
@@ -56,6 +59,20 @@ SCHEMA = InstanceSchema((
         default="all"),
     *agent_task_keys(LIMITS),
 ), accepts_verl_rows=True)
+
+
+RULE = RewardRule(
+    summary="1 when the solution passes every hidden test (`scoring: share`: the share passed), else 0",
+    graded="the agent's `solution.py` (else the last fenced Python block of its replies), run on each hidden test's "
+           "input in a fresh sandbox under the time and memory limits; only the inputs go in, the outputs come out "
+           "and are compared on the worker; whatever the program leaves running is killed after each test",
+    against="`tests` (verl: `reward_model.ground_truth`): the output's whitespace-separated tokens equal the expected "
+            "ones, or the row's `checker` accepts them (run in a sandbox of its own)",
+    range="0 or 1 (`scoring: all`); the share of tests passed, in [0, 1] (`share`)",
+    truncated="graded as it stands (a reply cut at the length limit is nudged to go on)",
+    failed="no reward (null, status `failed`); a test over its time, memory or output limit, a crash, an early exit, "
+           "or a killed test runner counts as failed tests, never better",
+    ground_truth="the hidden tests")
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,7 @@ def eval_limits(task: CodeTask) -> dict[str, int]:
 class CodeHandler(ToolAgentHandler):
     name: ClassVar[str] = "code"
     instance_schema = SCHEMA
+    reward_rule = RULE
     tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "think", "finish")
     limits: ClassVar[AgentLimits] = LIMITS
 
@@ -169,7 +187,9 @@ class CodeHandler(ToolAgentHandler):
         solution = str(result.get("solution") or "")
         if not solution.strip():
             return {"reward": 0.0, "tests_total": len(task.tests), "tests_passed": 0, "test_error": "no solution"}
-        async with fresh_sandbox(ctx, limits=eval_limits(task), **self.sandbox_options(task)) as sandbox:
+        options = {"limits": eval_limits(task), **self.sandbox_options(task)}
+        async with fresh_sandbox(ctx, **options) as sandbox:
             report = await run_hidden_tests(sandbox, solution, list(task.tests), time_limit_s=task.time_limit_s,
-                                            memory_mb=task.memory_mb, checker=task.checker)
+                                            memory_mb=task.memory_mb, checker=task.checker,
+                                            checker_sandbox=lambda: fresh_sandbox(ctx, **options))
         return {"reward": report.reward(task.scoring), **report.summary()}

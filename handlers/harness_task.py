@@ -47,6 +47,7 @@ from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
 from orchestrator.agent.tool_handler import DEFAULT_PARSER, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 from orchestrator.spool.jobs import StageError
 from orchestrator.proxy.trajectory import Builder, trajectory_fields
@@ -183,6 +184,22 @@ SCHEMA = InstanceSchema((instance_key("harness", Kind.OBJECT, "how to run the ha
     *(family.instance_schema for family in FAMILIES.values() if family.instance_schema is not None))
 
 
+RULE = RewardRule(
+    summary="the task family's rule (math, code, swe) on what the harness left; or, with harness.reward = reported, "
+            "the number it wrote",
+    graded="`harness.reward = family` (default): the family's rule on what the harness left in its sandbox: the "
+           "last reply's `\\boxed{}` (math), `/workspace/solution.py` (code), the repository's diff (swe); `reported`: "
+           "the number the harness wrote to `$HPC_ROLLOUT_REWARD_FILE`",
+    against="family: the row's answer, hidden tests, or FAIL_TO_PASS / PASS_TO_PASS, as the family does; reported: "
+            "nothing (the policy's commands run as the same user in the same sandbox and can write that file too: "
+            "use it only for a harness that scores outside their reach)",
+    range="the family's; reported: `harness.reward_range` (default [0, 1])",
+    truncated="the family's rule (the harness decides when a cut reply ends its loop)",
+    failed="no reward (null, status `failed`); reported: a missing report, or one that is not a number in range, "
+           "fails the job",
+    ground_truth="the family's (math, code); not used with harness.reward = reported, nor by swe")
+
+
 def infer_family(instance: dict[str, Any]) -> str:
     fields_ = flatten(instance)
     if "base_commit" in fields_:
@@ -213,6 +230,7 @@ def harness_script(settings: HarnessSettings, proxy_dir: str) -> str:
 class HarnessHandler(ToolAgentHandler):
     name: ClassVar[str] = "harness"
     instance_schema = SCHEMA
+    reward_rule = RULE
 
     def __init__(self) -> None:
         super().__init__()
@@ -227,18 +245,33 @@ class HarnessHandler(ToolAgentHandler):
         _, family = self.family(instance)
         family.messages(family.task(instance))
 
+    def ignored_reward_model(self, instance: dict[str, Any]) -> str | None:
+        if instance.get("reward_model") is None:
+            return None
+        try:
+            settings, family = self.family(instance)
+        except ValueError:
+            return None   # validate_instance says what is wrong with the row
+        if settings.reward is RewardSource.REPORTED:
+            return "harness.reward = reported does not use reward_model (the harness reports the reward)"
+        return family.ignored_reward_model(instance)
+
     def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
-        """The family's sandbox with the row's binds (each must be allowed by run.toml [sandbox])."""
+        """The most any sandbox of the job asks for: the family's, with the row's binds (each must be
+        allowed by run.toml [sandbox])."""
         settings, family = self.family(instance)
-        options = family.sandbox_options(family.task(instance))
+        return self._with_binds(family.sandbox_request(instance), settings)
+
+    def _with_binds(self, options: dict[str, Any], settings: HarnessSettings) -> dict[str, Any]:
         if settings.binds:
-            options["binds"] = [*options.get("binds", []), *settings.binds]
+            options = {**options, "binds": [*options.get("binds", []), *settings.binds]}
         return options
 
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         settings, family = self.family(ctx.job.instance)
         task = family.task(ctx.job.instance)
-        sandbox = await ctx.open_sandbox(**self.sandbox_request(ctx.job.instance))
+        # The agent's sandbox is the family's own (swe: no mirror in it), with the row's binds.
+        sandbox = await ctx.open_sandbox(**self._with_binds(family.sandbox_options(task), settings))
         prepared = await family.setup(ctx, sandbox, task)
         await sandbox.upload(task_text(family.messages(task)).encode(), TASK_FILE)
         for path, text in settings.files().items():

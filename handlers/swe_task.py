@@ -6,17 +6,21 @@ their JSON as SWE-bench stores them)} plus where the repository comes from: "rep
 local git mirror, bound read-only into the sandbox) or "image" (an image holding the
 repository at "repo_dir", default /testbed). verl rows carry these fields in extra_info.
 INIT checks the repository out at base_commit in /workspace/repo (history after it is not
-fetched); RUN is the agent with bash and the editor; the artifact is the final `git diff`;
-EVAL checks the repository out again in a fresh sandbox, applies the agent's patch, restores
-the files the test patch touches and applies it, runs the FAIL_TO_PASS and PASS_TO_PASS tests
-with pytest (JUnit XML report), and gives 1.0 only when all of them pass (SWE-bench's
-"resolved"), else 0.0.
+fetched; a mirror is bound only into a short-lived sandbox that makes a bundle of that history,
+never into the agent's or the tests' sandbox, so no later commit can be read); RUN is the agent
+with bash and the editor; the artifact is the final `git diff`; EVAL checks the repository out
+again in a fresh sandbox, applies the agent's patch, restores the test files and pytest's
+configuration (those the test patch touches, and any the agent's patch touches: TEST_FILE), applies
+the test patch, runs the FAIL_TO_PASS and PASS_TO_PASS tests with pytest (code_runner.py: a pytest
+the repository cannot shadow, its JUnit report through a pipe), and gives 1.0 only when all of
+them pass (SWE-bench's "resolved"), else 0.0 (RULE below).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +29,8 @@ from hpc_rollout.handlers.task_rows import first_text, flatten, optional_image, 
 from orchestrator.agent.tool_handler import ToolAgentHandler, agent_task_keys, fresh_sandbox
 from orchestrator.agent.loop import AgentLimits, AgentRun, TextReply
 from orchestrator.grading.junit import resolution, statuses
+from orchestrator.grading.sandboxed_runner import run_runner
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
 
 if TYPE_CHECKING:
@@ -33,8 +39,27 @@ if TYPE_CHECKING:
 
 MIRROR = "/mirror"
 REPO = "/workspace/repo"
-JUNIT = "/workspace/.swe/junit.xml"
+BASE_DIR = "/workspace/.swe-base"        # the bundle of base_commit's history, while it is checked out
+CHUNK_BYTES = 48 << 20                   # a bundle crosses the sandboxes' file transfer in parts this big
 PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.MULTILINE)
+# Files that decide which tests run and how: an agent's change to them is undone before EVAL (as
+# SWE-bench resets the test files), so a conftest.py, a pytest.ini plugin or an edited test cannot
+# pass a test for the fix.
+TEST_FILE = re.compile(r"(^|/)tests?/|(^|/)(test_[^/]*|[^/]*_test|tests|conftest)\.py$"
+                       r"|(^|/)(pytest\.ini|\.pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml)$")
+RULE = RewardRule(
+    summary="1 when every FAIL_TO_PASS and PASS_TO_PASS test passes with the agent's patch (SWE-bench's resolved), "
+            "else 0",
+    graded="the final `git diff` of the repository, applied to a fresh checkout of base_commit; its changes to test "
+           "files and pytest's configuration (`test_*.py`, `*_test.py`, `tests/`, `conftest.py`, `pytest.ini`, "
+           "`tox.ini`, `setup.cfg`, `pyproject.toml`) are undone, then the test patch is applied",
+    against="FAIL_TO_PASS and PASS_TO_PASS, run by pytest (the repository cannot shadow it; its JUnit report reaches "
+            "the worker through a pipe, a second report makes it unreadable); a test missing from the report fails",
+    range="0 or 1",
+    truncated="graded as it stands (a reply cut at the length limit is nudged to go on)",
+    failed="no reward (null, status `failed`); a patch that does not apply, a test run past `test_timeout_s` or "
+           "no readable report: 0",
+    ground_truth=None)
 SYSTEM = ("You are a software engineer working in a git repository at /workspace/repo. Read the issue, "
           "find the cause, and fix it by editing the repository's source files with the tools. You may "
           "write and run tests. Do not change existing tests. When the fix is complete, call finish.")
@@ -117,17 +142,41 @@ def swe_task(instance: dict[str, Any]) -> SweTask:
 
 
 def checkout_script(task: SweTask) -> str:
-    """Shell that leaves /workspace/repo at base_commit with no later history."""
+    """Shell that leaves /workspace/repo at base_commit with no later history: from the bundle
+    `place_base` put in BASE_DIR (a mirror), else from the image's repo_dir."""
     base = shlex.quote(task.base_commit)
-    source = MIRROR if task.repo_mirror else shlex.quote(task.repo_dir)
+    if task.repo_mirror:
+        source, commit = f"{BASE_DIR}/base.bundle", "task"
+        gather = f"cat {BASE_DIR}/part.* > {BASE_DIR}/base.bundle && "
+    else:
+        source, commit, gather = shlex.quote(task.repo_dir), base, ""
     # No `set -e`: this runs in the agent's persistent shell, which must survive a failure.
-    return (f"rm -rf {REPO} && git init -q {REPO} && git -C {REPO} fetch -q {source} {base} && "
-            f"git -C {REPO} checkout -q -b task FETCH_HEAD && "
+    return (f"{gather}rm -rf {REPO} && git init -q {REPO} && git -C {REPO} fetch -q {source} {commit} && "
+            f"git -C {REPO} checkout -q -b task FETCH_HEAD && rm -rf {BASE_DIR} && "
             f"printf '{EXCLUDES}' >> {REPO}/.git/info/exclude")
+
+
+def bundle_script(task: SweTask) -> str:
+    """Shell (in a sandbox with the mirror) that bundles base_commit's history, no later commit, in parts."""
+    return (f"rm -rf /workspace/b /workspace/part.* && git init -q /workspace/b && "
+            f"git -C /workspace/b fetch -q {MIRROR} {shlex.quote(task.base_commit)} && "
+            f"git -C /workspace/b update-ref refs/heads/task FETCH_HEAD && "
+            f"git -C /workspace/b bundle create /workspace/base.bundle task 2>/dev/null && "
+            f"cd /workspace && split -a 4 -d -b {CHUNK_BYTES} base.bundle part. && rm -rf base.bundle b")
 
 
 def patched_files(patch: str) -> list[str]:
     return sorted({b for _, b in PATCHED_FILE.findall(patch)})
+
+
+def touched_files(patch: str) -> list[str]:
+    """Both sides of every file a patch changes (a rename's old name too)."""
+    return sorted({name for pair in PATCHED_FILE.findall(patch) for name in pair})
+
+
+def files_to_restore(task: "SweTask", agent_patch: str) -> list[str]:
+    """The test patch's files, and the test files and pytest configuration the agent's patch touched."""
+    return sorted(set(patched_files(task.test_patch)) | {f for f in touched_files(agent_patch) if TEST_FILE.search(f)})
 
 
 async def run_script(sandbox: "Sandbox", script: str, what: str, timeout: float = 300) -> str:
@@ -140,6 +189,7 @@ async def run_script(sandbox: "Sandbox", script: str, what: str, timeout: float 
 class SweHandler(ToolAgentHandler):
     name: ClassVar[str] = "swe"
     instance_schema = SCHEMA
+    reward_rule = RULE
     tools: ClassVar[tuple[str, ...]] = ("bash", "str_replace_editor", "think", "finish")
     limits: ClassVar[AgentLimits] = LIMITS
 
@@ -152,13 +202,31 @@ class SweHandler(ToolAgentHandler):
         return [{"role": "system", "content": SYSTEM},
                 {"role": "user", "content": f"Issue in {task.repo or 'the repository'}:\n\n{task.problem_statement}"}]
 
-    def sandbox_options(self, task: SweTask) -> dict[str, Any]:
+    def mirror_options(self, task: SweTask) -> dict[str, Any]:
+        """The sandbox that bundles base_commit's history: the only one the mirror is bound into."""
         options = super().sandbox_options(task)
         if task.repo_mirror:
             options["binds"] = [f"{task.repo_mirror}:{MIRROR}:ro"]
         return options
 
+    def sandbox_request(self, instance: dict[str, Any]) -> dict[str, Any]:
+        return self.mirror_options(self.task(instance))   # the most any sandbox of the job asks for
+
+    async def place_base(self, ctx: "JobContext", sandbox: "Sandbox", task: SweTask) -> None:
+        """Put base_commit's history (a bundle, made beside the mirror) in `sandbox`, for checkout_script."""
+        if not task.repo_mirror:
+            return
+        async with fresh_sandbox(ctx, **self.mirror_options(task)) as helper:
+            await run_script(helper, bundle_script(task), f"bundling {task.base_commit} from the mirror")
+            listed = await run_script(helper, "cd /workspace && ls part.*", "listing the bundle")
+            for name in listed.split():
+                part = await helper.download(f"/workspace/{name}")
+                if part.error or part.content is None:
+                    raise RuntimeError(f"fetching {name} of the bundle: {part.error}")
+                await sandbox.upload(part.content, f"{BASE_DIR}/{name}")
+
     async def setup(self, ctx: "JobContext", sandbox: "Sandbox", task: SweTask) -> dict[str, Any]:
+        await self.place_base(ctx, sandbox, task)
         await run_script(sandbox, checkout_script(task), f"checking out {task.base_commit}")
         await run_script(sandbox, f"cd {REPO}", "entering the repository")  # the agent starts there
         return {"repo": REPO}
@@ -179,7 +247,9 @@ class SweHandler(ToolAgentHandler):
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         task = self.task(ctx.job.instance)
         patch = str(result.get("patch") or "")
+        restored = files_to_restore(task, patch)
         async with fresh_sandbox(ctx, **self.sandbox_options(task)) as sandbox:
+            await self.place_base(ctx, sandbox, task)
             await run_script(sandbox, checkout_script(task), f"checking out {task.base_commit}")
             if patch.strip():
                 await sandbox.upload(patch.encode(), "/workspace/.swe/agent.patch")
@@ -188,17 +258,21 @@ class SweHandler(ToolAgentHandler):
                 if applied.exit_code != 0:
                     return {"reward": 0.0, "resolved": False, "eval_error": f"the patch does not apply: {applied.output[-500:]}"}
             await sandbox.upload(task.test_patch.encode(), "/workspace/.swe/test.patch")
-            restore = " ".join(shlex.quote(f) for f in patched_files(task.test_patch))
+            restore = " ".join(shlex.quote(f) for f in restored)
             await run_script(sandbox, f"cd {REPO} && for f in {restore}; do git checkout -q {shlex.quote(task.base_commit)} "
-                                      f"-- \"$f\" 2>/dev/null || rm -f \"$f\"; done && git apply /workspace/.swe/test.patch",
+                                      f"-- \"$f\" 2>/dev/null || rm -rf \"$f\"; done && git apply /workspace/.swe/test.patch",
                              "applying the test patch")
-            files = " ".join(shlex.quote(f) for f in task.test_files)
-            ran = await sandbox.bash(f"cd {REPO} && python3 -m pytest -p no:cacheprovider -o junit_family=xunit1 "
-                                     f"--junitxml={JUNIT} -q {files}", timeout=task.test_timeout_s)
-            report = await sandbox.download(JUNIT)
-        if report.error or report.content is None:
-            return {"reward": 0.0, "resolved": False,
-                    "eval_error": f"pytest wrote no report (exit {ran.exit_code}): {ran.output[-800:]}"}
-        outcome = resolution(statuses(report.content.decode("utf-8", "replace")),
-                             list(task.fail_to_pass), list(task.pass_to_pass))
-        return {"reward": 1.0 if outcome.resolved else 0.0, **outcome.to_json(), "pytest_exit": ran.exit_code}
+            spec = {"cwd": REPO, "timeout_s": task.test_timeout_s,
+                    "args": ["-p", "no:cacheprovider", "-o", "junit_family=xunit1", "-q", *task.test_files]}
+            ran, why = await run_runner(sandbox, "pytest", spec, task.test_timeout_s + 120)
+        graded: dict[str, Any] = {"restored_files": restored}
+        if ran is None:
+            return {"reward": 0.0, "resolved": False, "eval_error": why, **graded}
+        graded.update(pytest_exit=ran["exit_code"], pytest_timed_out=ran["timed_out"])
+        try:
+            found = statuses(ran["report"])
+        except ElementTree.ParseError as exc:   # none, cut, or a second report written beside pytest's
+            return {"reward": 0.0, "resolved": False, **graded,
+                    "eval_error": f"pytest's JUnit report is not one XML document ({exc}): {ran['output'][-800:]}"}
+        outcome = resolution(found, list(task.fail_to_pass), list(task.pass_to_pass))
+        return {"reward": 1.0 if outcome.resolved and not ran["timed_out"] else 0.0, **outcome.to_json(), **graded}

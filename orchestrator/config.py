@@ -171,6 +171,9 @@ class Rewards:
     # `verl_reward: {"source": "custom"}` selects it (orchestrator/grading/verl_reward.py).
     verl_custom_path: str = ""           # a Python file ("": none; rows asking for one fail)
     verl_custom_name: str = "compute_score"
+    # What an episode ended by a reply cut at the length limit earns (stop_reason `truncated`), in
+    # the handlers that grade an answer (math, answer): it is not graded, whatever the cut kept.
+    truncated_reward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "proxy.max_body_mb": (0.01, 1024), "proxy.max_chars_per_token": (1, 1000),
     "sandbox.processes": (8, 100_000),
     "trainer.max_policy_lag": (-1, 1_000_000),
+    "rewards.truncated_reward": (-1e6, 1e6),
 }
 RUNTIMES = RUNTIME_NAMES
 DATA_SOURCES = "data_sources"

@@ -71,6 +71,7 @@ HELP: dict[str, str] = {
     "access.trusted": "users besides the owner and root whose tickets, batches and registries workers accept",
     "rewards.verl_custom_path": "a Python file with verl's custom reward function, run at EVAL (\"\": none)",
     "rewards.verl_custom_name": "the function in verl_custom_path",
+    "rewards.truncated_reward": "what an answer cut at the length limit earns (stop_reason truncated; math, answer), not graded",
     "metrics.prometheus_dir": "node-exporter textfile directory (\"\": off; relative: inside the run)",
     "trainer.staleness": "restart | continue: a job whose policy fell behind is cancelled and resubmitted, or keeps its turns and goes on with the new weights (submit --staleness)",
     "trainer.max_policy_lag": "rows of policies older than current - lag are not trained on (-1: no bound)",

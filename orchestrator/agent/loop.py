@@ -38,6 +38,7 @@ RECORD_OUTPUT_CHARS = 1000   # what a call record keeps of the observation, for 
 
 class StopReason(str, enum.Enum):
     FINISHED = "finished"          # submit/finish called, or (text_reply=finish) a reply without calls
+    TRUNCATED = "truncated"        # (text_reply=finish) the final reply was cut at the length limit
     MAX_TURNS = "max_turns"
     CONTEXT_FULL = "context_full"
     TIMEOUT = "timeout"            # the loop's wall-clock limit (or the job's budget)
@@ -262,8 +263,8 @@ async def run_agent(
             run.stop_reason = StopReason.FINISHED
             break
         if not observations:
-            if limits.text_reply is TextReply.FINISH:
-                run.stop_reason = StopReason.FINISHED
+            if limits.text_reply is TextReply.FINISH:   # a cut reply is no final answer: graders see why it ended
+                run.stop_reason = StopReason.TRUNCATED if turn.finish_reason == "length" else StopReason.FINISHED
                 break
             observations.append(nudge_message(toolbox.names))
         ids = conversation.render_new(observations)

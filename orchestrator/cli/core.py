@@ -193,9 +193,23 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         say(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
     if report.jobs:
         say(f"  jobs {report.first_job} .. {report.last_job}")
+        _say_routes(report.routes)
         say(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
     if report.rejected:
         sys.exit(1)
+
+
+def _say_routes(routes: dict[str, str]) -> None:
+    """What reward each data_source's rows will get from the handler they were routed to."""
+    from orchestrator.handler_api.contract import HandlerError, load_handler
+
+    for source, name in sorted(routes.items()):
+        try:
+            rule = load_handler(name).reward_rule
+        except HandlerError:
+            continue
+        said = rule.summary if rule else "not declared (hpc-rollout handlers NAME)"
+        say(f"  data_source {source} -> {name}: reward {said}")
 
 
 @click.command("inspect")

@@ -26,6 +26,7 @@ import time
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema
 from orchestrator.errors import HpcRolloutError
 from orchestrator.spool.jobs import StageError
@@ -57,6 +58,17 @@ class AgentHandler(abc.ABC):
     # The keys its instances take (handler_api/schema.py); None: not checked at submit, beyond
     # validate_instance (third-party handlers written before schemas existed keep working).
     instance_schema: ClassVar[InstanceSchema | None] = None
+    # What its reward is (handler_api/reward_rule.py): `hpc-rollout handlers NAME` prints it, and
+    # `submit` refuses rows whose reward_model it would ignore. None: not declared (not checked).
+    reward_rule: ClassVar[RewardRule | None] = None
+
+    def ignored_reward_model(self, instance: dict[str, Any]) -> str | None:
+        """Why this row's `reward_model` would play no part in its reward (None: it does, or the row
+        has none, or the handler declares no rule)."""
+        rule = self.reward_rule
+        if rule is None or rule.ground_truth is not None or instance.get("reward_model") is None:
+            return None
+        return f"{self.name} does not use reward_model (its reward: {rule.summary})"
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         """Raise ValueError naming the problem when `instance` cannot run. Called at submit time,
@@ -111,6 +123,24 @@ def check_instance(handler: AgentHandler, instance: dict[str, Any]) -> None:
     if handler.instance_schema is not None:
         handler.instance_schema.check(instance, handler.name)
     handler.validate_instance(instance)
+
+
+def ground_truth_handlers(instance: dict[str, Any], exclude: str = "") -> list[str]:
+    """The installed handlers that grade against this row's reward_model and accept the row as it is."""
+    found = []
+    for name in sorted(available_handlers(max_age_s=LISTING_REUSE_S)):
+        if name == exclude:
+            continue
+        try:
+            handler = load_handler(name)
+            if handler.reward_rule is None or handler.reward_rule.ground_truth is None:
+                continue
+            check_instance(handler, instance)
+        except Exception:   # a handler that cannot load or refuses the row is no candidate
+            continue
+        if handler.ignored_reward_model(instance) is None:
+            found.append(name)
+    return found
 
 
 # load_handler reuses a scan of the installed entry points this long (seconds): submit looks up a

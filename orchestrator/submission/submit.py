@@ -31,7 +31,9 @@ from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops, job_ids
 from orchestrator.spool.batches import MAX_BATCH_SIZE, chunks, entry_content, entry_name
 from orchestrator.spool.cancel import request_cancel
-from orchestrator.handler_api.contract import AgentHandler, HandlerError, check_instance, load_handler
+from orchestrator.handler_api.contract import (
+    AgentHandler, HandlerError, check_instance, ground_truth_handlers, load_handler,
+)
 from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
@@ -73,12 +75,14 @@ class SubmitReport:
     last_job: str = ""
     batches: int = 0       # queue/init/ entries written (a batch holds up to jobs.batch_size jobs)
     error: str = ""        # why nothing was queued, when queueing failed
+    routes: dict[str, str] = field(default_factory=dict)   # verl data_source -> the handler its rows went to
 
     def to_json(self) -> dict[str, Any]:
         return {
             "submission_id": self.submission_id, "source": self.source, "tasks": self.tasks,
             "jobs": self.jobs, "batches": self.batches, "first_job": self.first_job, "last_job": self.last_job,
             "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
+            **({"routes": self.routes} if self.routes else {}),
             **({"error": self.error} if self.error else {}),
         }
 
@@ -295,6 +299,23 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
                 handlers[name] = exc
         return handlers[name]
 
+    users: dict[tuple[str, str], list[str]] = {}   # (data_source, handler) -> handlers that would use reward_model
+
+    def refuse_ignored_reward_model(handler: AgentHandler, task: Task) -> None:
+        """A reward_model the handler would leave unused means rows routed to the wrong handler."""
+        ignored = handler.ignored_reward_model(task.instance)
+        if ignored is None:
+            return
+        key = (task.data_source, task.handler)
+        if key not in users:
+            users[key] = ground_truth_handlers(task.instance, exclude=task.handler)
+        found = users[key]
+        route = f"--source-handler {task.data_source}=NAME" if task.data_source else "--handler NAME"
+        instead = (f"handlers that grade against it and take this row: {', '.join(found)} ({route})" if found
+                   else "no installed handler grades against it as the row stands")
+        raise ValueError(f"the row carries reward_model, which would be ignored: {ignored}; {instead}; "
+                         "or drop reward_model from the row")
+
     tasks: list[Task] = []
     for line, row in rows:
         if isinstance(row, RowProblem):
@@ -315,9 +336,12 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
                     )
                 raise ValueError(str(found))
             check_instance(found, task.instance)
+            refuse_ignored_reward_model(found, task)
             allowed.check(found, task)
             _check_storable(task.instance)
             tasks.append(task)
+            if task.data_source and task.handler != task.data_source:
+                report.routes.setdefault(task.data_source, task.handler)
         except Exception as exc:  # a handler's validation may raise anything: the row is what is wrong
             report.rejected.append(RowProblem(line, str(exc) if isinstance(exc, (ValueError, TypeError))
                                               else f"{type(exc).__name__}: {exc}"))

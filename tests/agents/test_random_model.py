@@ -16,7 +16,7 @@ from tests.agents.helpers import new_run, rows, run_workers, select, submit
 from tests.sandbox.helpers import sandbox_processes
 
 pytestmark = [needs_bwrap, pytest.mark.llm]
-STOP_REASONS = {"finished", "max_turns", "context_full", "timeout", "error", "cancelled"}
+STOP_REASONS = {"finished", "truncated", "max_turns", "context_full", "timeout", "error", "cancelled"}
 
 
 def test_random_model_every_job_ends_with_a_row_and_a_stop_reason(

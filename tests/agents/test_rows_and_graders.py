@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ from orchestrator.grading.math_answers import MathVerifier
 from orchestrator.spool.rundir import init_run
 from orchestrator.submission.submit import submit_file
 from tests.agents.conftest import needs_bwrap
-from tests.sandbox.helpers import with_sandbox
+from tests.sandbox.helpers import started, with_sandbox
 
 VERL_MATH = {"data_source": "math", "prompt": [{"role": "user", "content": "What is 17 * 23?"}],
              "ability": "math", "reward_model": {"style": "rule", "ground_truth": "391"},
@@ -38,8 +39,13 @@ def test_verl_rows_for_math_are_accepted_by_submit(tmp_path: Path) -> None:
         assert report.rejected == [] and report.jobs == jobs
     ticket = queued_tickets(paths.init_queue)[0]
     assert (ticket.job.handler, ticket.job.instance_id, ticket.job.data_source) == ("math", "7", "math")
-    # the same row sent to the chat handler: its verl `prompt` is the conversation (tests/trainer/test_verl_submit.py)
+    # the same row sent to the chat handler, which would ignore its ground truth, is refused naming who would not
     jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat"}) + "\n")
+    refused = submit_file(paths, jsonl)
+    assert refused.jobs == 0 and "chat does not use reward_model" in refused.rejected[0].reason
+    assert "answer, math" in refused.rejected[0].reason
+    without_truth = {k: v for k, v in VERL_MATH.items() if k != "reward_model"}   # its verl `prompt` is the conversation
+    jsonl.write_text(json.dumps({**without_truth, "data_source": "chat"}) + "\n")
     assert submit_file(paths, jsonl).jobs == 1
     jsonl.write_text(json.dumps({**VERL_MATH, "data_source": "chat", "prompt": []}) + "\n")
     refused = submit_file(paths, jsonl)
@@ -64,7 +70,8 @@ def test_rows_are_checked_with_clear_errors() -> None:
     swe = swe_task({"instance_id": "a", "base_commit": "abcdef1", "test_patch": "x", "problem_statement": "p",
                     "FAIL_TO_PASS": '["t.py::x"]', "PASS_TO_PASS": "[]", "image": "/img"})
     assert swe.fail_to_pass == ("t.py::x",) and swe.test_files == ["t.py"]
-    assert candidate({"answer": "3/4"}) == "$3/4$" and candidate({"final_text": "so \\boxed{2}"}) == "so \\boxed{2}"
+    assert candidate({"answer": "3/4"}) == "$3/4$" and candidate({"final_text": "so \\boxed{2}"}) == "$2$"
+    assert candidate({"final_text": "so it is 2"}) == ""     # free text is never graded
 
 
 def test_math_verify_equivalences_and_its_bound() -> None:
@@ -111,9 +118,17 @@ def test_code_runner_reports_each_failure_kind(spool, task_image: Path) -> None:
     assert report.reward("all") == 0.0 and report.reward("share") == pytest.approx(0.2)
     checker = "import sys\nsys.exit(0 if open(sys.argv[3]).read().strip() == 'ok' else 1)\n"
 
+    @asynccontextmanager
+    async def checker_sandbox():  # type: ignore[no-untyped-def]
+        fresh = await started(spool, job_id="t-000001-001", image=str(task_image))
+        try:
+            yield fresh
+        finally:
+            await fresh.close()
+
     async def checked(sandbox):  # type: ignore[no-untyped-def]
         return await run_hidden_tests(sandbox, "print('ok')", [{"input": "", "output": "anything"}],
-                                      time_limit_s=2, memory_mb=256, checker=checker)
+                                      time_limit_s=2, memory_mb=256, checker=checker, checker_sandbox=checker_sandbox)
 
     assert with_sandbox(spool, checked, image=str(task_image)).reward("all") == 1.0
     assert asyncio.run(run_hidden_tests(None, "  ", tests, time_limit_s=1, memory_mb=64)).error == "no solution"  # type: ignore[arg-type]

@@ -81,20 +81,22 @@ def test_answer_rules() -> None:
     assert score("  yes ", "yes", "exact") == 1.0 and score("no answer", "72", "number") == 0.0
 
 
-README_VERL_ROW = {"data_source": "chat", "prompt": [{"role": "system", "content": "Be brief."},
-                                                     {"role": "user", "content": "Say hi."}],
+README_VERL_ROW = {"data_source": "answer", "prompt": [{"role": "system", "content": "Be brief."},
+                                                       {"role": "user", "content": "Say hi."}],
                    "reward_model": {"style": "rule", "ground_truth": "hi"}, "extra_info": {"index": 4}}
 
 
-def test_the_readme_verl_example_runs_on_chat_its_prompt_the_conversation(tmp_path: Path) -> None:
+def test_the_readme_verl_example_runs_on_its_handler_and_chat_takes_a_prompt_as_the_conversation(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps(README_VERL_ROW) + "\n")
+    chat_row = {key: value for key, value in README_VERL_ROW.items() if key != "reward_model"} | {"data_source": "chat"}
+    rows.write_text(json.dumps(README_VERL_ROW) + "\n" + json.dumps(chat_row) + "\n")
     report = submit_file(paths, rows, samples=2)
-    assert report.rejected == [] and report.jobs == 2
-    job = queued_tickets(paths.init_queue)[0].job
-    assert (job.handler, job.data_source, job.instance_id) == ("chat", "chat", "4")
-    assert chat_messages(job.instance) == README_VERL_ROW["prompt"]
+    assert report.rejected == [] and report.jobs == 4
+    jobs = {t.job.handler: t.job for t in queued_tickets(paths.init_queue)}
+    assert (jobs["answer"].data_source, jobs["answer"].instance_id) == ("answer", "4")
+    assert (jobs["chat"].data_source, jobs["chat"].instance_id) == ("chat", "4")
+    assert chat_messages(jobs["chat"].instance) == README_VERL_ROW["prompt"]
     assert chat_messages({"messages": [{"role": "user", "content": "a"}], "prompt": "ignored"}) == [
         {"role": "user", "content": "a"}]                      # the chat handler's own shape wins
     assert chat_messages({"prompt": "Say hi."}) == [{"role": "user", "content": "Say hi."}]

@@ -103,3 +103,39 @@ def test_stop_cancel_and_new_shards_reach_other_nodes_within_the_stated_bound(tm
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+WRITER = """
+import sys, time
+from orchestrator.config import RunConfig
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.spool import access
+from orchestrator.spool.paths import SpoolPaths
+run, me, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+paths = SpoolPaths.of(run)
+access.open_for(paths, RunConfig.load(paths.run_config).access)
+while time.time() < start:
+    time.sleep(0.01)
+for n in range(8):
+    BackendRegistry(paths).add(f"http://{me}.example:{8000 + n}/v1", version=1)
+"""
+
+
+@pytest.mark.parametrize("view", ["nfs", "nocto"])
+def test_backend_adds_from_three_nodes_at_once_lose_nothing(tmp_path: Path, view: str) -> None:
+    """Each `backend add` takes the writers' lock (spool/lease.py), reads the registry and replaces
+    it. (With nocto the lock's holder is seen up to the directory attribute time late, so the
+    waiting writers' patience, 30 s, must exceed it: acdirmin 4 s here; docs/robustness.md.)"""
+    client = NFS_DEFAULTS if view == "nfs" else ClientTimes(acregmin=2.0, acdirmin=4.0, cto=False)
+    rig = Rig(tmp_path / "server", tmp_path / "view", client)
+    rig.base.mkdir()
+    rig.at.mkdir()
+    paths = make_run(rig.base / "run")
+    start = time.time() + 3
+    writers = [rig.popen([sys.executable, "-c", WRITER, str(rig.seen_from_node(paths.root)), f"node{k}", str(start)],
+                         stderr=subprocess.PIPE) for k in range(3)]
+    errors = [writer.communicate(timeout=300)[1].decode(errors="replace") for writer in writers]
+    assert [w.returncode for w in writers] == [0, 0, 0], errors
+    backends = json.loads((paths.root / "backends.json").read_text())["backends"]
+    assert len(backends) == 24, f"{24 - len(backends)} adds were lost"
+    assert not list(paths.quarantine.iterdir()), "a registry was set aside"

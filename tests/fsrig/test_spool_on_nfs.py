@@ -139,3 +139,43 @@ def test_backend_adds_from_three_nodes_at_once_lose_nothing(tmp_path: Path, view
     backends = json.loads((paths.root / "backends.json").read_text())["backends"]
     assert len(backends) == 24, f"{24 - len(backends)} adds were lost"
     assert not list(paths.quarantine.iterdir()), "a registry was set aside"
+
+
+FOLLOW_WITH_CURSOR = """
+import json, sys
+from orchestrator.trainer.api import Spool
+reader = Spool.open(sys.argv[1]).reader(sys.argv[2] or None, poll_s=0.2)
+for row in reader.rows(follow=True):
+    print(json.dumps({"job": row["job_id"], "cursor": str(reader.cursor)}), flush=True)
+"""
+
+
+def test_a_trainer_killed_and_resumed_on_another_node_sees_every_row_once(tmp_path: Path) -> None:
+    """The trainer follows from its own node, is SIGKILLed twice while shards land, and resumes
+    each time from the last cursor it printed: every row once, none lost (NFS defaults)."""
+    rig = Rig(tmp_path / "server", tmp_path / "view", NFS_DEFAULTS)
+    rig.base.mkdir()
+    rig.at.mkdir()
+    paths = make_run(rig.base / "run", **SETTINGS)
+    jobs = set(quick_jobs(paths.root, 60))
+    worker = start_worker(rig, paths.root, "--run-pool", "2")
+    seen: list[str] = []
+    cursor = ""
+    try:
+        for round_ in range(3):
+            trainer = rig.popen([sys.executable, "-c", FOLLOW_WITH_CURSOR, str(rig.seen_from_node(paths.root)), cursor],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+            assert trainer.stdout is not None
+            wanted = len(seen) + (15 if round_ < 2 else len(jobs) - len(seen))
+            while len(seen) < wanted:
+                line = trainer.stdout.readline()
+                assert line, "the trainer stopped"
+                record = json.loads(line)
+                seen.append(str(record["job"]))
+                cursor = str(record["cursor"])
+            trainer.kill()   # SIGKILL: what it printed last is all it kept
+            trainer.wait()
+        assert sorted(seen) == sorted(jobs), "a row was lost or seen twice"
+    finally:
+        worker.kill()
+        worker.wait()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.spool.events import events_named
 from orchestrator.submission.submit import submit_rows
 from tests.core.util import make_run, rows, wait_until
 from tests.fsrig.conftest import needs_rig
@@ -179,3 +180,24 @@ def test_a_trainer_killed_and_resumed_on_another_node_sees_every_row_once(tmp_pa
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_idle_workers_on_their_nodes_leave_once_drained_and_not_before(tmp_path: Path) -> None:
+    """Elastic exit across caching clients: two workers with --idle-exit take every job (none
+    leaves while the queues still show work to it) and each leaves once there is none."""
+    rig = Rig(tmp_path / "server", tmp_path / "view", NFS_DEFAULTS)
+    rig.base.mkdir()
+    rig.at.mkdir()
+    paths = make_run(rig.base / "run", **SETTINGS)
+    jobs = set(quick_jobs(paths.root, 40))
+    workers = [start_worker(rig, paths.root, "--idle-exit", "4") for _ in range(2)]
+    try:
+        codes = [worker.wait(timeout=180) for worker in workers]
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    assert codes == [0, 0]
+    assert sorted(row["job_id"] for row in rows(paths)) == sorted(jobs), "a job was left behind or run twice"
+    assert len(events_named(paths, "idle_exit")) == 2, "each worker left because it was idle"

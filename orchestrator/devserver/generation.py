@@ -3,9 +3,12 @@
 Requests join the running batch at its next decode step and leave it as soon as they are done
 (orchestrator/devserver/running_batch.py), each with its own temperature, top-p/top-k, seed and
 token budget (orchestrator/devserver/sampling.py), as vLLM and SGLang schedule. `abort_all()`
-ends every request in flight (queued or running) before its next token: it answers what it
-sampled so far with finish reason `abort`, as they do. A weight reload waits for the running
-batch to drain, admitting nobody meanwhile, so no request mixes two sets of weights.
+ends every request in flight (queued or running) before its next token, `abort(rid)` the one
+submitted under that id (SGLang's `rid`): it answers what it sampled so far with finish reason
+`abort`, as they do. A request whose caller stops waiting (its HTTP client went away) is aborted
+the same way, as vLLM and SGLang abort a disconnected request: nobody samples for nobody. A
+request counts as in flight until the model thread has let go of it. A weight reload waits for
+the running batch to drain, admitting nobody meanwhile, so no request mixes two sets of weights.
 
 The steps run back to back in a thread of their own (the model thread), as vLLM's engine core
 runs apart from its API server: requests reach it through a queue and answers go back to the
@@ -71,7 +74,10 @@ class Engine:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.max_batch = max_batch
         self.counters = StepCounters()
-        self._live: set[threading.Event] = set()   # one per request in flight: set = abort it
+        # One abort per request in flight (set = abort it), kept until the model thread lets go of
+        # the request: /metrics then counts what still runs, not what still has a caller.
+        self._live: dict[Answer, threading.Event] = {}
+        self._by_rid: dict[str, threading.Event] = {}
         # What the model thread and the others share, under `_changed`'s lock:
         self._changed = threading.Condition()
         self._pending: deque[Waiter] = deque()     # submitted, not yet in the batch
@@ -80,32 +86,56 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._default_rng = torch.Generator().manual_seed(0)
 
-    async def submit(self, request: GenRequest) -> GenResult:
+    async def submit(self, request: GenRequest, rid: str | None = None) -> GenResult:
+        """Sample `request`; `rid` names it for `abort(rid)`. Cancelled (its client went away), it
+        is aborted: it leaves the batch at the next step instead of sampling on for nobody."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenResult] = loop.create_future()
         abort = threading.Event()
-        self._live.add(abort)
+        answer = Answer(loop, future)
+        with self._changed:
+            self._live[answer] = abort
+            if rid:
+                self._by_rid[rid] = abort
+            self._pending.append((request, abort, answer))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run_steps, name="serve-llm-model", daemon=True)
+                self._thread.start()
+            self._changed.notify_all()
         try:
-            with self._changed:
-                self._pending.append((request, abort, Answer(loop, future)))
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run_steps, name="serve-llm-model", daemon=True)
-                    self._thread.start()
-                self._changed.notify_all()
             return await future
+        except asyncio.CancelledError:
+            abort.set()
+            raise
         finally:
-            self._live.discard(abort)
+            if rid:
+                with self._changed:
+                    self._by_rid.pop(rid, None)
 
     def in_flight(self) -> int:
-        """Requests queued or in the batch running."""
+        """Requests queued or in the batch running (an aborted one until it has left the batch)."""
         return len(self._live)
 
     def abort_all(self) -> int:
         """Abort every request in flight; how many there were."""
-        live = list(self._live)
+        with self._changed:
+            live = list(self._live.values())
         for abort in live:
             abort.set()
         return len(live)
+
+    def abort(self, rid: str) -> bool:
+        """Abort the request submitted under `rid`; whether one was in flight."""
+        with self._changed:
+            abort = self._by_rid.get(rid)
+        if abort is not None:
+            abort.set()
+        return abort is not None
+
+    def _let_go(self, answers: list["Answer"]) -> None:
+        with self._changed:
+            for answer in answers:
+                self._live.pop(answer, None)
 
     def _new_batch(self) -> RunningBatch[Any]:
         return RunningBatch(self.model, eos_ids=self.eos_ids, rng_for=self._rng_for)
@@ -123,10 +153,13 @@ class Engine:
             except Exception as exc:  # answer every request of the batch; the server maps it to HTTP 500
                 log.exception("generation failed")
                 failed = [row.tag for row in (*batch.rows, *batch.joining)] + [tag for tag, _ in batch.finished_at_once]
-                for answer in dict.fromkeys([*failed, *(tag for _, _, tag in joining)]):
+                failed_answers = list(dict.fromkeys([*failed, *(tag for _, _, tag in joining)]))
+                self._let_go(failed_answers)
+                for answer in failed_answers:
                     answer.fail(exc)
                 batch = self._new_batch()
                 continue
+            self._let_go([answer for answer, _ in finished])
             for answer, result in finished:
                 answer.give(result)
 

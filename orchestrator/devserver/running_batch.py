@@ -89,6 +89,9 @@ class RunningBatch(Generic[Tag]):
             if request.max_tokens <= 0 or not request.prompt_ids:
                 self.finished_at_once.append((tag, GenResult()))
                 continue
+            if abort.is_set():   # aborted while it queued: no prompt pass for it
+                self.finished_at_once.append((tag, GenResult(finish_reason="abort")))
+                continue
             stops = frozenset(request.stop_token_ids) | (frozenset() if request.ignore_eos else self.eos_ids)
             self._keys += 1
             self.joining.append(_Row(request, abort, tag, self.rng_for(request), stops, self._keys, 0, GenResult()))

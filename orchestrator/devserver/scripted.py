@@ -95,10 +95,13 @@ class ScriptedEngine:
     def abort_all(self) -> int:
         return 0   # every answer is immediate: nothing is ever in flight
 
+    def abort(self, rid: str) -> bool:
+        return False
+
     def in_flight(self) -> int:
         return 0
 
-    async def submit(self, request: GenRequest) -> GenResult:
+    async def submit(self, request: GenRequest, rid: str | None = None) -> GenResult:
         script, turn = self.pick(request.prompt_ids)
         ids = list(self.tokenizer.encode(script.reply(turn), add_special_tokens=False)) + [self.eos_id]
         finish = "stop"

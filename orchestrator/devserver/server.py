@@ -4,8 +4,9 @@ Endpoints: GET /health, /v1/models, /model_info, /metrics (requests in flight, v
 `token_ids` + per-token logprobs out), /generate (SGLang's native shape), /tokenize,
 /detokenize; weight reload while serving as vLLM (/collective_rpc reload_weights) and SGLang
 (/update_weights_from_disk) do it (orchestrator/devserver/reload.py); abort of every generation in
-flight as vLLM's dev mode (/abort_requests) and SGLang (/abort_request) do it: each answers what it
-sampled so far with finish reason `abort`.
+flight as vLLM's dev mode (/abort_requests) and SGLang (/abort_request) do it, or of one /generate
+by its `rid` (SGLang's /abort_request {"rid": ...}): each answers what it sampled so far with
+finish reason `abort`. A client that disconnects aborts its request, as with vLLM and SGLang.
 
 Logprobs: by default each endpoint answers as the stock server it imitates (/v1/completions raw,
 like vLLM; /generate processed, like SGLang) and /v1/models says nothing about them. Started with
@@ -94,9 +95,9 @@ class ReferenceServer:
         wanted = 16 if wanted is None else int(wanted)
         return max(0, min(wanted, self.options.max_model_len - len(prompt)))
 
-    async def generate(self, endpoint: str, prompt: list[int], request: GenRequest) -> GenResult:
+    async def generate(self, endpoint: str, prompt: list[int], request: GenRequest, rid: str | None = None) -> GenResult:
         try:
-            result = await self.engine.submit(request)
+            result = await self.engine.submit(request, rid)
         except ValueError as exc:  # e.g. no scripted completion matches the prompt
             raise web.HTTPBadRequest(text=str(exc)) from None
         if self._record is not None:
@@ -187,12 +188,17 @@ class ReferenceServer:
         given = inputs if isinstance(inputs, list) and batch else [inputs]
         prompts = [self.check_prompt(p) for p in given]
         params = body.get("sampling_params") or {}
-        answers = await asyncio.gather(*(self._one_sglang(p, params, body) for p in prompts))
+        given_rid = body.get("rid")
+        rids = [given_rid] if not batch else [None] * len(prompts) if given_rid is None else given_rid
+        if not isinstance(rids, list) or len(rids) != len(prompts) or not all(r is None or isinstance(r, str) for r in rids):
+            raise web.HTTPBadRequest(text="rid must be a string (a list of strings for a batch of input_ids)")
+        answers = await asyncio.gather(*(self._one_sglang(p, params, body, r) for p, r in zip(prompts, rids)))
         return web.json_response(answers if batch else answers[0])
 
-    async def _one_sglang(self, prompt: list[int], params: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    async def _one_sglang(self, prompt: list[int], params: dict[str, Any], body: dict[str, Any],
+                          rid: str | None) -> dict[str, Any]:
         request = gen_request(prompt, self.budget(prompt, params.get("max_new_tokens", 128)), params)
-        result = await self.generate("/generate", prompt, request)
+        result = await self.generate("/generate", prompt, request, rid)
         finish: dict[str, Any] = (
             {"type": "stop", "matched": result.matched_stop} if result.finish_reason == "stop"
             else {"type": "abort", "message": "aborted by /abort_request"} if result.finish_reason == "abort"
@@ -218,12 +224,16 @@ class ReferenceServer:
         return web.json_response({"status": "aborted", "aborted": self.engine.abort_all()})
 
     async def abort_request(self, http: web.Request) -> web.Response:
-        """SGLang's route: {"abort_all": true} aborts every request in flight; 200 with no body."""
+        """SGLang's route: {"abort_all": true} aborts every request in flight, {"rid": ID} the /generate
+        sent with that rid (none in flight: nothing to do); 200 with no body."""
         body = await read_body(http)
-        if not body.get("abort_all"):
-            raise web.HTTPBadRequest(text="this server aborts every request in flight only: send abort_all: true")
-        aborted = self.engine.abort_all()
-        log.info("aborted %d generation(s)", aborted)
+        rid = body.get("rid")
+        if body.get("abort_all"):
+            log.info("aborted %d generation(s)", self.engine.abort_all())
+        elif isinstance(rid, str) and rid:
+            self.engine.abort(rid)
+        else:
+            raise web.HTTPBadRequest(text='send {"abort_all": true}, or {"rid": ID} of a /generate request')
         return web.Response(status=200)
 
     async def tokenize(self, http: web.Request) -> web.Response:
@@ -272,7 +282,9 @@ def gen_request(prompt: list[int], budget: int, params: dict[str, Any]) -> GenRe
 async def serve(options: ServerOptions) -> None:
     """Serve until SIGTERM/SIGINT. Prints `serving on URL` once listening (port 0 = any free)."""
     server = ReferenceServer(options)
-    runner = web.AppRunner(server.app(), access_log=None)
+    # handler_cancellation: a client that disconnects cancels its handler (aiohttp's default since
+    # 3.7 lets it run on), and so aborts its generation, as vLLM and SGLang abort a disconnected request.
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, options.host, options.port)
     await site.start()

@@ -24,6 +24,7 @@ MAX_TOKENS_KEYS = ("max_tokens", "max_new_tokens")
 DEFAULT_MAX_TOKENS = 256
 NO_ANSWER = "no answer within"   # how a timed-out request is described (and recognised when probing)
 HEALTH_DEADLINE_S = 5.0
+ABORT_DEADLINE_S = 2.0   # a cancelled generation's explicit abort: asked once, this long at most
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,19 @@ class BackendClient(abc.ABC):
         if room <= 0:  # the context is full: nothing can be sampled, the conversation ends
             return Completion([], [], "length", self.backend.served_logprobs.value)
         path, body = self.build_request(info.model_id, list(prompt_ids), room, params)
-        return self.parse_response(await self.request("POST", path, body))
+        try:
+            answer = await self.request("POST", path, body)
+        except asyncio.CancelledError:
+            # The caller gave up (its job was cancelled): the transport closed the connection, which
+            # aborts the request on vLLM at once; a server that notices a disconnect late is told.
+            await self.abort_request(body)
+            raise
+        return self.parse_response(answer)
+
+    async def abort_request(self, body: dict[str, Any]) -> None:
+        """Abort the generation `body` asked for, its caller gone. vLLM aborts a request whose
+        client disconnected (its `with_cancellation` routes), so the closed connection is enough;
+        a protocol whose server notices that late overrides this (sglang.py)."""
 
     @abc.abstractmethod
     async def reload(self, checkpoint: str, version: int) -> None:

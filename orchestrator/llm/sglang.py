@@ -4,16 +4,24 @@ Logprobs are SGLang's: log_softmax(logits / T), after temperature ("processed"),
 registry entry says otherwise (`served_logprobs`, recorded at `backend add`).
 Weight reload: POST /update_weights_from_disk {model_path, weight_version}. Abort of everything in
 flight: POST /abort_request {"abort_all": true}; each /generate then answers what it sampled
-with finish_reason {"type": "abort"}.
+with finish_reason {"type": "abort"}. Each /generate carries a `rid` of its own: a generation whose
+job is cancelled is aborted by it (POST /abort_request {"rid": ...}) before the job ends, since
+SGLang only notices a disconnected non-streaming client when its wait for output times out.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.llm.client import BackendClient, Completion, require
+from orchestrator.llm.client import ABORT_DEADLINE_S, BackendClient, Completion, require
 from orchestrator.llm.errors import RequestRejected
+from orchestrator.llm.http import HttpFailure
+from orchestrator.llm.urls import endpoint
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,8 +34,20 @@ class SGLangClient(BackendClient):
             "max_new_tokens": max_tokens, "skip_special_tokens": False, "no_stop_trim": True,
         }
         body = {"input_ids": prompt_ids, "sampling_params": sampling_params,
-                "return_logprob": True, "logprob_start_len": -1}
+                "return_logprob": True, "logprob_start_len": -1, "rid": uuid.uuid4().hex}
         return "/generate", body
+
+    async def abort_request(self, body: dict[str, Any]) -> None:
+        """POST /abort_request {"rid": ...}: once, briefly; a failure leaves it to the disconnect."""
+        try:
+            answer = await self.http.request("POST", endpoint(self.backend.url, "/abort_request"), {"rid": body["rid"]},
+                                             timeout_s=ABORT_DEADLINE_S, connect_timeout_s=ABORT_DEADLINE_S)
+        except (HttpFailure, TimeoutError) as exc:
+            log.info("backend %s: abort of request %s failed: %s", self.backend.url, body["rid"], exc)
+            return
+        if answer.status >= 400:
+            log.info("backend %s refused the abort of request %s: HTTP %d %s", self.backend.url, body["rid"],
+                     answer.status, answer.text[:200])
 
     def parse_response(self, body: Any) -> Completion:
         url = self.backend.url

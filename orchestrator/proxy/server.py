@@ -55,6 +55,7 @@ DEFAULT_MAX_BODY_BYTES = 4 << 20
 # The job's converted history is kept up to this many bodies' worth (chat_form.MessageForms).
 FORMS_BODIES = 2
 LIMIT_PROBLEMS = {"context_full": Problem.CONTEXT_FULL, "max_turns": Problem.MAX_TURNS}
+CLOSE_WAIT_S = 2.0   # a closing proxy's wait for calls in flight, then cancelled (start())
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -97,7 +98,9 @@ class JobProxy:
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         self.socket_path.unlink(missing_ok=True)
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # A closing proxy (its job ended, was cancelled or cut) waits this long for calls in flight,
+        # then cancels them, which aborts their generations: aiohttp's default wait is 60 s.
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=CLOSE_WAIT_S)
         await self._runner.setup()
         await web.UnixSite(self._runner, str(self.socket_path)).start()
         os.chmod(self.socket_path, 0o600)

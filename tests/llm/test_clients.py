@@ -74,6 +74,8 @@ def test_sglang_client_speaks_generate() -> None:
     assert completion.logprobs == [-0.1, -0.2, -0.3]
     assert completion.finish_reason == "length" and completion.weight_version == "7"
     assert completion.logprob_mode == "processed"
+    rid = sent.pop("rid")   # its own id, for /abort_request when its job is cancelled
+    assert isinstance(rid, str) and len(rid) == 32
     assert sent == {
         "input_ids": [5, 6, 7], "return_logprob": True, "logprob_start_len": -1,
         "sampling_params": {"temperature": 0.5, "top_p": 1.0, "top_k": 4, "max_new_tokens": 3,

@@ -3,6 +3,7 @@
     python -m benchmarks.verl [--prompts 64] [--samples 4] [--max-tokens 32] [--pairs 15]
                               [--workers 1] [--run-pool 20] [--max-batch 16]
     python -m benchmarks.verl --quick          # 8 prompts x 2 samples, one pair (the smoke size)
+    python -m benchmarks.verl --skip-first-call  # the pairs and the assembly only
 
 serve-llm --tiny (processed logprobs, verl's default) and a run with warm local workers (`answer`
 handler) are started here; the measurement runs in verl's venv (scripts/verl-setup.sh), where
@@ -33,6 +34,11 @@ SpoolLoopManager lives (benchmarks/verl_pairs.py):
   120-token prompts, 50-400-token responses; 4,000 rows, 1,000 with --quick): a fresh reader
   decodes the shards, rows -> verl's layout (256 + 512 wide) -> DataProto, best of three, per
   1,000 samples. Target <= 200.
+- first_call_ratio: a step's first generate_sequences on fresh workers (started, alive, no job run
+  yet) over the median of the 3 calls after it, same batch size. The manager built as verl builds
+  it (`create()`, which warms the workers: orchestrator/trainer/verl/warm_up.py), and, for the
+  figure before that warm-up existed, by its constructor on workers of a run of its own. Target
+  <= 1.5: a `time_limit_s` sized on warm steps must not cut the first one.
 """
 
 from __future__ import annotations
@@ -48,16 +54,18 @@ from typing import Any
 from benchmarks.common import emit_json, median, median_interval, print_table, submit_all
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.devserver.cpus import client_cpus, confine_to, server_cpus
-from orchestrator.devserver.local_server import start_server
+from orchestrator.devserver.local_server import LocalServer, start_server
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.devserver.tiny_model import tiny_model_dir
+from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
 from orchestrator.worker.options import WorkerOptions
 from benchmarks.backends import wait_drained, wait_for_workers
-from tests.verl.env import verl_env
+from tests.verl.env import VerlEnv, verl_env
 
 TARGET_RATIO = 1.10
 TARGET_ASSEMBLE_MS = 200.0
+TARGET_FIRST_CALL_RATIO = 1.5
 
 
 def parse() -> argparse.Namespace:
@@ -72,6 +80,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--share-cpus", action="store_true",
                         help="let the server and its clients share every CPU (default: the server gets all but the last)")
     parser.add_argument("--quick", action="store_true", help="8 prompts x 2 samples, one pair: a smoke run")
+    parser.add_argument("--skip-first-call", action="store_true",
+                        help="leave out the first-call figures (two rounds of fresh workers)")
     args = parser.parse_args()
     if args.quick:
         args.prompts, args.samples, args.pairs, args.max_tokens = 8, 2, 1, 8
@@ -93,36 +103,69 @@ def main() -> None:
         if args.client_cpus:
             confine_to(args.client_cpus)   # the workers and the verl venv started below inherit it
         try:
-            paths, _ = init_run(base / "run", {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
-            BackendRegistry.of(paths).add(server.url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))
             options = WorkerOptions(run_pool=args.run_pool, init_pool=args.run_pool, eval_pool=args.run_pool,
                                     runtime="local")
+            cold = None if args.skip_first_call else first_call_without_warm_up(args, verl, base, server, options)
+            paths = new_run(base / "run", server.url)
             launch = start_local_workers(paths, args.workers, options, verbose=0)
             try:
                 wait_for_workers(paths, args.workers)
-                warmup = [{"prompt": [{"role": "user", "content": f"warm-up {i}"}],
-                           "reward_model": {"ground_truth": "0"}, "sampling": {"max_tokens": 2}}
-                          for i in range(args.workers * args.run_pool)]
-                submit_all(paths, enumerate(warmup, 1), handler="answer")
-                wait_drained(paths, len(warmup))
-                inner = {"run": str(paths.root), "url": server.url, "model": str(tiny_model_dir()),
-                         "prompts": args.prompts, "samples": args.samples, "max_tokens": args.max_tokens,
-                         "pairs": args.pairs, "concurrency": args.workers * args.run_pool,
-                         "base": str(base), "assemble_rows": 1000 if args.quick else 4000,
-                         "server_pid": server.pid, "worker_pids": launch.pids}
-                arguments = base / "args.json"
-                arguments.write_text(json.dumps(inner))
+                if args.skip_first_call:   # else create()'s warm-up and the first calls warm them
+                    warmup = [{"prompt": [{"role": "user", "content": f"warm-up {i}"}],
+                               "reward_model": {"ground_truth": "0"}, "sampling": {"max_tokens": 2}}
+                              for i in range(args.workers * args.run_pool)]
+                    submit_all(paths, enumerate(warmup, 1), handler="answer")
+                    wait_drained(paths, len(warmup))
+                inner = {**inner_args(args, base, paths, server), "worker_pids": launch.pids,
+                         "first_call": None if args.skip_first_call else "create"}
                 began = time.monotonic()
-                done = verl.run("-m", "benchmarks.verl_pairs", str(arguments), timeout=3600)
-                if done.returncode != 0:
-                    raise SystemExit(f"benchmarks.verl_pairs failed:\n{done.stderr[-4000:]}")
-                figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+                figures = run_inner(verl, base, inner)
                 inner_s = time.monotonic() - began
             finally:
                 launch.terminate(timeout_s=60)
         finally:
             server.stop()
+    if cold is not None:
+        figures["first_call_cold"] = cold
     report(args, figures, load_before, os.getloadavg(), inner_s)
+
+
+def new_run(root: Path, url: str) -> SpoolPaths:
+    paths, _ = init_run(root, {"shards.idle_flush_s": 0.05, "shards.max_age_s": 0.5})
+    BackendRegistry.of(paths).add(url, logprob_mode="processed", tokenizer=str(tiny_model_dir()))
+    return paths
+
+
+def inner_args(args: argparse.Namespace, base: Path, paths: SpoolPaths, server: LocalServer) -> dict[str, Any]:
+    return {"run": str(paths.root), "url": server.url, "model": str(tiny_model_dir()),
+            "prompts": args.prompts, "samples": args.samples, "max_tokens": args.max_tokens,
+            "pairs": args.pairs, "concurrency": args.workers * args.run_pool,
+            "base": str(base), "assemble_rows": 1000 if args.quick else 4000, "server_pid": server.pid}
+
+
+def run_inner(verl: VerlEnv, base: Path, inner: dict[str, Any]) -> dict[str, Any]:
+    arguments = base / "args.json"
+    arguments.write_text(json.dumps(inner))
+    done = verl.run("-m", "benchmarks.verl_pairs", str(arguments), timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmarks.verl_pairs failed:\n{done.stderr[-4000:]}")
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def first_call_without_warm_up(args: argparse.Namespace, verl: VerlEnv, base: Path, server: LocalServer,
+                               options: WorkerOptions) -> dict[str, Any]:
+    """The first calls of a manager that does not warm the workers (its constructor, as before
+    create() did), on fresh workers of a run of their own."""
+    paths = new_run(base / "run-cold", server.url)
+    launch = start_local_workers(paths, args.workers, options, verbose=0)
+    try:
+        wait_for_workers(paths, args.workers)
+        inner = {**inner_args(args, base, paths, server), "worker_pids": launch.pids, "first_call": "cold"}
+        cold: dict[str, Any] = run_inner(verl, base, inner)["first_call"]
+        return cold
+    finally:
+        launch.terminate(timeout_s=60)
 
 
 def cpus_line(args: argparse.Namespace) -> str:
@@ -168,10 +211,18 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
                 ["step", "ms"], [["decode + rows (fresh reader)", assembly["read"]],
                                  ["verl's layout (assemble)", assembly["layout"]], ["DataProto", assembly["data_proto"]]])
     low, high = median_interval([p["ratio"] for p in pairs])
+    first, cold = figures.get("first_call"), figures.get("first_call_cold")
+    if first is not None and cold is not None:
+        print_table(f"first call on fresh workers vs the {len(first['warm_s'])} after it (same batch)",
+                    ["manager built by", "create s", "first call s", "warm calls s (median)", "first / warm"],
+                    [[name, f["create_s"], f["first_s"], median(f["warm_s"]), f["ratio"]]
+                     for name, f in (("its constructor: no warm-up", cold), ("create(): warms the workers", first))])
     print_table("figures vs targets", ["figure", "measured", "target"], [
         ["overhead_ratio (median)", ratio, f"<= {TARGET_RATIO}"],
         [f"  its 90% interval ({len(pairs)} pairs)", f"{low:.3f}-{high:.3f}", ""],
         ["assemble_ms_per_1k_samples", assemble_ms, f"<= {TARGET_ASSEMBLE_MS:.0f}"],
+        *([["first_call_ratio (create() warms)", first["ratio"], f"<= {TARGET_FIRST_CALL_RATIO}"],
+           ["  without the warm-up", cold["ratio"], ""]] if first is not None and cold is not None else []),
     ])
     print(f"\nCPUs: {cpus_line(args)}")
     print(f"load average before {load_before[0]:.1f}, after {load_after[0]:.1f} ({os.cpu_count()} CPUs); "
@@ -196,7 +247,18 @@ def report(args: argparse.Namespace, figures: dict[str, Any], load_before: tuple
         "assemble_split_ms": {k: round(v, 2) for k, v in assembly.items() if k not in ("rows", "total")},
         "inside_jobs_s": {k: round(v, 4) for k, v in inside.items()},
         "load_before": round(load_before[0], 2), "load_after": round(load_after[0], 2),
+        **(first_call_json(first, cold) if first is not None and cold is not None else {}),
     })
+
+
+def first_call_json(first: dict[str, Any], cold: dict[str, Any]) -> dict[str, Any]:
+    def rounded(f: dict[str, Any]) -> dict[str, Any]:
+        return {"create_s": round(f["create_s"], 3), "first_s": round(f["first_s"], 3),
+                "warm_s": [round(s, 3) for s in f["warm_s"]], "ratio": round(f["ratio"], 3)}
+    return {"first_call_ratio": round(first["ratio"], 3), "first_call_ratio_target": TARGET_FIRST_CALL_RATIO,
+            "first_call_ratio_ok": first["ratio"] <= TARGET_FIRST_CALL_RATIO,
+            "first_call_ratio_without_warm_up": round(cold["ratio"], 3),
+            "first_call": {"create": rounded(first), "constructor": rounded(cold)}}
 
 
 if __name__ == "__main__":

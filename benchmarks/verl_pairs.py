@@ -8,6 +8,11 @@ sampling, the workers' concurrency), alternating which goes first, after one unc
 (first-call costs of either side). Then the assembly on its own:
 synthetic trajectory shards (1,000-row shards of benchmarks.tail's rows) read by a fresh reader,
 rows -> verl's layout (prompt_length 256, response_length 512) -> DataProto.
+
+First calls (`first_call` in ARGS: "cold" alone, or "create" before the pairs), on workers that
+have run nothing yet: the manager built as verl builds it (`create()`, which warms the workers)
+or, for the figure without that warm-up, by its constructor; the seconds of its first
+generate_sequences against the median of the WARM_CALLS that follow.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import cpu_seconds, cpu_wait_seconds
+from benchmarks.common import cpu_seconds, cpu_wait_seconds, median
 
 NOT_A_BENCHMARK = "the inside of benchmarks.verl (which runs it in verl's venv with its arguments file)"
+WARM_CALLS = 3
 
 
 def verl_batch(prompts: int, samples: int, run: int) -> Any:
@@ -175,10 +181,33 @@ def server_steps(url: str) -> dict[str, float]:
             for line in page.splitlines() if line.startswith("serve_llm:")}
 
 
+def first_calls(args: dict[str, Any], warm_up: bool) -> dict[str, Any]:
+    """The first call on fresh workers against the warm calls after it (module doc)."""
+    from orchestrator.trainer.verl.manager import SpoolLoopManager
+
+    began = time.perf_counter()
+    manager = SpoolLoopManager.create(config=config_of(args)) if warm_up else SpoolLoopManager(config_of(args))
+    created = time.perf_counter() - began
+    seconds = []
+    for run in range(1 + WARM_CALLS):
+        batch = verl_batch(args["prompts"], args["samples"], 1000 + run)
+        began = time.perf_counter()
+        counts = manager.generate(batch).meta_info["hpc_rollout"]
+        seconds.append(time.perf_counter() - began)
+        if counts["ok"] != len(batch):
+            raise RuntimeError(f"first calls, call {run}: {counts}")
+    manager.close()
+    warm = median(seconds[1:])
+    return {"create_s": created, "first_s": seconds[0], "warm_s": seconds[1:], "ratio": seconds[0] / warm}
+
+
 def main(args: dict[str, Any]) -> dict[str, Any]:
     from orchestrator.llm.tokenizer import load_tokenizer
     from orchestrator.trainer.verl.manager import SpoolLoopManager
 
+    if args.get("first_call") == "cold":
+        return {"first_call": first_calls(args, warm_up=False)}
+    first_call = first_calls(args, warm_up=True) if args.get("first_call") == "create" else None
     manager = SpoolLoopManager(config_of(args))
     tokenizer = load_tokenizer(args["model"])
     pairs = []
@@ -223,7 +252,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
     manager.close()
     inside = inside_jobs(args["run"])
     assembly = assembly_ms_per_1k(Path(args["base"]), args["assemble_rows"], 256, 512)
-    return {"pairs": pairs, "assembly": assembly, "inside_jobs": inside}
+    return {"pairs": pairs, "assembly": assembly, "inside_jobs": inside, "first_call": first_call}
 
 
 if __name__ == "__main__":

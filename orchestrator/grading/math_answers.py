@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.errors import HpcRolloutError
 
 MISSING = ("the math handler needs the math-verify package: pip install 'hpc-rollout[agents]' "
-           "(or pip install math-verify)")
+           "(in verl's environment: pip install 'hpc-rollout[verl]'; or pip install math-verify)")
 
 
 class MathVerifyMissing(HpcRolloutError, ImportError):

@@ -32,6 +32,7 @@ verl on the worker (its Python is what the scorer sandbox runs); `custom` needs 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping
@@ -156,8 +157,8 @@ async def score_with_verl(spec: Mapping[str, Any], instance: Mapping[str, Any], 
         refuse_local(ctx.services.runtime, _describe(spec, data_source))
     if spec["source"] == "default":
         _verl_installed()
-    if not needs_sandbox(spec, data_source):
-        return _reward_of(_default_compute_score()(**kwargs))
+    if not needs_sandbox(spec, data_source):   # off the event loop: the first call imports verl (seconds)
+        return _reward_of(await asyncio.to_thread(lambda: _default_compute_score()(**kwargs)))
     refuse_local(ctx.services.runtime, _describe(spec, data_source))   # a verl whose string scorers were not checked
     if spec["source"] == "default":
         call = ScorerCall(DEFAULT_FUNCTION, kwargs, module=DEFAULT_MODULE, light_parents=("verl", "verl.utils"),

@@ -51,6 +51,7 @@ ALLOWED: dict[str, str] = {
     "orchestrator/grading/scorer_runner.py": "runs inside the sandbox, on the sandbox's own files",
     "orchestrator/grading/verl_reward.py": "the operator's reward file (run.toml [rewards] verl_custom_path)",
     "orchestrator/doctor/probes.py": "measures the filesystem itself, below what fsops works around",
+    "orchestrator/trainer/verl/warm_up.py": "verl's dataset files (data.train_files: the user's)",
     "orchestrator/doctor/run.py": "the doctor's Slurm job output, in logs/",
     "orchestrator/doctor/report.py": "/proc/self/mounts",
     "orchestrator/llm/identity.py": "a model directory (the operator's)",

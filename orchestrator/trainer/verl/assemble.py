@@ -10,7 +10,8 @@ One output row per input row of verl's batch, in its order (RayPPOTrainer unions
     attention_mask  [B, P + R]             1 on real tokens
     position_ids    [B, P + R]             cumsum(attention) - 1, 0 on left pad (verl's rule)
     rollout_log_probs [B, R]               the sampler's logprobs (0 where the mask is 0)
-    rm_scores       [B, R]                 the reward on the last response token
+    rm_scores       [B, R]                 the reward on the last response token (+ DAPO's overlong
+                                           penalty when verl's config asks for it: verl_config.py)
     uid, __num_turns__, hpc_rollout_* and reward extras: non-tensors
 
 A sample whose job did not end `ok` (failed, timeout, cancelled at the time limit, no reward) or
@@ -30,6 +31,7 @@ import numpy as np
 import orjson
 
 from orchestrator.trainer.verl import keys
+from orchestrator.trainer.verl.verl_config import Overlong
 
 Row = Mapping[str, Any]
 STATUS = "hpc_rollout_status"      # ok | failed | timeout | cancelled | missing
@@ -47,7 +49,7 @@ class AssemblyCounts:
     cancelled: int = 0
     missing: int = 0                # no row by the time the batch was returned
     no_reward: int = 0              # status ok but no reward
-    prompt_too_long: int = 0        # prompt longer than prompt_length: masked, prompt cut from the left
+    prompt_too_long: int = 0        # prompt longer than prompt_length (and otherwise usable): masked, cut from the left
     truncated_responses: int = 0    # responses longer than response_length, cut (as verl's agent loops do)
 
     def to_json(self) -> dict[str, int]:
@@ -69,6 +71,7 @@ def assemble(
     prompt_length: int,
     response_length: int,
     pad_id: int = 0,
+    overlong: Overlong | None = None,
 ) -> Assembled:
     """The batch of `slots` (the row of each verl sample, None when none came).
 
@@ -100,12 +103,17 @@ def assemble(
         prompt = _array(row.get("prompt_ids")) if row is not None else None
         if prompt is None or not len(prompt):
             prompt = np.asarray(fallback_prompts[i], dtype=np.int64)
-        if len(prompt) > width_p:
-            counts.prompt_too_long += 1
-            usable = False
+        too_long = len(prompt) > width_p
+        if too_long:
             prompt = prompt[-width_p:]
         prompt_parts.append(prompt)
         prompt_lengths[i] = len(prompt)
+        if too_long and usable:        # each masked sample counts under one reason: this one only when it is the reason
+            counts.prompt_too_long += 1
+            counts.masked += 1
+            usable = False
+            extras.append({})
+            continue
         extras.append(_reward_extras(row) if usable else {})
         if not usable:
             _count_masked(counts, status, row)
@@ -142,6 +150,8 @@ def assemble(
     logprobs = np.zeros((n, width_r), dtype=np.float32)
     logprobs[in_response] = _joined(logprob_parts, np.float32)
     logprobs *= response_mask                          # 0 where the mask is 0, as verl's agent loops give them
+    if overlong is not None:
+        _apply_overlong(overlong, rewards, response_lengths, usable_rows, extras)
     rm_scores = np.zeros((n, width_r), dtype=np.float32)
     scored = usable_rows & (response_lengths > 0)
     rm_scores[np.flatnonzero(scored), response_lengths[scored] - 1] = rewards[scored]
@@ -168,6 +178,17 @@ def assemble(
         keys.ROLLOUT_LOG_PROBS: logprobs, keys.RM_SCORES: rm_scores,
     }
     return Assembled(tensors, non_tensors, extra_keys, counts)
+
+
+def _apply_overlong(overlong: Overlong, rewards: np.ndarray, lengths: np.ndarray, usable: np.ndarray,
+                    extras: list[dict[str, Any]]) -> None:
+    """verl's DAPO overlong penalty on the usable samples, in place. Its length is the response's
+    attended tokens (sampled and observation), what `attention_mask[-response_length:].sum()` counts."""
+    penalties = overlong.penalties(lengths)
+    rewards[usable] += penalties[usable]
+    if overlong.log:                      # verl's reward extras when overlong_buffer_cfg.log is set
+        for i in np.flatnonzero(usable):
+            extras[i].update(overlong_reward=float(penalties[i]), overlong=bool(penalties[i] < 0))
 
 
 def _turns(mask_parts: list[np.ndarray], usable: np.ndarray, lengths: np.ndarray) -> np.ndarray:

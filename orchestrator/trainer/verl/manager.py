@@ -13,10 +13,12 @@ reward_loop_worker_handles=)` and calls `generate_sequences(DataProto) -> DataPr
    tools_kwargs, ...), its handler by data_source (hpc_rollout.source_handlers / run.toml
    [data_sources]) or hpc_rollout.handler, sampling from verl's rollout config;
 2. follows the shards with the lossless reader until every sample has its row or the time limit
-   passes; then cancels what is left (and waits, bounded, for the cancelled rows);
+   passes; then cancels what is left and waits, for cancel_grace_s at most, until it is gone: rows
+   in, claims released, requests aborted (time_limit.py); what was cut is in meta_info;
 3. returns verl's layout in verl's row order (assemble.py): failed, timed-out and cancelled
-   samples masked, counted in meta_info["hpc_rollout"]; meta_info["timing"] with verl's
-   agent_loop/* keys from our rows; `reward_extra_keys` for verl's extract_reward.
+   samples masked, counted in meta_info["hpc_rollout"] and, as shares, where verl logs them
+   (outcomes.py); a batch of nothing but failures raises AllSamplesFailed; meta_info["timing"]
+   with verl's agent_loop/* keys from our rows; `reward_extra_keys` for verl's extract_reward.
 
 Servers and weights: servers.py. Log-prob honesty: the batch's rollout_log_probs must be the kind
 verl's rollout.logprobs_mode names; a backend of the other kind is refused before anything is
@@ -44,6 +46,11 @@ from orchestrator.spool.liveness import read_workers
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import Assembled, assemble
+from orchestrator.trainer.verl.time_limit import Cut, collect
+from orchestrator.trainer.verl.warm_up import WARM_UP_TOKENS, warm_up, warm_up_rows
+from orchestrator.trainer.verl.outcomes import Outcomes, flag_samples, outcomes_of
+from orchestrator.trainer.verl.routing import RouteLog
+from orchestrator.trainer.verl.verl_config import rows_refusal
 from orchestrator.trainer.verl.servers import (
     move_to_version, policy_version_of, register_verl_servers, verl_server_addresses,
 )
@@ -56,7 +63,7 @@ log = logging.getLogger(__name__)
 ROW_COLUMNS = (*TRAINER_COLUMNS, "init_s", "run_s", "eval_s", "queue_s", "attempt", "result", "tool_calls")
 # Keys of verl's batch that are not the task: trainer bookkeeping, tensors, our own.
 NOT_TASK_KEYS = {keys.UID, "dummy_tensor", "index", "__do_sample__", "priority", "agent_name", "raw_prompt_ids"}
-CANCEL_GRACE_S = 30.0   # after the time limit: how long cancelled jobs get to leave their rows
+MULTI_MODAL_INPUTS = "multi_modal_inputs"   # a non-tensor of verl's layout: `{}` per text sample
 
 
 @dataclass
@@ -78,7 +85,9 @@ class SpoolLoopManager:
     def __init__(self, config: Any, llm_client: Any = None, teacher_client: Any = None,
                  reward_loop_worker_handles: Any = None, **_: Any) -> None:
         self.config = config
+        _show_info_lines()
         self.settings: ManagerSettings = parse_settings(config)
+        self.routes = RouteLog(log)
         self.llm_client = llm_client
         if teacher_client is not None:
             raise VerlConfigError("on-policy distillation (a teacher client) is not supported by SpoolLoopManager: "
@@ -91,6 +100,7 @@ class SpoolLoopManager:
         self.registered: list[str] = []
         self.uses_rollout_log_probs = _uses_rollout_log_probs(to_plain(config))
         self._tokenizer: Any = None
+        self.cut: Cut | None = None         # what the last step's time limit cut (time_limit.py)
 
     @classmethod
     @auto_await
@@ -98,7 +108,22 @@ class SpoolLoopManager:
         """What verl calls (`Manager.create(config=..., llm_client=..., ...)`), awaited or not (verl's auto_await)."""
         manager = cls(*args, **kwargs)
         await manager._register_servers()
+        await asyncio.to_thread(manager.warm_workers)
         return manager
+
+    def warm_workers(self) -> None:
+        """Fresh workers' one-off costs, paid here, before the first step and its time limit (warm_up.py)."""
+        self._render([{"role": "user", "content": "warm-up"}])   # the tokenizer that masked samples' prompts need
+        rows = warm_up_rows(to_plain(self.config), self.settings.handler)
+        done = warm_up(self.spool, self.reader, rows, self.settings,
+                       {**self._sampling({}, greedy=False), "max_tokens": WARM_UP_TOKENS})
+        if done.skipped:
+            log.info("hpc-rollout: no warm-up (%s)", done.skipped)
+            return
+        log.info("hpc-rollout: warm-up: %d job(s) of %d data source(s) on %d worker(s), %d ok, in %.1f s",
+                 done.jobs, len(rows), done.workers, done.ok, done.seconds)
+        if done.failures:
+            log.warning("hpc-rollout: warm-up jobs failed: %s", " | ".join(done.failures))
 
     async def _register_servers(self) -> None:
         if self.llm_client is None or not self.settings.register_servers:
@@ -129,13 +154,38 @@ class SpoolLoopManager:
         if version is not None:
             move_to_version(self.registry, self.registered, version, self.settings.max_policy_lag)
         hand_logprobs = self._check_backends_logprobs(meta)
+        self._check_rows(prompts.non_tensor_batch)
         placement = self._submit(prompts, meta)
         slots, waited = self._collect(placement, started)
         assembled = assemble(slots, placement.uids, self._fallback_prompts(slots, placement),
                              self.settings.prompt_length, self.settings.response_length,
-                             pad_id=int(meta.get("pad_token_id") or 0))
+                             pad_id=int(meta.get("pad_token_id") or 0), overlong=self.settings.overlong)
+        outcome = self._outcome(assembled, slots, meta)
         hand_logprobs = hand_logprobs and self._check_rows_logprobs(slots)
-        return self._data_proto(assembled, slots, waited, time.monotonic() - started, hand_logprobs)
+        output = self._data_proto(assembled, slots, waited, time.monotonic() - started, hand_logprobs)
+        output.meta_info[keys.TIMING].update(outcome.metrics())     # verl logs these as timing_s/hpc_rollout/...
+        output.meta_info["hpc_rollout"]["first_failure"] = outcome.first_failure
+        output.meta_info["hpc_rollout"]["time_limit"] = self.cut.to_json() if self.cut is not None else None
+        return output
+
+    def _check_rows(self, batch: Mapping[str, Any]) -> None:
+        """Refuse rows that name a verl agent loop; say once per data_source which handler its rows go to."""
+        problem = rows_refusal(batch.get("agent_name"))
+        if problem:
+            raise VerlConfigError(problem)
+        self.routes.note(batch.get("data_source", ()), self.settings.source_handlers,
+                         self.spool.config.data_sources, self.settings.handler)
+
+    def _outcome(self, assembled: Assembled, slots: Sequence[Mapping[str, Any] | None],
+                 meta: Mapping[str, Any]) -> Outcomes:
+        """Masked samples said in the log; a batch of nothing but failures raised (outcomes.py)."""
+        outcome = outcomes_of(assembled, slots, self.spool.paths.root)
+        if outcome.masked:
+            log.warning("hpc-rollout: %s", outcome.summary())
+        outcome.check()
+        if meta.get("validate"):
+            flag_samples(assembled)    # verl logs a validation batch's reward extras, not its timing
+        return outcome
 
     def _sampling(self, meta: Mapping[str, Any], greedy: bool) -> dict[str, Any]:
         chosen: Sampling = self.settings.validation_sampling if meta.get("validate") else self.settings.sampling
@@ -182,30 +232,11 @@ class SpoolLoopManager:
         return task
 
     def _collect(self, placement: Placement, started: float) -> tuple[list[Mapping[str, Any] | None], float]:
-        """The row of every verl sample (None: none came), and the seconds waited."""
-        slots: list[Mapping[str, Any] | None] = [None] * len(placement.uids)
-        left = len(slots)
-        limit = self.settings.time_limit_s
-        deadline = None if limit is None else started + limit
-        cancelled_at: float | None = None
-        while left:
-            for row in self.reader.rows(follow=False):
-                slot = placement.slot(str(row.get("group_id")), int(row.get("sample_index") or 0))
-                if slot is not None and slots[slot] is None:
-                    slots[slot] = row
-                    left -= 1
-            if not left:
-                break
-            now = time.monotonic()
-            if deadline is not None and now >= deadline and cancelled_at is None:
-                open_groups = [g for g, rows in placement.rows_of_group.items() if any(slots[r] is None for r in rows)]
-                self.spool.cancel(groups=open_groups)
-                log.warning("time limit %.0f s: %d sample(s) of %d group(s) cancelled", limit, left, len(open_groups))
-                cancelled_at = now
-            if cancelled_at is not None and now - cancelled_at > CANCEL_GRACE_S:
-                log.warning("%d cancelled sample(s) left no row within %.0f s: masked as missing", left, CANCEL_GRACE_S)
-                break
-            time.sleep(self.settings.poll_s)
+        """The row of every verl sample (None: none came), and the seconds waited; what the time limit
+        cut is kept in `self.cut` (time_limit.py)."""
+        slots, self.cut = collect(self.reader, placement, len(placement.uids), self.spool.paths,
+                                  lambda groups: self.spool.cancel(groups=groups), self.settings.time_limit_s,
+                                  self.settings.cancel_grace_s, self.settings.poll_s, started)
         return slots, time.monotonic() - started
 
     def _fallback_prompts(self, slots: Sequence[Mapping[str, Any] | None], placement: Placement) -> list[list[int]]:
@@ -292,7 +323,10 @@ class SpoolLoopManager:
                             "rollout_log_probs": bool(hand_logprobs),
                             "logprobs_mode": self.settings.logprobs_mode.value},
         }
-        return DataProto(batch=batch, non_tensor_batch=assembled.non_tensors, meta_info=meta)
+        # verl's own manager always returns multi_modal_inputs, `{}` for a text sample, and
+        # RayPPOTrainer.fit reads it for every batch (ray_trainer.py:1556 in 0.9.1).
+        non_tensors = {**assembled.non_tensors, MULTI_MODAL_INPUTS: _empty_dicts(len(slots))}
+        return DataProto(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
 
 
 def timing_of(slots: Sequence[Mapping[str, Any] | None], assembled: Assembled, seconds: float) -> dict[str, float]:
@@ -322,6 +356,20 @@ def timing_of(slots: Sequence[Mapping[str, Any] | None], assembled: Assembled, s
     timing["hpc_rollout/generate_s"] = seconds
     timing["hpc_rollout/queue_s/mean"] = float(np.mean([float(r.get("queue_s") or 0.0) for r in rows] or [0.0]))
     return timing
+
+
+def _show_info_lines() -> None:
+    """`import verl` sets the root logger to WARNING; the routes (once per data_source) are INFO lines:
+    let this package's through, unless the user chose its level."""
+    package = logging.getLogger("orchestrator.trainer.verl")
+    if package.level == logging.NOTSET:
+        package.setLevel(logging.INFO)
+
+
+def _empty_dicts(size: int) -> np.ndarray:
+    array = np.empty(size, dtype=object)
+    array[:] = [{} for _ in range(size)]
+    return array
 
 
 def _has_prompt(row: Mapping[str, Any] | None) -> bool:

@@ -10,22 +10,29 @@ Keys of `hpc_rollout` (every one bounded; an unknown key is an error that lists 
     source_handlers  {data_source: handler}, over run.toml's [data_sources]             {}
     time_limit_s     generate_sequences returns at this limit with what finished; the  None (wait for all)
                      rest is cancelled and masked
+    cancel_grace_s   after the limit, how long the cancelled jobs get to be gone (rows  30
+                     in, claims released, requests aborted): time_limit.py
+    warm_up_s        create() warms fresh workers with real rows for at most this long  120
+                     before the first step (0: no warm-up): warm_up.py
     max_policy_lag   samples older than the current policy - lag are stale (-1: none)   run.toml's
     poll_s           how often the shards are polled                                    0.05
-    reward           handler | verl (verl's default_compute_score) | custom            handler
-                     (`reward.custom_reward_function` of verl's config: path, name, reward_kwargs)
+    reward           handler | verl (verl's default_compute_score) | custom            handler (custom when
+                     (`reward.custom_reward_function` of verl's config: path, name,     verl's custom_reward_
+                     reward_kwargs)                                                     function is set)
     register_servers register verl's own rollout servers in the spool's registry       true
     sampling         extra sampling parameters for every job (e.g. {"max_tokens": 256}) {}
 
 From verl's config: rollout.n (samples per prompt), rollout.prompt_length / response_length (the
 padding), rollout.temperature / top_p / top_k (and val_kwargs for validation), rollout.logprobs_mode
 (the kind of logprobs the trainer expects), rollout.name (the protocol of its own servers),
-actor_rollout_ref.model.path (their tokenizer).
+actor_rollout_ref.model.path (their tokenizer). verl's reward and agent settings (reward managers,
+reward models, the overlong penalty, tools, agent loops) are applied or refused by verl_config.py.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,9 +43,14 @@ from orchestrator.errors import HpcRolloutError
 from orchestrator.grading.verl_reward import VerlRewardError, check_reward_kwargs
 from orchestrator.llm.errors import RegistryError
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
+from orchestrator.trainer.verl.verl_config import (
+    Overlong, adopts_custom_function, custom_reward_function, overlong_of, refusal,
+)
 
+log = logging.getLogger(__name__)
 BLOCK = "hpc_rollout"
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
+MAX_CANCEL_GRACE_S = 3600.0
 MAX_LENGTH = 1 << 20
 
 
@@ -86,10 +98,13 @@ class ManagerSettings:
     handler: str | None = None
     source_handlers: Mapping[str, str] = field(default_factory=dict)
     time_limit_s: float | None = None
+    cancel_grace_s: float = 30.0
+    warm_up_s: float = 120.0
     max_policy_lag: int | None = None
     poll_s: float = 0.05
     reward: RewardSource = RewardSource.HANDLER
     custom_reward: CustomReward | None = None
+    overlong: Overlong | None = None       # verl's DAPO overlong penalty, applied at assembly
     register_servers: bool = True
     extra_sampling: Mapping[str, Any] = field(default_factory=dict)
     # from verl's rollout config
@@ -111,8 +126,9 @@ class ManagerSettings:
         return None
 
 
-KNOWN_KEYS = ("spool", "handler", "source_handlers", "time_limit_s", "max_policy_lag", "poll_s", "reward",
-              "register_servers", "sampling")
+KNOWN_KEYS = ("spool", "handler", "source_handlers", "time_limit_s", "cancel_grace_s", "warm_up_s", "max_policy_lag",
+              "poll_s",
+              "reward", "register_servers", "sampling")
 
 
 def to_plain(config: Any) -> Any:
@@ -144,6 +160,13 @@ def parse_settings(config: Any) -> ManagerSettings:
     if not isinstance(spool, str) or not spool.strip():
         raise VerlConfigError(f"{BLOCK}.spool must be the run directory's path (e.g. /scratch/spool/run1)")
     reward = _choice(RewardSource, block.get("reward", "handler"), f"{BLOCK}.reward")
+    problem = refusal(plain, block.get("reward"))   # verl settings this manager would otherwise ignore
+    if problem:
+        raise VerlConfigError(problem)
+    if adopts_custom_function(plain, block.get("reward")):
+        reward = RewardSource.CUSTOM
+        log.info("hpc-rollout: reward.custom_reward_function is set: jobs are scored with it at EVAL "
+                 "(as +hpc_rollout.reward=custom)")
     custom = _custom_reward(plain) if reward is RewardSource.CUSTOM else None
     try:
         mode = parse_logprob_mode(rollout.get("logprobs_mode") or "processed_logprobs",
@@ -166,6 +189,8 @@ def parse_settings(config: Any) -> ManagerSettings:
         handler=handler,
         source_handlers=dict(sources),
         time_limit_s=_optional_seconds(block.get("time_limit_s"), f"{BLOCK}.time_limit_s"),
+        cancel_grace_s=_seconds(block.get("cancel_grace_s", 30.0), f"{BLOCK}.cancel_grace_s", 0.0, MAX_CANCEL_GRACE_S),
+        warm_up_s=_seconds(block.get("warm_up_s", 120.0), f"{BLOCK}.warm_up_s", 0.0, MAX_CANCEL_GRACE_S),
         max_policy_lag=_optional_int(block.get("max_policy_lag"), f"{BLOCK}.max_policy_lag", -1, 1_000_000),
         poll_s=_seconds(block.get("poll_s", 0.05), f"{BLOCK}.poll_s", 0.001, 60.0),
         reward=reward,
@@ -182,12 +207,14 @@ def parse_settings(config: Any) -> ManagerSettings:
         logprobs_mode=mode,
         server_protocol="sglang" if str(rollout.get("name") or "vllm") == "sglang" else "vllm",
         tokenizer=model_path if isinstance(model_path, str) else None,
+        overlong=overlong_of(plain),
     )
 
 
 def _custom_reward(plain: Mapping[str, Any]) -> CustomReward:
-    # verl 0.9 reads reward.custom_reward_function; the older top-level key is copied there by verl too.
-    found = _dig(plain, "reward", "custom_reward_function") or plain.get("custom_reward_function") or {}
+    # verl 0.9 reads reward.custom_reward_function; its legacy top-level key counts when set, as
+    # verl's migrate_legacy_reward_impl moves it there (verl_config.py).
+    found = custom_reward_function(plain).value
     path = found.get("path") if isinstance(found, Mapping) else None
     if not isinstance(path, str) or not path:
         raise VerlConfigError(f"{BLOCK}.reward=custom needs reward.custom_reward_function.path=FILE.py "

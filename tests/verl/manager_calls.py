@@ -1,15 +1,13 @@
-"""Run inside verl's venv (tests/verl/env.py): verl's own code around SpoolLoopManager.
+"""verl's input batch into SpoolLoopManager and what comes back (inside verl's venv): no copy of fit().
 
-    python -m tests.verl.driver ARGS.json   # {"scenarios": [...]}; prints {name: figures} as the last line
+    python -m tests.verl.manager_calls ARGS.json   # {"scenarios": [...]}; prints {name: figures} last
 
-What RayPPOTrainer does around its rollout manager, with verl's own functions: the config composed
-from verl's ppo_trainer.yaml; the batch from a verl-format parquet through RLHFDataset + collate_fn;
-uid, _get_gen_batch and repeat(n) as fit() does; the manager loaded with load_class_from_fqn and
-built with create(); generate_sequences; then union with the repeated batch, extract_reward, a
-recomputed old_log_probs (the tiny model itself, logits / temperature as verl's actor does)
-merged with DataProto.union, compute_advantage (GRPO), the vanilla policy loss and agg_loss in
-every mode, and compute_response_mask against our response_mask. Assertions that verl's own
-code would make fail here as exceptions (the caller sees the traceback); figures go to the JSON.
+For what verl's real `fit()` cannot reach in a test's time (a refusal, a scripted multi-turn tool
+task, verl's own server client, a time limit): the batch as verl builds it (its config composed
+from ppo_trainer.yaml, RLHFDataset + collate_fn, uid, `RayPPOTrainer._get_gen_batch`, repeat(n)),
+the manager loaded with load_class_from_fqn and built with create(), one generate_sequences; the
+result read as it is and through verl's own functions only: compute_response_mask,
+compute_grpo_outcome_advantage, agg_loss. What fit() does with the batch is tests/verl/test_fit.py's.
 """
 
 from __future__ import annotations
@@ -57,6 +55,8 @@ def compose(args: dict[str, Any]) -> Any:
         overrides.append(f"+hpc_rollout.handler={args['handler']}")
     if args.get("time_limit_s") is not None:
         overrides.append(f"+hpc_rollout.time_limit_s={args['time_limit_s']}")
+    if args.get("warm_up_s") is not None:
+        overrides.append(f"+hpc_rollout.warm_up_s={args['warm_up_s']}")
     if args.get("custom_reward"):
         overrides += [f"reward.custom_reward_function.path={args['custom_reward']}",
                       "reward.custom_reward_function.name=compute_score"]
@@ -82,20 +82,6 @@ def input_batch(config: Any, tokenizer: Any, size: int) -> Any:
     return batch
 
 
-def recomputed_log_probs(model_dir: str, batch: Any, temperature: float) -> torch.Tensor:
-    """log p(response token) under the tiny model, logits / temperature (verl's actor does the same)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).eval()
-    prompt_width = batch.batch["prompts"].shape[1]
-    with torch.no_grad():
-        logits = model(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"],
-                       position_ids=batch.batch["position_ids"]).logits
-    logits = logits[:, prompt_width - 1:-1, :].float() / temperature
-    picked = batch.batch["responses"].unsqueeze(-1)
-    return torch.log_softmax(logits, dim=-1).gather(-1, picked).squeeze(-1)
-
-
 def verl_servers_client(config: Any, addresses: list[str]) -> Any:
     """verl's own LLMServerClient over verl's own load balancer (a Ray actor), as LLMServerManager
     builds them, for servers verl did not start (no GPU here): serve-llm's "host:port"."""
@@ -109,19 +95,9 @@ def verl_servers_client(config: Any, addresses: list[str]) -> Any:
     return LLMServerClient(config=config, load_balancer_handle=handle)
 
 
-def actor_config(config: Any) -> Any:
-    """verl's ActorConfig dataclass (what its actor hands the policy loss), from the composed config."""
-    from verl.utils.config import omega_conf_to_dataclass
-
-    return omega_conf_to_dataclass(config.actor_rollout_ref.actor)   # global_batch_info {}: one process
-
-
 def run(args: dict[str, Any]) -> dict[str, Any]:
-    from verl import DataProto
-    from verl.trainer.ppo import core_algos
-    from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage, compute_response_mask
-    from verl.trainer.ppo.reward import extract_reward
+    from verl.trainer.ppo.core_algos import agg_loss, compute_grpo_outcome_advantage
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_response_mask
     from verl.utils import hf_tokenizer
     from verl.utils.import_utils import load_class_from_fqn
 
@@ -129,8 +105,7 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     tokenizer = hf_tokenizer(args["model"])
     n = int(args["n"])
     batch = input_batch(config, tokenizer, int(args["prompts"]))
-    batch.meta_info["temperature"] = config.actor_rollout_ref.rollout.temperature
-    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)       # verl's own, as fit() calls it
+    gen_batch = RayPPOTrainer._get_gen_batch(None, batch)       # verl's own
     gen_batch.meta_info["global_steps"] = int(args.get("global_steps", 1))
     gen_batch_output = gen_batch.repeat(repeat_times=n, interleave=True)
 
@@ -140,81 +115,34 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     manager = manager_class.create(config=config, llm_client=llm_client, teacher_client=None,
                                    reward_loop_worker_handles=None)
     output = manager.generate_sequences(gen_batch_output)
-    timing = output.meta_info.pop("timing")
-    ours = dict(output.meta_info["hpc_rollout"])
-    uids_in = [str(u) for u in gen_batch_output.non_tensor_batch["uid"]]
-
-    batch = batch.repeat(repeat_times=n, interleave=True)
-    batch = batch.union(output)                                       # RayPPOTrainer.fit's own union
-    if "response_mask" not in batch.batch.keys():
-        batch.batch["response_mask"] = compute_response_mask(batch)
-    attention_of_response = compute_response_mask(batch)
-    mask = batch.batch["response_mask"]
-    reward_tensor, reward_extra = extract_reward(batch)
-
-    old_log_probs = recomputed_log_probs(args["model"], batch, float(args["temperature"]))
-    batch = batch.union(DataProto.from_dict(tensors={"old_log_probs": old_log_probs}))   # must not assert
-    batch.batch["token_level_scores"] = reward_tensor
-    batch.batch["token_level_rewards"] = reward_tensor
-    batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=n,
-                              norm_adv_by_std_in_grpo=True, config=config.algorithm)
-
-    # the same advantages by hand, per uid (unbiased std, as verl)
-    scores = reward_tensor.sum(-1)
-    expected = torch.zeros_like(scores)
-    for uid in set(uids_in):
-        members = [i for i, u in enumerate(uids_in) if u == uid]
-        group = scores[members]
-        mean, std = (group.mean(), group.std()) if len(members) > 1 else (torch.tensor(0.0), torch.tensor(1.0))
-        expected[members] = (group - mean) / (std + 1e-6)
-    advantage_error = float(((batch.batch["advantages"] - expected.unsqueeze(-1) * mask).abs()).max())
-
-    policy_loss = core_algos.get_policy_loss_fn("vanilla")
-    log_prob = old_log_probs + 0.01 * mask          # a step of "new" logprobs: ratio != 1 on sampled tokens
-    loss, loss_metrics = policy_loss(old_log_prob=batch.batch["old_log_probs"], log_prob=log_prob,
-                                     advantages=batch.batch["advantages"], response_mask=mask,
-                                     loss_agg_mode="token-mean", config=actor_config(config))
-    aggregates = {mode: float(agg_loss(loss_mat=-batch.batch["advantages"] * log_prob, loss_mask=mask,
-                                       loss_agg_mode=mode))
-                  for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")}
-
-    responses = batch.batch["responses"]
-    width = responses.shape[1]
-    texts = [tokenizer.decode(responses[i][: int(attention_of_response[i].sum())], skip_special_tokens=True)
-             for i in range(len(batch))]
-    gold = [str(rm["ground_truth"]) for rm in batch.non_tensor_batch["reward_model"]]
-    sampled = mask.bool()
-    rollout = batch.batch.get("rollout_log_probs") if "rollout_log_probs" in batch.batch.keys() else None
+    timing = output.meta_info["timing"]
+    tensors = output.batch
+    mask = tensors["response_mask"]
+    attention_of_response = compute_response_mask(output)                 # verl's rule, from the attention
+    uids = output.non_tensor_batch["uid"]
+    rewards = tensors["rm_scores"]
+    advantages, _ = compute_grpo_outcome_advantage(rewards, mask, uids)
+    loss = agg_loss(loss_mat=-advantages, loss_mask=mask, loss_agg_mode="token-mean")
+    extra_keys = list(output.meta_info.get("reward_extra_keys") or [])
+    repeated = batch.repeat(repeat_times=n, interleave=True)
     return {
-        "samples": len(batch),
-        "prompts": int(args["prompts"]),
-        "uids_in_order": [str(u) for u in batch.non_tensor_batch["uid"]] == uids_in,
-        "job_ids": [j for j in output.non_tensor_batch["hpc_rollout_job_id"].tolist()],
+        "samples": len(output),
+        "uids_in_order": [str(u) for u in uids] == [str(u) for u in gen_batch_output.non_tensor_batch["uid"]],
         "statuses": output.non_tensor_batch["hpc_rollout_status"].tolist(),
         "versions": output.non_tensor_batch["hpc_rollout_policy_version"].tolist(),
         "num_turns": output.non_tensor_batch["__num_turns__"].tolist(),
-        "counts": ours,
+        "multi_modal_inputs": [dict(m) for m in output.non_tensor_batch["multi_modal_inputs"]],
+        "counts": dict(output.meta_info["hpc_rollout"]),
         "timing_keys": sorted(timing),
-        "timing": {k: float(v) for k, v in timing.items()},
-        "shapes": {k: list(v.shape) for k, v in output.batch.items()},
+        "shapes": {k: list(v.shape) for k, v in tensors.items()},
         "mask_outside_attention": int((mask.bool() & ~attention_of_response.bool()).sum()),
         "masked_tokens_per_sample": mask.sum(-1).tolist(),
         "observation_tokens": int(((attention_of_response == 1) & (mask == 0)).sum()),
-        "rewards": scores.tolist(),
-        "reward_extra_keys": sorted(reward_extra),
-        "reward_extra": {k: [v.item() if hasattr(v, "item") else v for v in vals] for k, vals in reward_extra.items()},
-        "advantage_error": advantage_error,
-        "advantages_finite": bool(torch.isfinite(batch.batch["advantages"]).all()),
-        "policy_loss": float(loss),
+        "rewards": rewards.sum(-1).tolist(),
+        "reward_extra_keys": sorted(extra_keys),
+        "advantages_finite": bool(torch.isfinite(advantages).all()),
         "policy_loss_finite": bool(torch.isfinite(loss)),
-        "loss_metrics": {k: float(v) for k, v in loss_metrics.items() if isinstance(v, (int, float, torch.Tensor))},
-        "agg_loss": aggregates,
-        "rollout_log_probs": rollout is not None,
-        "logprob_gap": float((rollout - old_log_probs).abs()[sampled].max()) if rollout is not None and sampled.any() else None,
-        "texts": texts,
-        "ground_truths": gold,
-        "data_sources": [str(d) for d in batch.non_tensor_batch["data_source"]],
-        "response_width": width,
+        "ground_truths": [str(rm["ground_truth"]) for rm in repeated.non_tensor_batch["reward_model"]],
         "registry": json.loads(registry.read_text()) if (registry := Path(args["run"]) / "backends.json").exists() else None,
     }
 

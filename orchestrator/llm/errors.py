@@ -17,6 +17,10 @@ class RegistryCorrupt(RegistryError):
     """backends.json exists but cannot be parsed: nothing is routed until it is repaired."""
 
 
+class RegistryUntrusted(RegistryCorrupt):
+    """backends.json may have been written by someone the run does not trust: never acted on."""
+
+
 class NoBackendAvailable(LLMError):
     """The registry lists no backend in state `up` that this task may use."""
 

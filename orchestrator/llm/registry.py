@@ -31,10 +31,11 @@ from urllib.parse import urlsplit
 import orjson
 
 from orchestrator.spool import access, fsops
-from orchestrator.llm.errors import RegistryCorrupt, RegistryError
+from orchestrator.llm.errors import RegistryCorrupt, RegistryError, RegistryUntrusted
 from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode, protocol_default
+from orchestrator.spool.fs_record import recorded_delay_s
 from orchestrator.spool.lease import LockTimeout, acquire
 from orchestrator.spool.paths import SpoolPaths, current_node
 
@@ -43,6 +44,11 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 LOCK_TIMEOUT_S = 30.0
 SET_ASIDE_LOCK_TIMEOUT_S = 2.0   # a reader setting an unusable registry aside does not wait long
+# A registry that fails to parse is read again this long before it is set aside (readers: jobs wait
+# meanwhile, as in an outage) or replaced (a writer): a read torn by a client's stale attribute
+# cache heals when the cache expires (NFS acregmin 3 s); a longer delay measured by `doctor` wins.
+READER_PATIENCE_S = 10.0
+WRITER_PATIENCE_S = 3.0
 # A registry write takes milliseconds: a lock that stayed the same this long (as a waiting writer
 # saw it, spool/lease.py) belongs to a writer that died. Shorter than LOCK_TIMEOUT_S, so a
 # writer waiting on a dead one's lock breaks it within its wait.
@@ -198,6 +204,8 @@ class BackendRegistry:
     _cache_key: tuple[int, int, int] | None = field(default=None, repr=False)
     _cache: Snapshot = field(default_factory=Snapshot, repr=False)
     _file: str = field(default="", init=False, repr=False)   # the path as a string: read() stats it per pick
+    _unparsable: tuple[tuple[int, int, int], float] | None = field(default=None, init=False, repr=False)
+    _recorded_delay_s: float | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, run_dir: str | os.PathLike[str] | SpoolPaths) -> "BackendRegistry":
@@ -223,18 +231,37 @@ class BackendRegistry:
             try:
                 self._cache = self._parse(self.paths.backends)
             except RegistryCorrupt as exc:
-                if self.quarantine_unusable:
+                if self.quarantine_unusable and self._unusable(key, exc):
                     self._set_aside(key, str(exc))
                 raise
-            self._cache_key = key
+            self._cache_key, self._unparsable = key, None
         return self._cache
+
+    def _unusable(self, key: tuple[int, int, int], error: RegistryCorrupt) -> bool:
+        """Whether the registry is to be set aside: a stranger's at once; one that fails to parse
+        only once this same file has failed for `patience_s`. A client that caches attributes
+        without close-to-open may show a registry another node replaced cut to the size it had
+        cached, until its attribute cache expires: that read is torn, not the registry."""
+        if isinstance(error, RegistryUntrusted):
+            return True
+        now = time.monotonic()
+        if self._unparsable is None or self._unparsable[0] != key:
+            self._unparsable = (key, now)
+        return now - self._unparsable[1] >= self.patience_s(READER_PATIENCE_S)
+
+    def patience_s(self, at_least: float) -> float:
+        """How long a registry that fails to parse is read again before it is judged unusable:
+        `at_least`, or longer where `hpc-rollout doctor` measured a longer delay (spool/fs_record.py)."""
+        if self._recorded_delay_s is None:
+            self._recorded_delay_s = recorded_delay_s(self.paths) or 0.0
+        return max(at_least, self._recorded_delay_s + 1.0)
 
     def _parse(self, path: Path) -> Snapshot:
         """The registry in `path`, or RegistryCorrupt when it cannot be parsed or its owner is
         not one the run trusts (the owner of exactly the file read)."""
         data, refusal = access.read_trusted(self.paths, path, fsops.READ_LIMIT)
         if refusal:
-            raise RegistryCorrupt(f"backend registry {refusal}")
+            raise RegistryUntrusted(f"backend registry {refusal}")
         return parse_snapshot(data, path)
 
     def _set_aside(self, key: tuple[int, int, int], reason: str) -> None:
@@ -277,9 +304,8 @@ class BackendRegistry:
                 f"`hpc-rollout backend` command is running, remove that directory and retry"
             ) from None
         try:
-            self._cache_key = None
             try:
-                current = self.read()
+                current = self._read_for_writing()
             except RegistryCorrupt as exc:   # the writer replaces it: `backend add` rebuilds the registry
                 self._set_aside_locked(None, str(exc))
                 log.warning("starting a new backend registry: %s", exc)
@@ -287,6 +313,23 @@ class BackendRegistry:
             yield current
         finally:
             lock.release()
+
+    def _read_for_writing(self) -> Snapshot:
+        """The registry a writer changes, read anew; one that fails to parse is read again for the
+        writer's patience first (a read torn by a stale client must not make it start from nothing)."""
+        deadline = time.monotonic() + self.patience_s(WRITER_PATIENCE_S)
+        pause = 0.1
+        while True:
+            self._cache_key = None
+            try:
+                return self.read()
+            except RegistryUntrusted:
+                raise
+            except RegistryCorrupt:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _write(self, before: Snapshot, snapshot: Snapshot) -> Snapshot:
         snapshot = replace(snapshot, updated_at=time.time())

@@ -201,3 +201,51 @@ def test_idle_workers_on_their_nodes_leave_once_drained_and_not_before(tmp_path:
     assert codes == [0, 0]
     assert sorted(row["job_id"] for row in rows(paths)) == sorted(jobs), "a job was left behind or run twice"
     assert len(events_named(paths, "idle_exit")) == 2, "each worker left because it was idle"
+
+
+TWO_READERS = """
+import sys, time
+from orchestrator.config import RunConfig
+from orchestrator.llm.errors import RegistryCorrupt
+from orchestrator.llm.registry import BackendRegistry
+from orchestrator.spool import access
+from orchestrator.spool.paths import SpoolPaths
+paths = SpoolPaths.of(sys.argv[1])
+access.open_for(paths, RunConfig.load(paths.run_config).access)
+BackendRegistry(paths).read()                        # one reader of this node: its client caches the file's size
+print("read", flush=True)
+sys.stdin.readline()                                 # ...until another node replaced it with a longer one
+second = BackendRegistry(paths, quarantine_unusable=True)   # a worker's other reader, reading it anew
+for attempt in range(40):                            # as a worker's routing does while it waits
+    try:
+        print(len(second.read().backends), flush=True)
+        break
+    except RegistryCorrupt:
+        time.sleep(0.2)
+"""
+
+
+def test_a_registry_read_cut_short_by_a_stale_client_is_not_set_aside(tmp_path: Path) -> None:
+    """A nocto client shows a registry another node replaced cut to the size it had cached: that
+    read fails to parse, but the registry is fine; it must not be moved to quarantine (an outage
+    for every worker until someone runs `backend add`), only read again once the cache expires."""
+    rig = Rig(tmp_path / "server", tmp_path / "view", ClientTimes(acregmin=3.0, acdirmin=3.0, cto=False))
+    rig.base.mkdir()
+    rig.at.mkdir()
+    paths = make_run(rig.base / "run")
+    run = str(rig.seen_from_node(paths.root))
+    add = "import sys; from orchestrator.llm.registry import BackendRegistry; " \
+          "[BackendRegistry.of(sys.argv[1]).add(f'http://h{n}.example:8000/v1') for n in range(int(sys.argv[2]))]"
+    subprocess.run(rig.node([sys.executable, "-c", add, run, "1"]), cwd=REPO, check=True, capture_output=True)
+    reader = rig.popen([sys.executable, "-c", TWO_READERS, run], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       text=True)
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline().strip() == "read"
+    subprocess.run(rig.node([sys.executable, "-c", add, run, "4"]), cwd=REPO, check=True, capture_output=True)
+    reader.stdin.write("\n")
+    reader.stdin.flush()
+    answer = reader.stdout.readline().strip()
+    assert reader.wait(timeout=60) == 0
+    assert not list(paths.quarantine.iterdir()), "the registry was set aside"
+    assert answer == "4", f"once the client's cache expired the registry read whole: {answer!r}"
+    assert len(json.loads((paths.root / "backends.json").read_text())["backends"]) == 4

@@ -29,7 +29,7 @@ from orchestrator.spool.jobs import JobSpec
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.tickets import Ticket
 from orchestrator.submission.submit import submit_rows
-from tests.core.util import FAST, cli, drain_with_a_worker, make_run, rows, start_worker, wait_drained
+from tests.core.util import FAST, cli, drain_with_a_worker, make_run, refusal_as, rows, start_worker, wait_drained
 
 PLANTED = "00000000T000000000-dead-0000000-0000"   # sorts before every real submission
 GRACE_S = FAST["shutdown.grace_s"]
@@ -180,22 +180,8 @@ def test_a_user_who_cannot_close_a_loose_directory_is_told_the_fix(tmp_path: Pat
         os.chmod(directory, 0o755)
     os.chmod(paths.init_queue, 0o777)
     nobody = pwd.getpwnam("nobody")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # not the directory's owner: it may not chmod it
-        code = 0
-        try:
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            access.tighten([paths.init_queue])
-        except access.AccessError as exc:
-            os.write(write, str(exc).encode())
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(write)
-    message = os.read(read, 4096).decode()
-    assert os.waitpid(pid, 0)[1] >> 8 == 3, "tighten did not refuse"
+    message = refusal_as(nobody, lambda: access.tighten([paths.init_queue]), access.AccessError)   # not its owner
+    assert message is not None, "tighten did not refuse"
     shutil.rmtree(base)
     assert f"chmod go-w {paths.init_queue}" in message and "mode 0777" in message, message
 

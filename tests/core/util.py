@@ -117,3 +117,25 @@ def rows(paths: SpoolPaths) -> list[dict[str, Any]]:
     if not any(paths.shards.glob("*.parquet")):
         return []
     return ds.dataset(paths.shards, format="parquet").to_table().to_pylist()
+
+
+def refusal_as(user: Any, action: Callable[[], None], error: type[BaseException]) -> str | None:
+    """Run `action` in a child process that became `user` (a pwd entry; the interpreter cannot
+    run as them here otherwise): the message of the `error` it raised, None when it raised none."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            action()
+        except error as exc:
+            os.write(write, str(exc).encode())
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write)
+    message = os.read(read, 4096).decode()
+    os.close(read)
+    return message if os.waitpid(pid, 0)[1] >> 8 == 3 else None

@@ -10,7 +10,9 @@ Instance: a verl row as it is, e.g. from the gsm8k parquet of verl's examples:
     prefix    the reply starts with the ground truth
     exact     the stripped reply equals the stripped ground truth
 Reward 1.0 or 0.0 (RULE below). A reply cut at the length limit (`stop_reason` `truncated`) is not
-graded: it earns run.toml [rewards] truncated_reward (default 0). Sampling parameters come from
+graded where its answer may have been cut off (`number`, `gsm8k`, `exact`): it earns run.toml
+[rewards] truncated_reward (default 0); under `prefix` what is graded, the reply's start, is whole
+whatever the cut, so it is graded. Sampling parameters come from
 the job; an instance "sampling" object overrides them for that task (e.g. max_tokens).
 
 With an instance key `verl_reward` (orchestrator/grading/verl_reward.py) the reply is scored by
@@ -61,7 +63,8 @@ RULE = RewardRule(
     against="`reward_model.ground_truth` (numbers compared as numbers under `number`, as strings under `gsm8k`)",
     range="0 or 1",
     truncated="the reply was cut at the length limit (`stop_reason` `truncated`): run.toml [rewards] "
-              "`truncated_reward` (default 0), not graded (with `verl_reward`: verl's scorer, as verl does)",
+              "`truncated_reward` (default 0), not graded; under `prefix` graded (the reply's start is whole); "
+              "with `verl_reward`: verl's scorer, as verl does",
     failed="no reward (null, status `failed`)",
     ground_truth="what the reply is scored against")
 
@@ -157,7 +160,8 @@ class AnswerHandler(AgentHandler):
         instance = ctx.job.instance
         if VERL_REWARD in instance:
             return await score_with_verl(instance[VERL_REWARD], instance, str(result.get("reply", "")), ctx)
-        if result.get("stop_reason") == "truncated":   # a cut reply is no answer, whatever the cut kept
+        rule = match_rule(instance)
+        if result.get("stop_reason") == "truncated" and rule != "prefix":   # its answer may be what was cut off
             return {"reward": ctx.services.rewards.truncated_reward, "graded": "truncated: not graded"}
         truth = str(instance["reward_model"]["ground_truth"])
-        return {"reward": score(str(result.get("reply", "")), truth, match_rule(instance))}
+        return {"reward": score(str(result.get("reply", "")), truth, rule)}

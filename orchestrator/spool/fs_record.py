@@ -10,6 +10,7 @@ measurement is recorded (`check_lease`), naming the setting and the value that w
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ LEASE_DELAY = "visible_change_s"   # a file replaced on one node (a heartbeat), 
 
 
 def required_lease_s(heartbeat_s: float, delay_s: float) -> float:
-    return round(2 * (heartbeat_s + delay_s), 1)
+    # Rounded up to a tenth: a recommendation rounded down would be refused by `check_lease`.
+    return math.ceil(round(20 * (heartbeat_s + delay_s), 6)) / 10
 
 
 def write(paths: SpoolPaths, record: dict[str, Any]) -> Path:

@@ -12,8 +12,9 @@ from orchestrator.llm.files import write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Renames that are not "replace a small file": directory publishes, quarantine moves, and the
-# in-sandbox server (a separate program that must not import the orchestrator).
+# Renames that are not "replace a small file": directory publishes, quarantine moves, the
+# in-sandbox server (a separate program that must not import the orchestrator), and the doctor's
+# probes (they race renames to measure the filesystem itself).
 OTHER_RENAMES = {
     "orchestrator/spool/fsops.py",
     "orchestrator/sandbox/server/exec_server.py",
@@ -21,6 +22,7 @@ OTHER_RENAMES = {
     "orchestrator/sandbox/images/builder.py",
     "orchestrator/devserver/tiny_model.py",
     "orchestrator/llm/registry.py",
+    "orchestrator/doctor/probes.py",
 }
 
 

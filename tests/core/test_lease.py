@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.spool import fsops, lease
+from orchestrator.spool.fs_record import required_lease_s
 from orchestrator.spool.lease import LockTimeout, Sightings, acquire, break_if_stale, try_lock
 
 CONTENDERS = 6
@@ -193,3 +194,11 @@ def test_the_lock_module_is_the_only_place_that_breaks_stale_locks() -> None:
                  if "time.time()" in line and "mtime" in line]
     assert not offenders, offenders
 
+
+
+@pytest.mark.parametrize(("heartbeat_s", "delay_s"), [(1.0, 2.011), (1.0, 2.0), (0.5, 0.04), (10.0, 0.449)])
+def test_the_lease_doctor_recommends_is_never_rounded_below_twice_beat_plus_delay(heartbeat_s: float,
+                                                                                 delay_s: float) -> None:
+    needed = required_lease_s(heartbeat_s, delay_s)
+    assert needed >= 2 * (heartbeat_s + delay_s) and needed - 2 * (heartbeat_s + delay_s) < 0.1 + 1e-9
+    assert round(needed * 10) == needed * 10   # a tenth of a second: what `--set leases.lease_s=` is told

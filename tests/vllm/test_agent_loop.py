@@ -23,7 +23,7 @@ from tests.vllm.conftest import MAX_MODEL_LEN
 from tests.vllm.relay import RecordingRelay
 
 pytestmark = [needs_bwrap, pytest.mark.vllm, pytest.mark.timeout(1800)]
-STOP_REASONS = {"finished", "max_turns", "context_full", "timeout", "error", "cancelled"}
+STOP_REASONS = {"finished", "truncated", "max_turns", "context_full", "timeout", "error", "cancelled"}
 MAX_TOKENS = 48
 # The code and swe prompts (instructions + tool schemas) are 900-950 tokens of the tiny model's
 # 1024: they get one turn and end context_full; math gets two.

@@ -53,5 +53,7 @@ _register_all()
 
 def main() -> None:
     from orchestrator.cli.errors import run_guarded
+    from orchestrator.cli.stop_signals import end_like_ctrl_c
 
+    end_like_ctrl_c()   # SIGTERM and SIGHUP end every command as Ctrl-C does: exit status 130
     run_guarded(lambda: cli.main(prog_name="hpc-rollout", standalone_mode=False))

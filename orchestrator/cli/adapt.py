@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import click
 
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
-from orchestrator.cli.console import say
+from orchestrator.cli.console import detach_from_a_lost_terminal, say
+from orchestrator.cli.exit_codes import ExitCode
 from orchestrator.cli.launch import judge_pools, worker_flags, worker_options
 from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
+from orchestrator.cli.stop_signals import on_stop_signals
 from orchestrator.config import ConfigError
 from orchestrator.spool.jobs import Stage
 from orchestrator.slurm.scaling import Bounds
@@ -78,16 +81,19 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            detach_from_a_lost_terminal()   # its last line must not fail on a terminal that is gone
         stop.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, on_signal)
+    on_stop_signals(on_signal)   # Ctrl-C, SIGTERM, SIGHUP: stop deciding, leave the workers working
     say(f"adapt {controller.kind} workers of {paths.root}: --min {minimum} --max {maximum}, "
               f"idle exit {idle:g}s, every {interval:g}s (cool-down {cooldown:g}s)")
     say(f"  lease: {lease_path(paths, controller.kind)}   state: {state_path(paths, controller.kind)}")
     say(f"  watch: hpc-rollout status {run_dir}    end: Ctrl-C (workers keep working)")
     controller.serve(stop.is_set)
     say("adapt: stopped" + (" (the run was stopped)" if controller.run_stopped() else ""))
+    if stop.is_set():
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 def register(cli: Any) -> None:

@@ -14,6 +14,7 @@ import orjson
 
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.console import Tone, say, styled, tell
+from orchestrator.cli.stop_signals import signals_deferred
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import STALENESS_NAMES, ConfigError
 from orchestrator.report.inspect_job import JobNotFound, inspect_job
@@ -339,12 +340,13 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
             click.echo(_dumps(row))
             if cursor_file is not None and not reader.held:
                 _save_cursor(cursor_file, str(reader.cursor))
-    finally:   # also on Ctrl-C (then exit status 130, cli/errors.py): say where to resume
-        reader.close()
+    finally:   # also on Ctrl-C, SIGTERM or SIGHUP (exit status 130, cli/stop_signals.py): say where to resume
         final = str(reader.cursor)
-        if cursor_file is not None:
-            _save_cursor(cursor_file, final)
-        tell(f"cursor: {final}")
+        with signals_deferred():   # a second signal must not cut the cursor off
+            if cursor_file is not None:
+                _save_cursor(cursor_file, final)
+            tell(f"cursor: {final}")
+        reader.close()
 
 
 def _save_cursor(cursor_file: Path, value: str) -> None:

@@ -5,8 +5,8 @@ here. Every expected error derives from HpcRolloutError (orchestrator/errors.py)
 message that names the fix; operating-system errors are described (a full disk says so);
 anything else is reported as an internal error, with the traceback available through
 HPC_ROLLOUT_TRACEBACK=1. The exit status follows orchestrator/cli/exit_codes.py: 2 for a wrong
-command line, 130 for Ctrl-C, 1 for the rest. Messages are printed as they are (click.echo: no
-markup is read in them).
+command line, 130 for Ctrl-C (and SIGTERM, SIGHUP: cli/stop_signals.py), 1 for the rest.
+Messages are printed as they are (click.echo: no markup is read in them).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
     3    cancelled by the user: `launch --wait` saw jobs end `cancelled` (`hpc-rollout cancel`)
          and none fail
     130  interrupted: Ctrl-C, SIGTERM or SIGHUP reached the command (128 + SIGINT, what shells
-         report for Ctrl-C); a launcher passes the signal on to its workers first
+         report for Ctrl-C); it ends as after Ctrl-C (cli/stop_signals.py): `tail` prints its
+         cursor, `serve-llm` closes, a launcher passes the signal on to its workers first
 
 The worker process itself (`python -m orchestrator.worker`, what `launch` starts) has its own
 codes, read by launchers and Slurm rather than by people (orchestrator/worker/main.py).

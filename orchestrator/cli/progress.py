@@ -1,5 +1,5 @@
-"""A progress bar over the spool's pending jobs, until they drain, with ok / failed / retried counts
-and the LLM backends' health.
+"""A progress bar over the jobs submitted, each counted once until its row lands, shown until the
+queues drain, with ok / failed / retried counts and the LLM backends' health.
 
 Exit status of `launch --wait` (orchestrator/cli/exit_codes.py, documented in the README): 0 every
 job that finished while it waited ended ok; 1 some ended failed or timed out, or the workers ended
@@ -23,6 +23,7 @@ from orchestrator.cli.exit_codes import ExitCode
 from orchestrator.config import RunConfig
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.report.backend_health import BackendHealth, backend_health
+from orchestrator.report.job_progress import JobProgress
 from orchestrator.report.status import pending_count
 from orchestrator.report.tally import RowTally
 from orchestrator.spool.jobs import JobStatus
@@ -56,28 +57,29 @@ def progress_until_drained(paths: SpoolPaths, console: Console, workers_alive: C
     """Show jobs done / total until nothing is pending; not drained when the workers are gone first
     (after an interrupt passed on by `relay`, the bar stays until they are).
 
-    Done counts committed rows (each job once); total is done + pending at each look, so a
-    ticket counted in a queue and as a row at the same moment never inflates it for good.
+    Each job counts once, from submission to shard (orchestrator/report/job_progress.py): total is
+    the jobs submitted that had no row when the bar began, done those with a row since.
     """
     config = config or RunConfig.load(paths.run_config)
-    tally = RowTally.from_now(paths)
+    jobs = JobProgress.from_now(paths)
+    tally = jobs.tally
     registry = BackendRegistry(paths)
     columns = (plain_column("jobs", style=Tone.STRONG.value), BarColumn(), MofNCompleteColumn(),
                plain_column("{task.fields[counts]}"), plain_column("{task.fields[rate]}"), TimeElapsedColumn(),
                TimeRemainingColumn(), plain_column("{task.fields[health]}"))
     started = time.monotonic()
     with Progress(*columns, console=console) as progress:
-        bar = progress.add_task("jobs", total=max(pending_count(paths), 1), counts="", rate="", health="")
+        bar = progress.add_task("jobs", total=max(jobs.look().total, 1), counts="", rate="", health="")
         while True:
             for note in relay.take_notes() if relay is not None else ():
                 progress.console.print(note)
-            pending = pending_count(paths)
-            tally.refresh()
-            done = tally.done
+            pending = pending_count(paths)   # whether anything is left, not how much: see JobProgress
+            count = jobs.look()
             counts = f"ok {tally.by_status['ok']} · failed {tally.failed} · retried {tally.retried}"
-            rate = f"{done / max(time.monotonic() - started, 1e-9):.1f} jobs/s"
+            rate = f"{count.done / max(time.monotonic() - started, 1e-9):.1f} jobs/s"
             health = health_text(backend_health(paths, config, registry))
-            progress.update(bar, total=max(done + pending, 1), completed=done, counts=counts, rate=rate, health=health)
+            progress.update(bar, total=max(count.total, 1), completed=count.done, counts=counts, rate=rate,
+                            health=health)
             if pending == 0 and not (relay is not None and relay.interrupted):
                 return DrainResult(True, tally)
             if not workers_alive():

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 from pathlib import Path
 
 import click
+
+from orchestrator.cli.exit_codes import ExitCode
 
 
 @click.command("serve-llm")
@@ -46,6 +49,7 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
       hpc-rollout backend add spool/run1 http://127.0.0.1:8000/v1
       hpc-rollout serve-llm --tiny --scripted replies.jsonl --port 0   # a scripted policy
       hpc-rollout serve-llm --tiny --logprobs-mode processed --port 0   # verl's rollout default
+    It serves until Ctrl-C, SIGTERM or SIGHUP, then closes and exits 130 (interrupted).
     """
     if tiny == (model_dir is not None):
         raise click.UsageError("give exactly one of --model DIR or --tiny")
@@ -65,6 +69,7 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
         scripted=scripted.absolute() if scripted else None,
     )
     asyncio.run(serve(options))
+    sys.exit(ExitCode.INTERRUPTED)   # it serves until a signal stops it: 130, as any interrupted command
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -136,7 +136,7 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
         snap, slurm_part = take()
         return render_status(snap, paths, run_dir, slurm_part)
 
-    # Ctrl-C ends --watch: exit status 130, like any interrupted command (cli/errors.py).
+    # Ctrl-C, SIGTERM or SIGHUP ends --watch: exit status 130, like any interrupted command (cli/stop_signals.py).
     if as_json:
         while True:
             snap, slurm_part = take()

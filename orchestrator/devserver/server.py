@@ -19,6 +19,7 @@ With a record file, every generation appends one JSON line:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -280,7 +281,8 @@ def gen_request(prompt: list[int], budget: int, params: dict[str, Any]) -> GenRe
 
 
 async def serve(options: ServerOptions) -> None:
-    """Serve until SIGTERM/SIGINT. Prints `serving on URL` once listening (port 0 = any free)."""
+    """Serve until SIGTERM, SIGINT or SIGHUP (unless ignored, as under nohup). Prints `serving on URL`
+    once listening (port 0 = any free) and answering those signals."""
     server = ReferenceServer(options)
     # handler_cancellation: a client that disconnects cancels its handler (aiohttp's default since
     # 3.7 lets it run on), and so aborts its generation, as vLLM and SGLang abort a disconnected request.
@@ -291,14 +293,16 @@ async def serve(options: ServerOptions) -> None:
     port = runner.addresses[0][1]
     # Listening on every interface: print the name other nodes reach this one by.
     host = socket.gethostname() if options.host in ("0.0.0.0", "::", "") else options.host
-    print(f"serving {server.model_id} on http://{host}:{port}/v1", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    hangup = () if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else (signal.SIGHUP,)
+    for sig in (signal.SIGTERM, signal.SIGINT, *hangup):   # before the line that says it is ready
         loop.add_signal_handler(sig, stop.set)
+    print(f"serving {server.model_id} on http://{host}:{port}/v1", flush=True)
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
         server.close()
-        print("server stopped", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):   # after SIGHUP the terminal may be gone (EIO)
+            print("server stopped", file=sys.stderr, flush=True)

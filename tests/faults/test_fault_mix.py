@@ -87,6 +87,18 @@ def explain(paths: SpoolPaths) -> str:
     return f"queued {snap.queued}, claimed {where}, hidden {[p.name for p in paths.active.glob('.*')]}\n{tails}"
 
 
+def writer_story(paths: SpoolPaths, writers: list[str], victim_id: str, sleeper_id: str) -> str:
+    """For writers left open: whose they were, where their heartbeats are, what the logs said of them."""
+    lines = [f"victim {victim_id}, sleeper {sleeper_id}",
+             f"heartbeats {sorted(p.name for p in paths.workers.glob('*.json'))}",
+             f"gone {sorted(p.name for p in (paths.workers / 'gone').glob('*'))}",
+             f"closed {sorted(WriterDirectory(paths).closed())}"]
+    for log in sorted(paths.root.glob("worker-*.log")):
+        lines += [f"{log.name}: {line}" for line in log.read_text(errors="replace").splitlines()
+                  if any(w.split("+")[0] in line for w in writers) or "lost its lease" in line]
+    return "\n".join(lines[-80:])
+
+
 def submit(paths: SpoolPaths, tmp: Path, name: str, tasks: list[dict[str, Any]], **options: Any) -> list[str]:
     report = submit_file(paths, write_jsonl(tmp / f"{name}.jsonl", tasks), **options)
     prefix = report.first_job.rsplit("-", 2)[0]
@@ -198,7 +210,9 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path, view: str) -> None:
         # no stuck claim, no leftover reaping, no orphan process, workers alive to the end
         assert codes == [0] * len(codes), codes
         assert not [p for d in paths.active.iterdir() for p in (d.iterdir() if d.is_dir() else [d])]
-        assert WriterDirectory(paths).open() == [], "the killed and the fenced worker's writers are closed too"
+        left_open = WriterDirectory(paths).open()
+        assert left_open == [], f"the killed and the fenced worker's writers are closed too: {left_open}\n" \
+            + writer_story(paths, left_open, victim_id, sleeper_id)
         assert sandbox_processes(runtime) == []
         assert any(n.name.startswith(torn) and n.name.endswith(".reason") for n in paths.quarantine.iterdir())
         logs = "".join(p.read_text(errors="replace") for p in paths.root.glob("worker-*.log"))

@@ -52,8 +52,12 @@ def prompts(count: int, turns: int) -> list[dict[str, Any]]:
 
 
 def sampled_tokens(record: Path, skip: int) -> tuple[int, int]:
-    """(tokens sampled by the server after its first `skip` generations, generations so far)."""
-    lines = record.read_text().splitlines()
+    """(tokens sampled by the server after its first `skip` generations, generations so far).
+
+    Whole lines only: the server may be writing the last one (a torn line once raised here and
+    ended the swap thread, and every later swap with it)."""
+    text = record.read_text()
+    lines = text[: text.rfind("\n") + 1].splitlines()
     return sum(len(json.loads(line)["output_ids"]) for line in lines[skip:]), len(lines)
 
 

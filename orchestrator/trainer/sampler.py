@@ -8,8 +8,10 @@
 The sampler keeps `in_flight` groups submitted at all times. Every group that completes is
 judged at once and replaced at once by a new prompt (no waiting for a whole batch):
   * stale (a sample older than policy_version - max_policy_lag, or cancelled as stale by a
-    worker): left out, counted, and its prompt submitted again as a fresh group. A `continue`
-    sample (a partial rollout, staleness="continue") is judged per turn: the tokens of its turns
+    worker): left out, counted, and its prompt submitted again as a fresh group, as a partial
+    rollout (`retry_stale_as`, default "continue"): a slow prompt restarted at every try would
+    never be trained on, so hard prompts would leave the batches (benchmarks/staleness.py). A
+    `continue` sample (staleness="continue") is judged per turn: the tokens of its turns
     older than the bound leave the loss mask (counted in `stale_turn_tokens`), the rest is
     trained on; it is stale only when no turn is recent enough;
   * failed, when the batcher's policy is drop_group and a sample failed: left out, counted;
@@ -121,6 +123,7 @@ class DynamicSampler:
         poll_s: float = 0.05,
         drop_zero_variance: bool = True,
         staleness: str | None = None,
+        retry_stale_as: str | None = Staleness.CONTINUE.value,
     ) -> None:
         if samples < 1 or informative_groups < 1:
             raise ValueError("samples and informative_groups must be >= 1")
@@ -136,6 +139,9 @@ class DynamicSampler:
         self.source_handlers = dict(source_handlers or {})
         self.drop_zero_variance = drop_zero_variance   # False: plain GRPO batches, still counted
         self.staleness = staleness                     # restart | continue (None: run.toml's)
+        # The staleness of a stale group's second try (None: as the first): continue, so that a
+        # prompt is restarted at most once.
+        self.retry_stale_as = None if retry_stale_as is None else Staleness.parse(retry_stale_as).value
         self._prompts: Iterator[dict[str, Any]] = iter(itertools.cycle(prompts) if isinstance(prompts, Sequence) else prompts)
         self._retry: deque[dict[str, Any]] = deque()           # prompts of stale groups, first in line
         self._outstanding: dict[str, dict[str, Any]] = dict((state or {}).get("outstanding", {}))
@@ -248,16 +254,21 @@ class DynamicSampler:
 
     def _refill(self, stats: SamplerStats) -> None:
         missing = self.target_in_flight() - len(self._outstanding)
-        prompts: list[dict[str, Any]] = []
-        while len(prompts) < missing:
-            prompt = self._retry.popleft() if self._retry else next(self._prompts, None)
+        retries = [self._retry.popleft() for _ in range(min(missing, len(self._retry)))]
+        fresh: list[dict[str, Any]] = []
+        while len(retries) + len(fresh) < missing:
+            prompt = next(self._prompts, None)
             if prompt is None:
                 break
-            prompts.append(prompt)
+            fresh.append(prompt)
+        self._submit(retries, self.retry_stale_as or self.staleness, stats)
+        self._submit(fresh, self.staleness, stats)
+
+    def _submit(self, prompts: list[dict[str, Any]], staleness: str | None, stats: SamplerStats) -> None:
         if not prompts:
             return
         report = self.spool.submit(prompts, handler=self.handler, samples=self.samples, sampling=self.sampling,
-                                   source_handlers=self.source_handlers, staleness=self.staleness)
+                                   source_handlers=self.source_handlers, staleness=staleness)
         if report.rejected:
             problems = "; ".join(f"prompt {p.line}: {p.reason}" for p in report.rejected[:3])
             raise ValueError(f"{len(report.rejected)} prompt(s) refused by submit: {problems}")

@@ -67,3 +67,28 @@ def test_queued_jobs_that_sampled_too_old_a_policy_end_cancelled_as_stale(tmp_pa
     outcome = {(r["policy_version_min"], r["status"], (r["error"] or "").split(":")[0]) for r in rows(spool.paths)}
     assert outcome == {(2, "cancelled", "stale_policy"), (3, "ok", "")}
     assert all(r["eval_s"] in (None, 0.0) for r in rows(spool.paths) if r["status"] == "cancelled")   # EVAL skipped
+
+
+def _one_old_prompt_then_fresh_ones_slowly() -> Iterator[dict[str, object]]:
+    yield {"policy_version": 2, "reward": {"bernoulli": 0.5}, "seed": 0, "instance_id": "old"}
+    for seed in itertools.count(1):
+        yield {"policy_version": 5, "reward": {"bernoulli": 0.5}, "seed": seed, "run": 0.4}
+
+
+def test_a_prompt_dropped_as_stale_once_is_submitted_again_as_a_partial_rollout(tmp_path: Path) -> None:
+    """Under restart, a slow prompt can turn stale at every try and never be trained on (issue 36:
+    benchmarks.staleness measured the slow prompts' share of trained samples fall to 0 when their
+    episodes outlast two swaps). So its second try keeps its turns: staleness continue."""
+    spool = Spool.create(tmp_path / "run", **FAST, **{"trainer.max_policy_lag": 1})
+    sampler = DynamicSampler(spool, _one_old_prompt_then_fresh_ones_slowly(), handler="sleep", samples=2,
+                             informative_groups=4, in_flight=3)
+    worker = start_worker(spool.paths)
+    try:
+        sampler.next_batch(policy_version=5, timeout_s=120)
+    finally:
+        sampler.close()
+        stop_worker(worker)
+    tries = sorted({(r["group_id"], r["staleness"]) for r in rows(spool.paths) if r["instance_id"] == "old"})
+    stalenesses = [staleness for _, staleness in tries]   # group ids sort by submission
+    assert len(stalenesses) >= 2, tries
+    assert stalenesses[0] == "restart" and set(stalenesses[1:]) == {"continue"}, tries

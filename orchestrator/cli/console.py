@@ -15,13 +15,15 @@ import enum
 import os
 import stat
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import TextColumn
 from rich.text import Text
 
 from orchestrator.report.durations import format_seconds
+
+if TYPE_CHECKING:
+    from rich.progress import TextColumn   # loaded with the first progress bar, not at start-up
 
 __all__ = ["Tone", "make_console", "out", "err", "styled", "line", "say", "tell", "warn", "plain_column",
            "format_seconds", "detach_from_a_lost_terminal"]
@@ -92,6 +94,8 @@ def _print(console: Console, text: Text) -> None:
 
 def plain_column(template: str, **options: Any) -> TextColumn:
     """A progress-bar column whose fields are printed as they are (rich reads markup in them otherwise)."""
+    from rich.progress import TextColumn
+
     return TextColumn(template, markup=False, **options)
 
 

@@ -17,12 +17,11 @@ from orchestrator.cli.console import Tone, say, styled, tell
 from orchestrator.cli.stop_signals import signals_deferred
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import STALENESS_NAMES, ConfigError
-from orchestrator.report.inspect_job import JobNotFound, inspect_job
-from orchestrator.trainer.cursor import CursorError
-from orchestrator.spool.rows import SCHEMA
 from orchestrator.spool.rundir import init_run, open_run, planned_config
-from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
-from orchestrator.trainer.tail import RowReader
+
+# What pulls in pyarrow (submission, inspect_job, rows, tail, cursor) is imported by the command
+# that uses it: `hpc-rollout --help` and `status` must not pay for it (tests/core/test_cli_startup.py).
+
 
 def _open(run_dir: str) -> Any:
     try:
@@ -155,6 +154,8 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
       hpc-rollout submit spool/run1 swe_gym.jsonl --handler swe --samples 8
       hpc-rollout submit spool/run1 swe.jsonl --handler harness --set harness.command='mini ...'
     """
+    from orchestrator.submission.submit import SubmitError, parse_sampling, parse_source_handlers, submit_file
+
     paths, _ = _open(run_dir)
     started = time.monotonic()
     try:
@@ -227,6 +228,8 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
     Job ids: `hpc-rollout status RUN_DIR` lists the latest submissions' ranges; finished ones
     come with `hpc-rollout tail RUN_DIR --fields job_id,status`.
     """
+    from orchestrator.report.inspect_job import JobNotFound, inspect_job
+
     paths, _ = _open(run_dir)
     try:
         report = inspect_job(paths, job_id)
@@ -320,6 +323,10 @@ def tail_cmd(run_dir: str, follow: bool, cursor: str | None, cursor_file: Path |
       hpc-rollout tail spool/run1 --follow --cursor-file run1.cursor | my_trainer_feed
       hpc-rollout tail spool/run1 --since "$(cat run1.cursor)"
     """
+    from orchestrator.spool.rows import SCHEMA
+    from orchestrator.trainer.cursor import CursorError
+    from orchestrator.trainer.tail import RowReader
+
     paths, _ = _open(run_dir)
     wanted = [f.strip() for f in fields.split(",")] if fields else None
     for name in wanted or []:

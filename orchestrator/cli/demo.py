@@ -9,8 +9,8 @@ import click
 
 from orchestrator.cli.console import say, tell
 from orchestrator.cli.progress import drain_with_progress
-from orchestrator.app.demo import default_run_dir, paths_hint, run_demo, summary_lines
 
+# orchestrator.app.demo (httpx, pyarrow, the local server) is imported by the command itself.
 if TYPE_CHECKING:
     from orchestrator.app.local_launch import LocalLaunch
     from orchestrator.spool.paths import SpoolPaths
@@ -49,6 +49,8 @@ def demo_cmd(run_dir: Path | None, tasks: int, samples: int, workers: int, max_t
     from orchestrator.cli.serve_llm import require_torch
 
     require_torch("demo")
+    from orchestrator.app.demo import default_run_dir, run_demo, summary_lines
+
     run_dir = run_dir or default_run_dir(Path("spool"))
     if family is not None:
         _task_demo(run_dir, family, policy, samples, workers, image)
@@ -89,6 +91,7 @@ def _task_demo(run_dir: Path, family: str, policy: str, samples: int, workers: i
 
 
 def paths_hint_for(run_dir: Path) -> list[str]:
+    from orchestrator.app.demo import paths_hint
     from orchestrator.spool.paths import SpoolPaths
 
     return paths_hint(SpoolPaths.of(run_dir))

@@ -10,9 +10,7 @@ import click
 
 from orchestrator.cli.run_dir import RUN_DIR_PATH_TYPE
 from orchestrator.llm.errors import LLMError
-from orchestrator.llm.inflight import read_load
 from orchestrator.llm.registry import BackendRegistry, BackendState, Protocol, Snapshot, normalize_url
-from orchestrator.llm.router import run_lease_s
 from orchestrator.cli.serve_llm import serve_llm
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import open_run
@@ -278,6 +276,9 @@ def list_backends(run_dir: Path, as_json: bool, lease: float | None) -> None:
       hpc-rollout backend list spool/run1
       hpc-rollout backend list spool/run1 --json | jq '.backends[].state'
     """
+    from orchestrator.llm.inflight import read_load   # asyncio: loaded by the command that needs it
+    from orchestrator.llm.router import run_lease_s   # aiohttp: likewise
+
     paths = SpoolPaths.of(run_dir)
     registry = registry_of(run_dir)
     try:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
 from orchestrator.app.local_launch import LocalLaunch
 from orchestrator.app.signal_relay import SignalRelay
@@ -23,11 +22,13 @@ from orchestrator.cli.exit_codes import ExitCode
 from orchestrator.config import RunConfig
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.report.backend_health import BackendHealth, backend_health
-from orchestrator.report.job_progress import JobProgress
-from orchestrator.report.status import pending_count
-from orchestrator.report.tally import RowTally
 from orchestrator.spool.jobs import JobStatus
 from orchestrator.spool.paths import SpoolPaths
+
+# The bar (rich.progress) and the counting of rows (pyarrow) load when a bar is shown: `hpc-rollout`
+# imports this module with every command module, at each start.
+if TYPE_CHECKING:
+    from orchestrator.report.tally import RowTally
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ def progress_until_drained(paths: SpoolPaths, console: Console, workers_alive: C
     Each job counts once, from submission to shard (orchestrator/report/job_progress.py): total is
     the jobs submitted that had no row when the bar began, done those with a row since.
     """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    from orchestrator.report.job_progress import JobProgress
+    from orchestrator.report.status import pending_count
+
     config = config or RunConfig.load(paths.run_config)
     jobs = JobProgress.from_now(paths)
     tally = jobs.tally

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shlex
@@ -79,6 +78,8 @@ def register(cli: click.Group) -> None:
         Example:
           hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
         """
+        import asyncio   # here, not at start-up: every command pays for what the module imports
+
         options = _sandbox_options(image, network, binds, env, memory_mb, timeout)
         code = asyncio.run(_exec(runtime, options, workspace, shlex.join(command), timeout))
         sys.exit(code)
@@ -93,6 +94,8 @@ def register(cli: click.Group) -> None:
         Example:
           hpc-rollout sandbox shell --no-network --bind "$PWD:/work:ro"
         """
+        import asyncio
+
         options = _sandbox_options(image, network, binds, env, memory_mb, None)
         asyncio.run(_shell(runtime, options, workspace))
 
@@ -168,6 +171,8 @@ async def _exec(runtime: str, options: dict[str, Any], workspace: str | None, co
 
 
 async def _shell(runtime: str, options: dict[str, Any], workspace: str | None) -> None:
+    import asyncio
+
     async with _open(runtime, options, workspace) as sandbox:
         click.echo(f"sandbox {sandbox.kind} ready (workspace {sandbox.descriptor()['workspace'] or 'in the sandbox'}); "
                    "Ctrl-D to leave", err=True)

@@ -6,7 +6,6 @@ it directly (what local_server does, so a server starts even while other CLI are
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
 from pathlib import Path
@@ -57,6 +56,8 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
     if model_dir is not None:
         check_model_dir(model_dir)
     check_port_free(host, port)  # before seconds of loading, not after
+    import asyncio   # here, not at start-up: `hpc-rollout` imports this module for every command
+
     from orchestrator.devserver.server import ServerOptions, serve
     from orchestrator.devserver.tiny_model import tiny_model_dir
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.console import Group
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -15,7 +14,7 @@ from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.console import Tone, format_seconds, line, out, styled
 from orchestrator.cli.core import _dumps, _open
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.report.finished import DEFAULT_PASS_REWARD
+from orchestrator.report.finished_values import DEFAULT_PASS_REWARD
 from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
 from orchestrator.report.status import STATUS_SAMPLE_SHARDS, Snapshot, snapshot
 from orchestrator.slurm.queries import slurm_warnings
@@ -147,6 +146,8 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
     if not watch:
         out.print(draw())
         return
+    from rich.live import Live
+
     with Live(draw(), console=out, auto_refresh=False) as live:
         while True:
             time.sleep(interval)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from orchestrator.cli.console import Tone, err, plain_column, say, styled
 
@@ -52,7 +50,10 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
     Rows are held to a sandbox policy as in a run: only the images and bind sources allowed here,
     no network. Exit status 1 when any task fails a check; the failing ones are listed.
     """
+    import asyncio
+
     import orjson
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from orchestrator.handler_api.contract import HandlerError
     from orchestrator.app.tasks_check import TaskCheck, check_tasks

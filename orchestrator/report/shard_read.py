@@ -2,7 +2,7 @@
 
 Only the columns asked for are decoded (Parquet is columnar: reward and status of 1e5 rows
 are a few hundred kilobytes), nested turn fields included (`turns.list.element.backend`).
-Shards are found by listing the directory and keeping the names `spool/shards.py:list_shards`
+Shards are found by listing the directory and keeping the names `spool/shardlog.py:list_shards`
 accepts (the one filter of committed shard names); other *.parquet files there are named as
 skipped. A column missing from an older shard reads as nulls.
 """
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shard_file import open_shard
-from orchestrator.spool.shards import list_shards, shard_names
+from orchestrator.spool.shardlog import list_shards, shard_files  # shard_files: also imported from here
 from orchestrator.spool.rows import SCHEMA, TURN_TYPE
 
 READ_THREADS = 4
@@ -41,11 +41,6 @@ class ShardData:
 
     def file_of(self, row: int) -> Path:
         return self.files[bisect.bisect_right(self.first_rows, row) - 1]
-
-
-def shard_files(paths: SpoolPaths) -> list[Path]:
-    """Committed shards (one listing), by writer and sequence."""
-    return [paths.shards / name for name in shard_names(paths)]
 
 
 def read_shards(paths: SpoolPaths, columns: Sequence[str], turn_fields: Sequence[str] = (),

@@ -5,6 +5,7 @@ Numbers about finished jobs come from orchestrator.report.finished, shared with 
 Reading every shard grows with the run (1e5 shards is routine), so by default they come from
 a random sample of STATUS_SAMPLE_SHARDS shards, counts scaled to the number of shards listed;
 `exact=True` (`status --exact`) reads them all. Small runs fit in the sample: exact anyway.
+pyarrow and numpy load only to read shards: a run with none yet (its first `status`) needs neither.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from orchestrator.spool import fsops
 from orchestrator.spool.batches import count_jobs
@@ -27,8 +25,13 @@ from orchestrator.spool.events import recent_events
 from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.backend_health import BackendHealth, backend_health
-from orchestrator.report.finished import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats, finished_stats, seconds
-from orchestrator.report.shard_read import read_shards, shard_files
+from orchestrator.report.finished_values import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats
+from orchestrator.spool.shardlog import shard_files
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pyarrow as pa
 
 THROUGHPUT_WINDOW_S = 60.0
 STATUS_SAMPLE_SHARDS = 100
@@ -133,18 +136,11 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
             snap.warnings.append(_skew_warning(record.worker_id, info.get("node"), record.skew_s or 0.0))
     if with_rows:
         files = shard_files(paths)
-        chosen = files if exact or len(files) <= sample_shards else random.sample(files, sample_shards)
-        shards = read_shards(paths, FINISHED_COLUMNS, files=chosen)
-        snap.shards, snap.shards_read, snap.exact = len(files), shards.shards_read, len(chosen) == len(files)
-        scale = len(files) / len(chosen) if chosen else 1.0
-        snap.warnings += [f"could not read {item}" for item in shards.skipped]
-        rows = shards.rows
-        snap.results = _scaled_stats(finished_stats(rows, pass_reward), scale)
-        snap.finished = snap.results.by_status
-        snap.failure_reasons = _scaled(_failure_reasons(rows), scale)
-        recent = seconds(rows.column("finished_at")) >= time.time() - THROUGHPUT_WINDOW_S
-        tokens = rows.column("sampled_tokens").to_numpy(zero_copy_only=False)
-        snap.tokens_last_minute = round(scale * np.nansum(np.asarray(tokens, dtype=float)[recent])) if recent.any() else 0
+        if files:
+            _read_finished(snap, paths, files, pass_reward, exact, sample_shards)
+        else:   # what finished_stats says of no rows, without loading pyarrow for them
+            snap.results = FinishedStats.of_no_rows(pass_reward)
+            snap.finished = snap.results.by_status
     else:
         snap.shards = len(shard_files(paths))
     since = time.time() - THROUGHPUT_WINDOW_S
@@ -157,6 +153,28 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
     if scheduler_warnings is not None:
         snap.warnings += _asked(scheduler_warnings, snap.workers)
     return snap
+
+
+def _read_finished(snap: Snapshot, paths: SpoolPaths, files: list[Path], pass_reward: float, exact: bool,
+                   sample_shards: int) -> None:
+    """The finished-job figures of `snap`, from every shard or a sample of them."""
+    import numpy as np
+
+    from orchestrator.report.finished import finished_stats, seconds
+    from orchestrator.report.shard_read import read_shards
+
+    chosen = files if exact or len(files) <= sample_shards else random.sample(files, sample_shards)
+    shards = read_shards(paths, FINISHED_COLUMNS, files=chosen)
+    snap.shards, snap.shards_read, snap.exact = len(files), shards.shards_read, len(chosen) == len(files)
+    scale = len(files) / len(chosen) if chosen else 1.0
+    snap.warnings += [f"could not read {item}" for item in shards.skipped]
+    rows = shards.rows
+    snap.results = _scaled_stats(finished_stats(rows, pass_reward), scale)
+    snap.finished = snap.results.by_status
+    snap.failure_reasons = _scaled(_failure_reasons(rows), scale)
+    recent = seconds(rows.column("finished_at")) >= time.time() - THROUGHPUT_WINDOW_S
+    tokens = rows.column("sampled_tokens").to_numpy(zero_copy_only=False)
+    snap.tokens_last_minute = round(scale * np.nansum(np.asarray(tokens, dtype=float)[recent])) if recent.any() else 0
 
 
 def _skew_warning(worker_id: str, node: Any, skew_s: float) -> str:
@@ -199,6 +217,8 @@ def _scaled_stats(stats: FinishedStats, scale: float) -> FinishedStats:
 
 def _failure_reasons(rows: pa.Table) -> dict[str, int]:
     """The ten most frequent error texts: the first line of failures, the kind of timeouts and cancels."""
+    import pyarrow.compute as pc
+
     reasons: Counter[str] = Counter()
     failed = rows.filter(pc.is_valid(rows.column("error")))
     for status, error in zip(failed.column("status").to_pylist(), failed.column("error").to_pylist()):

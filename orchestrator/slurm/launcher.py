@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,16 +26,13 @@ from orchestrator.spool.launches import launch_log_dir, new_launch_id
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.slurm.cluster import max_array_size, slurm_available
 from orchestrator.slurm.errors import LaunchError, SlurmUnavailable
-from orchestrator.slurm.node_job import NodeWorker
 from orchestrator.slurm.options import LaunchOptions
-from orchestrator.slurm.submitit_adapter import (
-    FailedJobError,
-    FailedSubmissionError,
-    OfflineExecutor,
-    SlurmExecutor,
-    submission_script,
-)
 from orchestrator.worker.options import WorkerOptions
+
+# submitit and the node job (the whole worker engine, aiohttp, pyarrow) load only where an array
+# is submitted or its script written: `status` and `stop` read this module's launch records.
+if TYPE_CHECKING:
+    from orchestrator.slurm.submitit_adapter import SlurmExecutor
 
 RECORD_NAME = "slurm.json"      # in logs/LAUNCH/: the arrays of this launch (for stop --cancel)
 TAIL_TASKS_SHOWN = 4
@@ -138,6 +135,8 @@ def task_python(options: LaunchOptions) -> str:
 
 
 def _executor(log_dir: Path, options: LaunchOptions, size: int, offline: bool) -> SlurmExecutor:
+    from orchestrator.slurm.submitit_adapter import OfflineExecutor, SlurmExecutor
+
     cls = OfflineExecutor if offline else SlurmExecutor
     executor = cls(folder=log_dir, max_num_timeout=options.max_requeues, python=task_python(options))
     executor.update_parameters(**executor_parameters(options, size))
@@ -162,6 +161,8 @@ def chunks(total: int, limit: int) -> list[tuple[int, int]]:
 
 def render_script(log_dir: Path, options: LaunchOptions, size: int) -> str:
     """The batch script of one array of `size` tasks, exactly as submitit would submit it."""
+    from orchestrator.slurm.submitit_adapter import submission_script
+
     executor = _executor(log_dir, options, size, offline=True)
     if size > 1:
         executor.parameters["map_count"] = size
@@ -171,6 +172,9 @@ def render_script(log_dir: Path, options: LaunchOptions, size: int) -> str:
 def launch(run_dir: str | os.PathLike[str], options: LaunchOptions, worker: WorkerOptions,
            dry_run: bool = False) -> LaunchResult:
     """Submit `options.nodes` node workers on the run (or only write their scripts with dry_run)."""
+    from orchestrator.slurm.node_job import NodeWorker
+    from orchestrator.slurm.submitit_adapter import FailedJobError, FailedSubmissionError
+
     paths = SpoolPaths.of(run_dir)
     RunConfig.load(paths.run_config)   # a run directory, with settings a worker can start from
     if not dry_run and not slurm_available():

@@ -13,9 +13,11 @@ import importlib.resources
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import jinja2
+# jinja2 loads only to render: the template names and settings feed `hpc-rollout --help`.
+if TYPE_CHECKING:
+    import jinja2
 
 from orchestrator.slurm.errors import TemplateError, UnknownSetting, UnknownTemplate
 from orchestrator.slurm.options import DEFAULT_SIGNAL, DEFAULT_SIGNAL_DELAY_S, DEFAULT_TIME, LaunchOptions
@@ -124,6 +126,8 @@ def _finalize(value: Any) -> Any:
 
 
 def environment() -> jinja2.Environment:
+    import jinja2
+
     loader = jinja2.FunctionLoader(_load_source)
     return jinja2.Environment(
         loader=loader,
@@ -137,6 +141,8 @@ def environment() -> jinja2.Environment:
 
 
 def _load_source(name: str) -> str:
+    import jinja2
+
     resource = importlib.resources.files("hpc_rollout.sbatch").joinpath(name)
     if not resource.is_file():
         raise jinja2.TemplateNotFound(name)
@@ -210,6 +216,8 @@ def resolve(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 def render(name: str, values: Mapping[str, Any] | None = None) -> str:
     """The batch script text of template `name` with `values` (strings, ints or lists)."""
+    import jinja2
+
     context = resolve(name, values or {})
     try:
         return environment().get_template(name + SUFFIX).render(context)

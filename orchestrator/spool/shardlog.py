@@ -54,6 +54,29 @@ def foreign_shard_name(name: str) -> bool:
     return name.endswith(SUFFIX) and not name.startswith(("_", ".")) and parse_shard_name(name) is None
 
 
+@dataclass(frozen=True)
+class ShardListing:
+    committed: list[str]    # by writer then sequence
+    foreign: list[str]      # *.parquet files that are not named as shards (foreign_shard_name)
+
+
+def list_shards(paths: SpoolPaths) -> ShardListing:
+    """One listing of shards/ (the whole directory: not for polling)."""
+    names = fsops.list_names(paths.shards)
+    named = [(parsed, n) for n in names if (parsed := parse_shard_name(n))]
+    return ShardListing([n for _, n in sorted(named)], sorted(n for n in names if foreign_shard_name(n)))
+
+
+def shard_names(paths: SpoolPaths) -> list[str]:
+    """Committed shards, by writer then sequence (lists the whole directory: not for polling)."""
+    return list_shards(paths).committed
+
+
+def shard_files(paths: SpoolPaths) -> list[Path]:
+    """Committed shards (one listing), by writer and sequence."""
+    return [paths.shards / name for name in shard_names(paths)]
+
+
 def writers_of_worker(worker_id: str, writers: list[str]) -> list[str]:
     """The writer names a worker id used (itself, and its incarnations after restarts)."""
     return [w for w in writers if w == worker_id or w.startswith(worker_id + INCARNATION_SEP)]

@@ -24,7 +24,9 @@ from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shard_file import read_shard_table
 from orchestrator.spool.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
-from orchestrator.spool.shardlog import (WriterDirectory, foreign_shard_name, parse_shard_name, shard_exists, shard_name,
+# shard_names lives in shardlog with the listing of shards/ (no pyarrow there: `status` of a run
+# without shards); it is imported here too, where callers have always found it.
+from orchestrator.spool.shardlog import (WriterDirectory, parse_shard_name, shard_exists, shard_name, shard_names,
                                         writers_of_worker)
 
 
@@ -196,24 +198,6 @@ def write_durably(table: pa.Table, path: Path) -> None:
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-
-
-@dataclass(frozen=True)
-class ShardListing:
-    committed: list[str]    # by writer then sequence
-    foreign: list[str]      # *.parquet files that are not named as shards (shardlog.foreign_shard_name)
-
-
-def list_shards(paths: SpoolPaths) -> ShardListing:
-    """One listing of shards/ (the whole directory: not for polling)."""
-    names = fsops.list_names(paths.shards)
-    named = [(parsed, n) for n in names if (parsed := parse_shard_name(n))]
-    return ShardListing([n for _, n in sorted(named)], sorted(n for n in names if foreign_shard_name(n)))
-
-
-def shard_names(paths: SpoolPaths) -> list[str]:
-    """Committed shards, by writer then sequence (lists the whole directory: not for polling)."""
-    return list_shards(paths).committed
 
 
 def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any] | None = None) -> set[str]:

@@ -7,7 +7,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -18,6 +18,9 @@ from orchestrator.cli.stop_signals import signals_deferred
 from orchestrator.spool.cancel import request_cancel
 from orchestrator.config import STALENESS_NAMES, ConfigError
 from orchestrator.spool.rundir import init_run, open_run, planned_config
+
+if TYPE_CHECKING:
+    from orchestrator.submission.submit import SubmitReport
 
 # What pulls in pyarrow (submission, inspect_job, rows, tail, cursor) is imported by the command
 # that uses it: `hpc-rollout --help` and `status` must not pay for it (tests/core/test_cli_startup.py).
@@ -117,6 +120,9 @@ def example_tasks() -> list[dict[str, Any]]:
                    "submission, over run.toml [data_sources]; run.toml is not changed (to keep a mapping: "
                    "hpc-rollout init RUN_DIR --set data_sources.SRC=HANDLER).")
 @click.option("--strict", is_flag=True, help="Accept nothing if any row is malformed.")
+@click.option("--again", is_flag=True,
+              help="Queue rows an earlier submit of this run queued already (default: skip them, name "
+                   "the submission that has them, queue only the new ones; a fixed file can be submitted again).")
 @click.option("--set", "instance_pairs", multiple=True, metavar="KEY.PATH=VALUE",
               help="Set a field of every task's instance, e.g. --set harness.command='mini ...' (repeatable; "
                    "JSON values are parsed).")
@@ -129,7 +135,7 @@ def example_tasks() -> list[dict[str, Any]]:
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
-               strict: bool, instance_pairs: tuple[str, ...] = (), staleness: str | None = None,
+               strict: bool, again: bool = False, instance_pairs: tuple[str, ...] = (), staleness: str | None = None,
                as_json: bool = False) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
@@ -141,7 +147,9 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
       a bare instance, with --handler NAME
     Malformed rows are reported with their line numbers; the others are queued (unless
     --strict) and the exit status is 1 when any row was rejected. Instance keys are checked
-    against the handler's schema (`hpc-rollout handlers NAME` lists them).
+    against the handler's schema (`hpc-rollout handlers NAME` lists them). Rows an earlier
+    submit of the run queued are skipped and named (fix the rejected rows, submit the file
+    again: only they are queued); --again queues them anyway.
 
     \b
     Examples:
@@ -170,14 +178,13 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
                 raise click.BadParameter(str(exc), param_hint="--set") from None
             report = submit_rows(paths, apply_settings(read_rows(tasks_file), settings), str(tasks_file), handler,
                                  samples, sampling, strict, sampling_unchecked, parse_source_handlers(source_pairs),
-                                 staleness=staleness)
+                                 staleness=staleness, skip_submitted=not again)
         else:
             report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
-                                 parse_source_handlers(source_pairs), staleness=staleness)
+                                 parse_source_handlers(source_pairs), staleness=staleness, skip_submitted=not again)
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
-    for problem in report.rejected:
-        tell(styled(f"{tasks_file}:{problem.line}", Tone.ERROR), f": {problem.reason}")
+    _tell_problems(tasks_file, report)
     elapsed = time.monotonic() - started
     if as_json:
         click.echo(_dumps({**report.to_json(), "samples": samples, "seconds": round(elapsed, 3),
@@ -189,8 +196,9 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         tell(styled("rejected the whole file", Tone.ERROR), f" (--strict): {len(report.rejected)} malformed row(s)")
         sys.exit(1)
     rejected = styled(f", {len(report.rejected)} row(s) rejected", Tone.ERROR) if report.rejected else ""
+    skipped = styled(f", {len(report.already)} row(s) skipped as queued already", Tone.WARNING) if report.already else ""
     say(f"submission {report.submission_id}: {report.tasks} task(s) x {samples} sample(s) = {report.jobs} job(s) "
-        f"queued in {elapsed:.1f}s", rejected)
+        f"queued in {elapsed:.1f}s", rejected, skipped)
     if report.batches and report.batches < report.jobs:
         say(f"  in {report.batches} queue/init entries of up to {_batch_size(paths)} jobs (jobs.batch_size)")
     if report.jobs:
@@ -199,6 +207,23 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
         say(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
     if report.rejected:
         sys.exit(1)
+
+
+def _tell_problems(tasks_file: Path, report: SubmitReport) -> None:
+    """Each distinct reason once, with the lines it holds for; the rows skipped as already queued."""
+    from orchestrator.submission.already_submitted import where_in_file
+
+    by_reason: dict[str, list[int]] = {}
+    for problem in report.rejected:
+        by_reason.setdefault(problem.reason, []).append(problem.line)
+    for reason, lines in by_reason.items():
+        tell(styled(where_in_file(tasks_file, lines), Tone.ERROR), f": {reason}")
+    by_submission: dict[str, list[int]] = {}
+    for skipped in report.already:
+        by_submission.setdefault(skipped.submission_id, []).append(skipped.line)
+    for submission, lines in by_submission.items():
+        tell(styled(where_in_file(tasks_file, lines), Tone.WARNING),
+             f": queued already by submission {submission}: skipped (--again queues them again)")
 
 
 def _say_routes(routes: dict[str, str]) -> None:

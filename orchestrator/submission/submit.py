@@ -37,6 +37,7 @@ from orchestrator.handler_api.contract import (
 from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.submission.already_submitted import AlreadySubmitted, fingerprint, record_prints, submitted_prints
 from orchestrator.submission.sampling import sampling_problem
 from orchestrator.spool.tickets import Ticket
 
@@ -76,6 +77,7 @@ class SubmitReport:
     batches: int = 0       # queue/init/ entries written (a batch holds up to jobs.batch_size jobs)
     error: str = ""        # why nothing was queued, when queueing failed
     routes: dict[str, str] = field(default_factory=dict)   # verl data_source -> the handler its rows went to
+    already: list[AlreadySubmitted] = field(default_factory=list)   # skipped: an earlier submit queued them
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,8 @@ class SubmitReport:
             "jobs": self.jobs, "batches": self.batches, "first_job": self.first_job, "last_job": self.last_job,
             "rejected": [{"line": p.line, "reason": p.reason} for p in self.rejected],
             **({"routes": self.routes} if self.routes else {}),
+            **({"already_submitted": [{"line": a.line, "submission_id": a.submission_id} for a in self.already]}
+               if self.already else {}),
             **({"error": self.error} if self.error else {}),
         }
 
@@ -145,17 +149,22 @@ def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
     source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
+    skip_submitted: bool = False,
 ) -> SubmitReport:
     return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked,
-                       source_handlers, batch_size, staleness)
+                       source_handlers, batch_size, staleness, skip_submitted)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
     samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
     source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
+    skip_submitted: bool = False,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed).
+
+    `skip_submitted` (the CLI's default): tasks an earlier such submission queued are skipped
+    and listed in `report.already` (orchestrator/submission/already_submitted.py).
 
     `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources];
     `batch_size` (default run.toml's jobs.batch_size) consecutive jobs share a queue entry;
@@ -182,6 +191,13 @@ def submit_rows(
     if strict and report.rejected:
         _record(paths, report)
         return report
+    how = {"samples": samples, "sampling": dict(sampling or {}), "staleness": mode.value}
+    prints = [fingerprint(t.handler, t.instance, t.instance_id, t.data_source, how) for t in tasks] \
+        if skip_submitted else []
+    if prints:
+        earlier = submitted_prints(paths)
+        report.already = [AlreadySubmitted(t.line, earlier[p]) for t, p in zip(tasks, prints) if p in earlier]
+        tasks, prints = [t for t, p in zip(tasks, prints) if p not in earlier], [p for p in prints if p not in earlier]
     tickets = _tickets(report, tasks, samples, dict(sampling or {}), mode)
     try:
         names, entries = stage_and_publish(paths, report.submission_id, tickets, batch_size)
@@ -196,6 +212,8 @@ def submit_rows(
     report.jobs = len(names)
     report.batches = entries
     report.first_job, report.last_job = (names[0], names[-1]) if names else ("", "")
+    if prints:   # after the jobs are queued: a failed queueing must not mark its rows as submitted
+        record_prints(paths, report.submission_id, prints)
     _record(paths, report)
     return report
 

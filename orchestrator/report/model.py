@@ -22,7 +22,9 @@ from orchestrator.report.llm_stats import (
 )
 from orchestrator.report.outcomes import OUTCOME_COLUMNS, PassAtK, RewardGroup, pass_at_k, reward_by
 from orchestrator.report.shard_read import OUTPUT_TOKENS, ShardData, read_shards
+from orchestrator.report.spool_damage import missing_parts
 from orchestrator.report.spool_read import WorkerInfo, read_spool_files
+from orchestrator.spool.shardlog import shard_names
 
 ROW_COLUMNS = tuple(dict.fromkeys((*FINISHED_COLUMNS, *OUTCOME_COLUMNS, "worker", "tool_calls")))
 BACKEND_EVENTS = ("llm_backend_failed",)
@@ -71,7 +73,8 @@ def load_report(paths: SpoolPaths, since_s: float | None = None, pass_reward: fl
     events = read_events(paths, (*JOB_EVENTS, *BACKEND_EVENTS))
     spool = read_spool_files(paths)
     rows, turns = shards.rows, shards.turns
-    skipped = [*shards.skipped, *events.problems, *spool.problems, *_missing_events(rows, events.table)]
+    skipped = [*missing_parts(paths, shard_names(paths)), *shards.skipped, *events.problems, *spool.problems,
+               *_missing_events(rows, events.table)]
     table = events.table  # job and backend events of every worker
     begin = _first_time(rows, table, since)
     window = (begin, max(_last_time(rows, table), begin + 1.0))

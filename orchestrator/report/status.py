@@ -26,6 +26,7 @@ from orchestrator.spool.liveness import read_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.backend_health import BackendHealth, backend_health
 from orchestrator.report.finished_values import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats
+from orchestrator.report.spool_damage import missing_parts
 from orchestrator.spool.shardlog import shard_files
 
 if TYPE_CHECKING:
@@ -142,7 +143,9 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
             snap.results = FinishedStats.of_no_rows(pass_reward)
             snap.finished = snap.results.by_status
     else:
-        snap.shards = len(shard_files(paths))
+        files = shard_files(paths)
+        snap.shards = len(files)
+    snap.warnings += missing_parts(paths, [f.name for f in files])
     since = time.time() - THROUGHPUT_WINDOW_S
     snap.finished_last_minute = sum(1 for _ in recent_events(paths, since, {"finished"}))
     snap.backends = backend_health(paths, config)

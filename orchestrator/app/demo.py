@@ -39,7 +39,8 @@ class DemoResult:
     backend: str
     jobs: int
     rows: list[dict[str, Any]]
-    seconds: float
+    seconds: float            # the whole demo: server start and model load, workers, shutdown
+    drain_seconds: float = 0.0   # from the jobs queued to the last row: what the progress bar timed
 
 
 def demo_tasks(count: int) -> list[dict[str, Any]]:
@@ -71,7 +72,9 @@ def run_demo(
         launch = start_local_workers(paths, workers, WorkerOptions(), verbose=1, owned=True)
         if on_ready is not None:
             on_ready(paths, server.url, report, launch)
+        queued_at = time.monotonic()
         drained = wait(paths, launch) if wait is not None else None
+        drain_seconds = time.monotonic() - queued_at
         if drained is False:
             raise RuntimeError(f"the workers stopped before the jobs finished: see {launch.log_dir}")
     finally:
@@ -79,7 +82,7 @@ def run_demo(
             launch.terminate(timeout_s=30)
         server.stop()
     landed = [row for _, shard_rows in iter_rows(paths) for row in shard_rows]
-    return DemoResult(paths.root, server.url, report.jobs, landed, time.monotonic() - started)
+    return DemoResult(paths.root, server.url, report.jobs, landed, time.monotonic() - started, drain_seconds)
 
 
 def summary_lines(result: DemoResult) -> list[str]:
@@ -91,7 +94,9 @@ def summary_lines(result: DemoResult) -> list[str]:
     turns = sum(len(r["turns"] or []) for r in ok)
     sampled = sum(sum(r["response_mask"] or []) for r in ok)
     lines = [
-        f"{len(rows)} trajectories ({len(ok)} ok) in {result.seconds:.1f} s, {turns} model turns, {sampled} sampled tokens",
+        f"{len(rows)} trajectories ({len(ok)} ok) in {result.drain_seconds:.1f} s from queued to stored "
+        f"({result.seconds:.1f} s with the server's start and the shutdown), {turns} model turns, "
+        f"{sampled} sampled tokens",
         f"groups: {len(groups)}, mean reward {sum(sum(v) for v in groups.values()) / max(len(ok), 1):.3f}",
     ]
     if ok:

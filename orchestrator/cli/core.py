@@ -204,9 +204,24 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
     if report.jobs:
         say(f"  jobs {report.first_job} .. {report.last_job}")
         _say_routes(report.routes)
-        say(f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait")
+        say(_next_step(paths, run_dir))
     if report.rejected:
         sys.exit(1)
+
+
+def _next_step(paths: Any, run_dir: str) -> str:
+    """Start workers, unless some are running already: then they take the new jobs."""
+    from orchestrator.config import RunConfig
+    from orchestrator.spool.liveness import read_workers
+
+    try:
+        lease_s = RunConfig.load(paths.run_config).leases.lease_s
+        running = [w for w in read_workers(paths, lease_s) if w.alive and w.info.get("state") in ("starting", "running")]
+    except (OSError, ValueError):
+        running = []
+    if running:
+        return f"  {len(running)} worker(s) running will take them: hpc-rollout status {run_dir}"
+    return f"  next: hpc-rollout launch {run_dir} --local --workers 2 --wait"
 
 
 def _tell_problems(tasks_file: Path, report: SubmitReport) -> None:

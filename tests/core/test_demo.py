@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,4 +27,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         assert all(lp == 0.0 for lp, m in zip(logprobs, mask) if m == 0)
         assert all(lp < 0.0 for lp, m in zip(logprobs, mask) if m == 1)
     assert "6 trajectories (6 ok)" in result.stdout
+    # the summary's time is the bar's (queued to stored), the whole demo's beside it (issue 39)
+    said = re.search(r"in ([0-9.]+) s from queued to stored \(([0-9.]+) s with the server", result.stdout)
+    assert said and float(said.group(1)) < float(said.group(2)), result.stdout
     assert not list((run_dir / "workers").glob("*.json")), "every worker stopped"

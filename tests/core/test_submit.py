@@ -14,7 +14,7 @@ from orchestrator.spool.batches import queued_tickets
 from orchestrator.spool.job_ids import new_submission_id
 from orchestrator.submission.submit import SubmitError, parse_sampling, submit_file
 from orchestrator.spool.tickets import Ticket
-from tests.core.util import cli, make_run, write_jsonl
+from tests.core.util import FAST, cli, make_run, start_worker, stop_worker, wait_until, write_jsonl
 
 
 def queued(paths) -> list[Ticket]:
@@ -150,3 +150,16 @@ def test_a_trainers_steps_scan_the_installed_handlers_once_not_at_every_submit(
     with pytest.raises(contract.HandlerError, match="unknown handler 'nope'.*installed handlers: .*answer"):
         contract.load_handler("nope")
     assert len(scans) == 2
+
+
+def test_submit_points_to_launch_only_when_no_worker_is_running(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run", **FAST)
+    tasks = write_jsonl(tmp_path / "t.jsonl", [{"handler": "echo", "instance": {}}])
+    assert "next: hpc-rollout launch" in cli("submit", str(paths.root), str(tasks)).stdout
+    worker = start_worker(paths)
+    try:
+        wait_until(lambda: any(paths.workers.glob("*.json")), 60, "the worker's heartbeat")
+        said = cli("submit", str(paths.root), str(tasks), "--again").stdout
+    finally:
+        stop_worker(worker)
+    assert "1 worker(s) running will take them" in said and "hpc-rollout launch" not in said, said

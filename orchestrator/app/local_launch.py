@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from orchestrator.spool.launches import launch_log_dir, new_launch_id, request_stop
+from orchestrator.spool.launches import launch_log_dir, new_launch_id, request_stop, stop_seen_env
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.signals import STOP_NOW_SIGNAL, stop_signals_held
@@ -85,12 +85,13 @@ def start_local_workers(paths: SpoolPaths, count: int, options: WorkerOptions, v
         options = replace(options, launcher_pid=os.getpid())
     args = [sys.executable, "-m", "orchestrator.worker", str(paths.root), *options.to_args()]
     args += ["-v"] * verbose
+    env = {**os.environ, **stop_seen_env(paths)}
     for index in range(count):
         log_path = log_dir / f"worker-{index}.log"
         with open(log_path, "ab") as log_file, stop_signals_held():
             process = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env=env,
             )
         launch.processes.append(process)
     (log_dir / "pids.json").write_bytes(orjson.dumps({"pids": launch.pids, "argv": args}))

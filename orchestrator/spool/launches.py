@@ -27,6 +27,30 @@ def launch_log_dir(paths: SpoolPaths, launch_id: str) -> Path:
     return log_dir
 
 
+# The stop request a launcher saw before it started its workers, handed down to them: a worker
+# ignores the request that stood when it was launched (a run can be launched again after a stop),
+# and obeys any later one, including one made while it was still starting (`launch; stop`).
+STOP_SEEN_ENV = "HPC_ROLLOUT_STOP_SEEN"
+NO_STOP = "-"
+
+
+def stop_seen_env(paths: SpoolPaths) -> dict[str, str]:
+    """For the environment of the workers a launcher is about to start."""
+    seen = fsops.identity(paths.stop_request)
+    return {STOP_SEEN_ENV: NO_STOP if seen is None else ":".join(str(part) for part in seen)}
+
+
+def stop_baseline(paths: SpoolPaths) -> tuple[int, int, int] | None:
+    """The stop request this worker ignores: its launcher's (STOP_SEEN_ENV), else the one standing now."""
+    handed = os.environ.get(STOP_SEEN_ENV, "")
+    if handed == NO_STOP:
+        return None
+    parts = handed.split(":")
+    if len(parts) == 3 and all(part.isdigit() for part in parts):
+        return (int(parts[0]), int(parts[1]), int(parts[2]))
+    return fsops.identity(paths.stop_request)
+
+
 def request_stop(paths: SpoolPaths) -> None:
     """Ask every worker of the run, on every node, to drain and exit (control/stop)."""
     fsops.ensure_dir(paths.control)

@@ -26,6 +26,7 @@ from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
 from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool import access, fsops
+from orchestrator.spool.launches import stop_baseline
 from orchestrator.spool.cancel import CancelWatch
 from orchestrator.spool.claims import ClaimBox, Claimer
 from orchestrator.spool.cluster_summary import LARGE_RUN_WORKERS, ClusterView
@@ -115,10 +116,10 @@ class WorkerState:
         repaired = access.tighten(access.working_directories(paths))
         self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
         self.info = base_info(self.node, self.options.launch_id)
-        # A stop request is one made after this worker started: another identity of control/stop
-        # than the one seen now (its mtime is never compared with this node's clock).
+        # A stop request is one made after this worker was launched: another identity of
+        # control/stop than the one its launcher saw (its mtime is never compared with a clock).
         with fsops.duty("stop_poll"):
-            self.stop_seen = fsops.identity(paths.stop_request)
+            self.stop_seen = stop_baseline(paths)
         # The heartbeat exists before the claim directory, so recovery never takes a starting
         # worker's directory for an abandoned one.
         write_heartbeat(paths, self.worker_id, {**self.info, "state": "starting"})

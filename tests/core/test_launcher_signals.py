@@ -144,7 +144,10 @@ def test_a_detached_launch_says_how_its_workers_end(tmp_path: Path) -> None:
         assert f"hpc-rollout stop {paths.root}" in human.stdout and "--idle-exit" in human.stdout, human.stdout
         assert "already working on this run" in human.stderr and started["launch_id"] in human.stderr, human.stderr
     finally:
-        subprocess.run([*CLI, "stop", str(paths.root), "--timeout", "60"], capture_output=True, timeout=120)
+        # at once after the second launch: its worker, still starting, must not take this stop for an old one
+        stopped = subprocess.run([*CLI, "stop", str(paths.root), "--timeout", "30"], capture_output=True, text=True,
+                                 timeout=120)
+    assert stopped.returncode == 0 and "all workers stopped" in stopped.stdout, stopped.stdout + stopped.stderr
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is installed by scripts/test.sh")

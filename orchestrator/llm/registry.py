@@ -149,7 +149,7 @@ class Snapshot:
     policy_version: int = 0
     backends: tuple[Backend, ...] = ()
     updated_at: float = 0.0
-    min_policy_version: int = 0      # samples of older policies are stale (orchestrator/trainer/staleness.py)
+    min_policy_version: int = 0      # samples of older policies are stale (orchestrator/spool/staleness.py)
 
     def find(self, url: str) -> Backend | None:
         return next((b for b in self.backends if b.url == url), None)

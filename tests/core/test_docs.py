@@ -43,3 +43,19 @@ def test_the_citation_pattern_reads_both_forms() -> None:
                            (REPO / "tests/core/test_poison.py", ["test_b", "test_c"]),
                            (REPO / "tests/faults/test_fault_mix.py", []),
                            (REPO / "tests/test_benchmarks.py", [])]
+
+
+MODULE_PATH = re.compile(r"\b((?:orchestrator|handlers|benchmarks|scripts|sbatch|tests)/[\w/-]*\w\.(?:py|sh|j2))\b")
+# Files whose text holds paths of another repository (the bundled SWE tasks' sources), not this one's.
+NOT_OURS = ("handlers/bundled/swe_repos.py",)
+
+
+def test_every_module_path_the_docs_and_docstrings_name_exists() -> None:
+    """A module renamed or moved leaves no pointer to where it was: README, docs/*.md and the
+    package's own docstrings and comments name only files that are there (issue 38)."""
+    texts = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted(REPO.glob("scripts/*.sh"))]
+    for package in ("orchestrator", "handlers", "benchmarks"):
+        texts += [p for p in sorted((REPO / package).rglob("*.py")) if p.relative_to(REPO).as_posix() not in NOT_OURS]
+    missing = sorted({f"{text.relative_to(REPO)}: {match}" for text in texts
+                      for match in MODULE_PATH.findall(text.read_text()) if not (REPO / match).exists()})
+    assert missing == [], "\n".join(missing)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import sys
+from typing import NoReturn
 
 import click
 
@@ -56,4 +59,31 @@ def main() -> None:
     from orchestrator.cli.stop_signals import end_like_ctrl_c
 
     end_like_ctrl_c()   # SIGTERM and SIGHUP end every command as Ctrl-C does: exit status 130
-    run_guarded(lambda: cli.main(prog_name="hpc-rollout", standalone_mode=False))
+    # The program itself (the console script, `python -c`) ends with _leave; a caller in the same
+    # process (a test) gets the SystemExit, as from any click program.
+    program = sys._getframe(1).f_globals.get("__name__") == "__main__"
+    try:
+        run_guarded(lambda: cli.main(prog_name="hpc-rollout", standalone_mode=False))
+    except SystemExit as exc:
+        if not program:
+            raise
+        _leave(exc.code)
+    if program:
+        _leave(0)
+
+
+def _leave(code: object) -> NoReturn:
+    """Exit with `code` without the interpreter's teardown. Once a command has said everything,
+    the teardown can only lose its exit status: a native library's thread (pyarrow, torch) was
+    seen to abort it ("terminate called without an active exception", exit -6 instead of the
+    launcher's 130). What of the teardown matters is done here: logs and output flushed."""
+    if isinstance(code, str):   # sys.exit("message"): said on stderr, status 1
+        print(code, file=sys.stderr)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed pipe or terminal: nothing more can be said
+            pass
+    os._exit(status)

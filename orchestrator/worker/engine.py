@@ -40,7 +40,6 @@ from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.state import WorkerState
-from orchestrator.worker.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,6 @@ class Worker:
         self.housekeeping = Housekeeping(state, self.runner, self.moves, self.committer, self.heartbeat)
         self.drain = Drain(state, self.runner, self.moves)
         self.fatal: BaseException | None = None
-        self._warmed: asyncio.Future[None] | None = None
 
     # What main.py and the tests see of a worker.
     @property
@@ -87,10 +85,8 @@ class Worker:
         state = self.state
         self._announce()
         background = [periodic.start(duty) for duty in self.housekeeping.duties()]
-        # Claims only once warmed up (worker/warm_up.py): a tokenizer load is the worker's start,
-        # not the first job's RUN time (a job goes on from INIT to RUN in the same worker).
         dispatchers = [
-            asyncio.create_task(self._dispatch_warm(stage), name=f"dispatch-{stage.value}")
+            asyncio.create_task(self.dispatcher.dispatch(stage), name=f"dispatch-{stage.value}")
             for stage in Stage if state.options.pool_size(stage) > 0
         ]
         for task in background + dispatchers:
@@ -115,24 +111,6 @@ class Worker:
             state.shards.take()  # rows of claims other workers now hold: never committed
             state.state = "fenced"
         return self._retire()
-
-    async def _dispatch_warm(self, stage: Stage) -> None:
-        state = self.state
-        if self._warmed is None:   # the first dispatcher warms up, the others wait for it
-            self._warmed = asyncio.ensure_future(self._warm_up())
-        await asyncio.shield(self._warmed)
-        if not state.stopping.is_set():
-            await self.dispatcher.dispatch(stage)
-
-    async def _warm_up(self) -> None:
-        state = self.state
-        if state.options.pool_size(Stage.RUN) == 0:
-            return   # an INIT/EVAL-only worker loads no tokenizer
-        warmed = await warm_up(state.paths, state.stopping)
-        state.info["warm_up_s"] = warmed["seconds"]
-        state.events.emit("-", "worker_warmed", warmed)
-        log.info("worker %s warmed up in %.1fs (%d tokenizer(s))", state.worker_id, warmed["seconds"],
-                 warmed["tokenizers"])
 
     def _announce(self) -> None:
         state = self.state

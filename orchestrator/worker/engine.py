@@ -109,6 +109,10 @@ class Worker:
             await self._give_back_the_rest()
         else:
             state.shards.take()  # rows of claims other workers now hold: never committed
+            try:   # it commits nothing more: readers stop probing its writer (the reaper may have
+                state.shards.close()   # closed the worker's writers before this one was registered)
+            except OSError as exc:
+                log.warning("could not close the shard writer of fenced worker %s: %s", state.worker_id, exc)
             state.state = "fenced"
         return self._retire()
 

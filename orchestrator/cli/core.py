@@ -310,6 +310,12 @@ def inspect_cmd(run_dir: str, job_id: str, as_json: bool) -> None:
     if report.get("traceback"):
         say("traceback (most recent call last is at the bottom):")
         say(report["traceback"].rstrip())
+    if report.get("attempts"):
+        say("attempts (hpc-rollout retry):")
+    for number, attempt in enumerate(report.get("attempts", []), 1):
+        ended = f"status={attempt['status']} {attempt.get('error') or ''}" if attempt.get("status") else "not finished"
+        mark = "  <- this job" if attempt["job_id"] == job_id else ""
+        say(f"  {number}. {attempt['job_id']}  {ended.strip()}{mark}")
     if report.get("artifacts"):
         say(f"artifacts: {report['artifacts']}")
     for log_path in report.get("logs", []):

@@ -13,10 +13,15 @@ from orchestrator.spool.batches import decode_batch, is_batch, jobs_in, may_hold
 from orchestrator.spool.events import events_of
 from orchestrator.spool.paths import SpoolPaths, safe_name
 from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
+from orchestrator.spool.retries import read_retry_links
 from orchestrator.spool.shard_file import open_shard
 from orchestrator.spool.shards import shard_names
 from orchestrator.spool.journal import read as read_journal, resume_journaled
 from orchestrator.spool.tickets import CorruptTicket, Ticket
+
+
+# What `inspect` shows of each attempt of a retried job.
+ATTEMPT_FIELDS = ("status", "reward", "error", "worker", "attempt", "finished_at")
 
 
 class JobNotFound(HpcRolloutError, LookupError):
@@ -139,4 +144,21 @@ def inspect_job(paths: SpoolPaths, job_id: str, *, row: Any = _LOOK_UP, events: 
         report["traceback"] = failures[-1].get("traceback", "")
     report["artifacts"] = str(paths.job_dir(job_id)) if paths.job_dir(job_id).is_dir() else None
     report["logs"] = _worker_logs(paths, {e["worker"] for e in events if "worker" in e})
+    attempts = attempts_of(paths, job_id, row)
+    if len(attempts) > 1:
+        report["attempts"] = attempts
     return report
+
+
+def attempts_of(paths: SpoolPaths, job_id: str, row: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every attempt of the job, first submission first, as `hpc-rollout retry` linked them: each
+    job's id and how its row ended (no "status": not finished yet)."""
+    chain = read_retry_links(paths).chain(job_id)
+    attempts = []
+    for job in chain:
+        found = row if job == job_id else find_row(paths, job)
+        attempt: dict[str, Any] = {"job_id": job}
+        if found is not None:
+            attempt.update({key: found.get(key) for key in ATTEMPT_FIELDS})
+        attempts.append(attempt)
+    return attempts

@@ -154,6 +154,13 @@ class Proxy:
 @dataclass(frozen=True)
 class Metrics:
     prometheus_dir: str = ""      # node-exporter textfile directory ("" = off; relative: inside the run)
+    # Live scalars of each worker at its heartbeats (orchestrator/metrics/live.py).
+    tensorboard_dir: str = ""     # event files in DIR/<run>/<worker> ("" = off; relative: inside the run)
+    wandb_project: str = ""       # one W&B run per worker, grouped by the run ("" = off)
+    wandb_mode: str = ""          # online | offline | "": W&B's own choice (WANDB_MODE, else online)
+
+
+WANDB_MODES = ("", "online", "offline")
 
 
 @dataclass(frozen=True)
@@ -346,6 +353,8 @@ def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
             raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(RUNTIMES)}")
         if dotted == "trainer.staleness" and value not in STALENESS_NAMES:
             raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(STALENESS_NAMES)}")
+        if dotted == "metrics.wandb_mode" and value not in WANDB_MODES:
+            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: \"\" (W&B's own choice), online, offline")
         return str(value)
     if isinstance(value, str):
         try:

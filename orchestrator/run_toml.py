@@ -73,6 +73,9 @@ HELP: dict[str, str] = {
     "rewards.verl_custom_name": "the function in verl_custom_path",
     "rewards.truncated_reward": "what an answer cut at the length limit earns (stop_reason truncated; math, answer), not graded",
     "metrics.prometheus_dir": "node-exporter textfile directory (\"\": off; relative: inside the run)",
+    "metrics.tensorboard_dir": "TensorBoard event files of each worker in DIR/<run>/<worker> (\"\": off; relative: inside the run)",
+    "metrics.wandb_project": "W&B project: one run per worker, grouped by the run's name (\"\": off)",
+    "metrics.wandb_mode": "online | offline (then `wandb sync`) | \"\": W&B's own choice (WANDB_MODE, else online)",
     "trainer.staleness": "restart | continue: a job whose policy fell behind is cancelled and resubmitted, or keeps its turns and goes on with the new weights (submit --staleness)",
     "trainer.max_policy_lag": "rows of policies older than current - lag are not trained on (-1: no bound)",
 }

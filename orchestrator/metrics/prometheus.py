@@ -24,7 +24,8 @@ INSTALL_HINT = "pip install 'hpc-rollout[metrics]' (prometheus-client)"
 
 
 class MetricsUnavailable(HpcRolloutError, RuntimeError):
-    """[metrics] prometheus_dir is set but prometheus-client is not installed."""
+    """A run.toml [metrics] setting is on but the package it needs is not installed (the message
+    names the pip install): prometheus_dir here, tensorboard_dir and wandb_project in live_sinks.py."""
 
 
 class TextfileExporter:

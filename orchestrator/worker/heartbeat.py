@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from orchestrator.metrics.live import live_metrics
 from orchestrator.metrics.prometheus import prometheus_exporter
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import Stage
@@ -31,6 +32,7 @@ class Heartbeat:
         self.rows_buffered = rows_buffered
         self.lose_lease = lose_lease
         self.metrics = prometheus_exporter(state.paths, state.config, state.worker_id)
+        self.live = live_metrics(state.paths, state.config, state.worker_id, state.recent)
 
     def record(self) -> dict[str, Any]:
         state = self.state
@@ -93,7 +95,11 @@ class Heartbeat:
     def _write_metrics(self, info: dict[str, Any]) -> None:
         if self.metrics is not None:
             self.metrics.write({**info, "heartbeat_at": time.time()})
+        if self.live is not None:
+            self.live.write(info)
 
     def close(self) -> None:
         if self.metrics is not None:
             self.metrics.remove()
+        if self.live is not None:
+            self.live.close()

@@ -259,7 +259,9 @@ class JobRunner:
         ctx = ctx or self.context(ticket, Stage.EVAL)
         ticket.timings["finished_at"] = time.time()
         merged = final_fields(handler, ctx, ticket.outputs, error)
-        state.shards.add(build_row(ticket, merged, status, state.worker_id), ticket.name)
+        row = build_row(ticket, merged, status, state.worker_id)
+        state.shards.add(row, ticket.name)
+        state.recent.add(row)
         if ticket.state.get("remove_workspaces"):
             self.committer.remove_workspace_with_row(ticket.name)
         state.counters["finished"] += 1

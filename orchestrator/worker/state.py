@@ -24,6 +24,7 @@ from orchestrator.config import RunConfig
 from orchestrator.handler_api.context import WorkerServices
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.llm.router import router_from_config
+from orchestrator.metrics.recent import RecentJobs
 from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool import access, fsops
 from orchestrator.spool.launches import stop_baseline
@@ -154,6 +155,7 @@ class WorkerState:
         self.jobs = HeldJobs()
         self.run_queue_count = RunQueueCount()
         self.counters: dict[str, int] = {"claimed": 0, "finished": 0, "failed": 0, "requeued": 0}
+        self.recent = RecentJobs()   # the last minute of rows it finished, for live metrics
         self.stopping = asyncio.Event()
         self.grace_s = config.shutdown.grace_s
         self.state = "running"

@@ -4,6 +4,7 @@ Figures are made as `matplotlib.figure.Figure` objects, never through pyplot: no
 registry, no GUI backend chosen, and a faster import.
 
 Every figure is always written: with no data it says so, so a page never has a broken image.
+Time axes start at the first claim (time_axis.py); legends sit right of the axes, never on data.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from typing import Callable
 import matplotlib
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from orchestrator.report.activity import LANES_LAID_OUT, PLACES, STAGES
 from orchestrator.spool import fsops
 from orchestrator.report.model import RunReport
+from orchestrator.report.time_axis import TimeAxis, throughput, time_axis
 
 STAGE_COLORS = {"init": "#4C72B0", "run": "#DD8452", "eval": "#55A868", "queue": "#8172B3", "llm turn": "#C44E52"}
 DPI = 100
@@ -37,19 +41,12 @@ class FigureFile:
     caption: str
 
 
+Drawer = Callable[[RunReport], tuple[Figure, str]]
+
+
 def draw_all(report: RunReport, directory: Path) -> list[FigureFile]:
-    drawers: list[tuple[str, str, Callable[[RunReport], tuple[Figure, str]]]] = [
-        ("timeline.png", "Worker slots over wall time", _timeline),
-        ("queues.png", "Queue depths and busy slots", _queues),
-        ("throughput.png", "Throughput", _throughput),
-        ("latency.png", "Latency per stage, LLM turn and tool", _latency),
-        ("reward.png", "Reward by policy version and data source", _reward),
-        ("pass_at_k.png", "pass@k per data source", _pass_at_k),
-        ("failures.png", "Failures by stage and kind", _failures),
-        ("backends.png", "LLM backends", _backends),
-    ]
     made = []
-    for name, title, draw in drawers:
+    for name, (title, draw) in DRAWERS.items():
         figure, caption = draw(report)
         # zlib level 1: a third of the encoding time of the default for files about 20% larger.
         # Drawn into memory and written new, then renamed over: savefig(path) would follow a
@@ -72,15 +69,18 @@ def _empty(message: str, height: float = 2.0) -> tuple[Figure, str]:
     return figure, message
 
 
-def _relative(report: RunReport, t: np.ndarray) -> np.ndarray:
-    return t - report.window[0]
+def _legend_beside(axes: Axes, *args: object, fontsize: float = 8) -> Legend:
+    """A legend right of the axes, its top at theirs: inside, it hid lines such as the RUN slots."""
+    return axes.legend(*args, loc="upper left", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.6, fontsize=fontsize)
 
 
-def _time_label(report: RunReport) -> str:
-    import datetime as dt
-
-    origin = dt.datetime.fromtimestamp(report.window[0], tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return f"seconds since {origin}"
+def _room_for_legends(figure: Figure, legends: list[Legend]) -> None:
+    """Narrow the axes so the widest legend beside them fits in the figure (measured, not guessed:
+    labels such as data sources have any length)."""
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    widest = max(legend.get_window_extent(renderer).width for legend in legends)
+    pad = 1.2 * legends[0].prop.get_size_in_points() * figure.dpi / 72   # borderaxespad and a margin, in pixels
+    figure.subplots_adjust(right=max(0.5, 1 - (widest + pad) / figure.bbox.width))
 
 
 def _timeline(report: RunReport) -> tuple[Figure, str]:
@@ -93,9 +93,10 @@ def _timeline(report: RunReport) -> tuple[Figure, str]:
     figure = Figure(figsize=(WIDTH_IN, height))
     axes = figure.subplots()
     _margins(figure, left=0.17, bottom=0.6 / height, top=1 - 0.2 / height)
-    pixel = max((report.window[1] - report.window[0]) / 1500, 1e-9)
-    lane, start, end = _merged_runs(intervals.lane_index(), _relative(report, intervals.start),
-                                    _relative(report, intervals.end), pixel, len(shown))
+    axis = time_axis(report)
+    pixel = max(axis.span / 1500, 1e-9)
+    lane, start, end = _merged_runs(intervals.lane_index(), axis.x(intervals.start), axis.x(intervals.end),
+                                    pixel, len(shown))
     stage_of_lane = np.array([stage for _, stage, _ in shown], int)
     # Three quarters of the height a lane gets on the page, in points.
     width = max(1.0, 0.75 * (height - 0.8) * 72 / max(len(shown), 1))
@@ -108,12 +109,12 @@ def _timeline(report: RunReport) -> tuple[Figure, str]:
             axes.add_collection(LineCollection(list(segments), colors=STAGE_COLORS[stage], linewidths=width,
                                                label=stage.upper(), capstyle="butt"))
     axes.set_ylim(len(shown) - 0.5, -0.5)
-    axes.set_xlim(0, report.window[1] - report.window[0])
+    axes.set_xlim(0, axis.span)
     step = max(1, len(shown) // 40)
     axes.set_yticks(range(0, len(shown), step))
     axes.set_yticklabels([f"{w} {STAGES[s]}#{k}" for w, s, k in shown][::step], fontsize=7)
-    axes.set_xlabel(_time_label(report))
-    axes.legend(loc="upper right", fontsize=8)
+    axes.set_xlabel(axis.label)
+    _room_for_legends(figure, [_legend_beside(axes)])
     opened = int(intervals.open.sum())
     caption = (f"{len(intervals)} stage executions on {len(lanes)} slots of {len(set(w for w, _, _ in lanes))} worker(s)"
                + (f"; showing the first {LANES_LAID_OUT} slots" if len(lanes) > LANES_LAID_OUT else "")
@@ -140,26 +141,26 @@ def _queues(report: RunReport) -> tuple[Figure, str]:
     occupancy = report.occupancy
     if occupancy.empty:
         return _empty("no job events or submissions: no queue history")
-    grid = np.linspace(report.window[0], report.window[1], 600)
+    axis = time_axis(report)
+    grid = np.linspace(axis.origin, axis.end, 600)
     counts = occupancy.at(grid)
     figure = Figure(figsize=(WIDTH_IN, 5.5))
     top, bottom = figure.subplots(2, 1, sharex=True)
     _margins(figure, hspace=0.08)
-    x = _relative(report, grid)
+    x = axis.x(grid)
     for index, color in zip(range(3), ("#4C72B0", "#DD8452", "#55A868")):
         top.step(x, counts[index], where="post", label=PLACES[index], color=color)
     top.set_ylabel("jobs waiting")
-    top.legend(fontsize=8, loc="upper right")
     for index, stage in zip(range(3, 6), STAGES):
         bottom.step(x, counts[index], where="post", label=f"{PLACES[index]} busy", color=STAGE_COLORS[stage])
         times, slots = report.capacity.get(stage, (np.zeros(0), np.zeros(0)))
         if len(times):
-            bottom.step(_relative(report, np.append(times, report.window[1])), np.append(slots, slots[-1]),
+            bottom.step(axis.x(np.append(times, axis.end)), np.append(slots, slots[-1]),
                         where="post", linestyle="--", color=STAGE_COLORS[stage], alpha=0.5, label=f"{stage.upper()} slots")
     bottom.set_ylabel("busy slots")
-    bottom.set_xlim(0, report.window[1] - report.window[0])
-    bottom.set_xlabel(_time_label(report))
-    bottom.legend(fontsize=8, loc="upper right", ncol=2)
+    bottom.set_xlim(0, axis.span)
+    bottom.set_xlabel(axis.label)
+    _room_for_legends(figure, [_legend_beside(top), _legend_beside(bottom)])
     caption = "dashed: slots of the workers' pools from their heartbeats"
     if occupancy.unknown_start:
         caption += "; no submission records, so the INIT queue depth counts only what events show"
@@ -169,17 +170,23 @@ def _queues(report: RunReport) -> tuple[Figure, str]:
 def _throughput(report: RunReport) -> tuple[Figure, str]:
     if not report.jobs_per_s.any() and not report.tokens_per_s.any():
         return _empty("no finished jobs in the window")
-    centers = _relative(report, (report.rate_edges[:-1] + report.rate_edges[1:]) / 2)
+    axis = time_axis(report)
+    rates = throughput(report, axis)
     figure = Figure(figsize=(WIDTH_IN, 5.0))
     top, bottom = figure.subplots(2, 1, sharex=True)
     _margins(figure, hspace=0.08)
-    top.plot(centers, report.jobs_per_s, color="#4C72B0")
+    top.plot(axis.x(rates.t), rates.jobs_per_s, color="#4C72B0")
     top.set_ylabel("jobs/s")
-    bottom.plot(centers, report.tokens_per_s, color="#C44E52")
+    bottom.plot(axis.x(rates.t), rates.tokens_per_s, color="#C44E52")
     bottom.set_ylabel("sampled tokens/s")
-    bottom.set_xlabel(_time_label(report))
-    width = report.rate_edges[1] - report.rate_edges[0]
-    return figure, f"finished jobs and sampled tokens per second, in bins of {width:.3g} s"
+    bottom.set_xlim(0, axis.span)
+    bottom.set_xlabel(axis.label)
+    for panel in (top, bottom):
+        panel.set_ylim(bottom=0)
+    bins = report.rate_edges[1] - report.rate_edges[0]
+    return figure, (f"finished jobs and sampled tokens per second over the trailing {rates.window_s:.3g} s "
+                    f"(each finish spread over the time since the one before, at most that long; "
+                    f"tokens from bins of {bins:.3g} s)")
 
 
 def _latency(report: RunReport) -> tuple[Figure, str]:
@@ -212,7 +219,9 @@ def _latency(report: RunReport) -> tuple[Figure, str]:
         axes.tick_params(labelsize=7)
     for axes in list(grid.flat)[len(panels):]:
         axes.set_visible(False)
-    grid.flat[0].legend(fontsize=7)
+    # The line styles are alike in every panel: one legend, beside the first row.
+    handles, labels = grid.flat[0].get_legend_handles_labels()
+    _room_for_legends(figure, [_legend_beside(grid[0, min(len(panels), columns) - 1], handles, labels, fontsize=7)])
     return figure, "seconds per stage (rows), per LLM turn (turns) and per tool call (tool_calls); lines at p50, p90, p99"
 
 
@@ -248,7 +257,7 @@ def _pass_at_k(report: RunReport) -> tuple[Figure, str]:
     axes.set_xlabel("k")
     axes.set_ylabel("pass@k")
     axes.set_ylim(-0.02, 1.02)
-    axes.legend(fontsize=8)
+    _room_for_legends(figure, [_legend_beside(axes)])
     return figure, f"a sample passes when its reward >= {report.finished.pass_reward:g}; unbiased estimator over groups"
 
 
@@ -287,33 +296,36 @@ def _backends(report: RunReport) -> tuple[Figure, str]:
     for axes in (tasks_axes, tokens_axes):
         axes.set_yticks(y, [_short(u) for u in urls], fontsize=7)
         axes.invert_yaxis()
-    _turn_bands(lanes, report, urls)
+    axis = time_axis(report)
+    legend = _turn_bands(lanes, report, urls, axis)
     lane = {u: i for i, u in enumerate(urls)}
     for period in report.down:
         if period.url in lane:
-            end = period.end if period.end is not None else report.window[1]
-            lanes.barh(lane[period.url], end - period.start, left=period.start - report.window[0], height=0.6,
+            end = period.end if period.end is not None else axis.end
+            lanes.barh(lane[period.url], end - period.start, left=float(axis.x(period.start)), height=0.6,
                        color="#C44E52", alpha=0.35)
     for change in report.version_changes:
         if change.change == "version" and change.url in lane:
-            lanes.axvline(change.t - report.window[0], color="black", linestyle=":", linewidth=1)
+            lanes.axvline(float(axis.x(change.t)), color="black", linestyle=":", linewidth=1)
     lanes.set_yticks(range(len(urls)), [_short(u) for u in urls], fontsize=7)
     lanes.set_ylim(len(urls) - 0.5, -0.5)
-    lanes.set_xlim(0, report.window[1] - report.window[0])
-    lanes.set_xlabel(_time_label(report))
+    lanes.set_xlim(0, axis.span)
+    lanes.set_xlabel(axis.label)
+    if legend is not None:
+        _room_for_legends(figure, [legend])
     return figure, "top: tasks and sampled tokens per backend; bottom: when it served turns (colour: policy version), down periods (red), version changes (dotted)"
 
 
-def _turn_bands(axes: Axes, report: RunReport, urls: list[str]) -> None:
+def _turn_bands(axes: Axes, report: RunReport, urls: list[str], axis: TimeAxis) -> Legend | None:
     """Per backend lane, the time bins in which it served turns, coloured by policy version."""
     points = report.turn_points
     if not points.num_rows:
-        return
+        return None
     backend = np.asarray(points.column("backend").to_numpy(zero_copy_only=False), dtype=object)
     sent = np.asarray(points.column("sent_at").to_numpy(zero_copy_only=False), dtype=float)
     version = points.column("policy_version").to_numpy(zero_copy_only=False)
     version = np.nan_to_num(np.asarray(version, dtype=float), nan=-1)
-    edges = np.linspace(report.window[0], report.window[1], 401)
+    edges = np.linspace(axis.origin, axis.end, 401)
     versions = sorted(set(version[~np.isnan(sent)].tolist()))
     colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, max(len(versions), 1)))
     for lane, url in enumerate(urls):
@@ -322,11 +334,23 @@ def _turn_bands(axes: Axes, report: RunReport, urls: list[str]) -> None:
             counts, _ = np.histogram(sent[mine & (version == value)], bins=edges)
             bins = np.flatnonzero(counts)
             if len(bins):
-                axes.broken_barh([(edges[b] - report.window[0], edges[b + 1] - edges[b]) for b in bins],
+                axes.broken_barh([(edges[b] - axis.origin, edges[b + 1] - edges[b]) for b in bins],
                                  (lane - 0.3, 0.6), color=color)
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in colors[:len(versions)]]
-    axes.legend(handles, [f"version {int(v)}" if v >= 0 else "no version" for v in versions], fontsize=7, loc="upper right")
+    return _legend_beside(axes, handles, [f"version {int(v)}" if v >= 0 else "no version" for v in versions], fontsize=7)
 
 
 def _short(url: str) -> str:
     return url.replace("http://", "").replace("https://", "").removesuffix("/v1")
+
+
+DRAWERS: dict[str, tuple[str, Drawer]] = {   # file name -> (title, drawer), in the page's order
+    "timeline.png": ("Worker slots over wall time", _timeline),
+    "queues.png": ("Queue depths and busy slots", _queues),
+    "throughput.png": ("Throughput", _throughput),
+    "latency.png": ("Latency per stage, LLM turn and tool", _latency),
+    "reward.png": ("Reward by policy version and data source", _reward),
+    "pass_at_k.png": ("pass@k per data source", _pass_at_k),
+    "failures.png": ("Failures by stage and kind", _failures),
+    "backends.png": ("LLM backends", _backends),
+}

@@ -59,7 +59,8 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
             parts.append(Text("not ok, by kind: " + ", ".join(f"{kind} {count}" for kind, count in results.failure_counts.items())))
     if snap.workers:
         workers = Table(title="workers", title_justify="left")
-        for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "init", "run", "eval", "slurm"):
+        for column in ("worker", "host", "node", "pid", "state", "alive", "heartbeat", "warm-up", "init", "run", "eval",
+                       "slurm"):
             workers.add_column(column)
         for w in snap.workers:
             pools = w.get("pools", {})
@@ -67,7 +68,9 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
             slurm = "_".join(str(w[k]) for k in ("slurm_array_job_id", "slurm_array_task_id") if k in w) or w.get("slurm_job_id", "-")
             workers.add_row(
                 w["worker_id"], str(w.get("host")), str(w.get("node")), str(w.get("pid")), str(w.get("state")),
-                "yes" if w["alive"] else styled("no", Tone.ERROR), f"{w['age_s']}s ago", cell("init"), cell("run"), cell("eval"), str(slurm),
+                "yes" if w["alive"] else styled("no", Tone.ERROR), f"{w['age_s']}s ago",
+                "-" if w.get("warm_up_s") is None else format_seconds(w["warm_up_s"]),
+                cell("init"), cell("run"), cell("eval"), str(slurm),
             )
         parts.append(workers)
     else:

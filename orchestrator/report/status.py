@@ -129,7 +129,7 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
             "worker_id": record.worker_id, "alive": record.alive, "age_s": round(record.age_s, 1),
             "host": info.get("host"), "node": info.get("node"), "pid": info.get("pid"),
             "state": info.get("state"), "pools": info.get("pools", {}), "counters": info.get("counters", {}),
-            "buffered_rows": info.get("buffered_rows", 0),
+            "buffered_rows": info.get("buffered_rows", 0), "warm_up_s": info.get("warm_up_s"),
             "clock_skew_s": None if record.skew_s is None else round(record.skew_s, 1),
             **{k: v for k, v in info.items() if k.startswith("slurm_")},
         })

@@ -40,6 +40,7 @@ from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.options import WorkerOptions
 from orchestrator.worker.state import WorkerState
+from orchestrator.worker.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Worker:
         state = self.state
         self._announce()
         background = [periodic.start(duty) for duty in self.housekeeping.duties()]
+        warming = await self._start_warm_up()
         dispatchers = [
             asyncio.create_task(self.dispatcher.dispatch(stage), name=f"dispatch-{stage.value}")
             for stage in Stage if state.options.pool_size(stage) > 0
@@ -95,9 +97,9 @@ class Worker:
         state.state = "draining"
         if not state.lease_lost:
             self.heartbeat.beat()
-        for task in dispatchers:
+        for task in [*dispatchers, *([warming] if warming else [])]:
             task.cancel()
-        await asyncio.gather(*dispatchers, return_exceptions=True)
+        await asyncio.gather(*dispatchers, *([warming] if warming else []), return_exceptions=True)
         await self.drain.drain()
         if state.services.llm_router is not None:
             await state.services.llm_router.close()
@@ -115,6 +117,38 @@ class Worker:
                 log.warning("could not close the shard writer of fenced worker %s: %s", state.worker_id, exc)
             state.state = "fenced"
         return self._retire()
+
+    async def _start_warm_up(self) -> asyncio.Task[None] | None:
+        """Hold every RUN slot until the warm-up is over (worker/warm_up.py): the RUN dispatcher and
+        INIT's hand-off find none free, so no RUN starts (and no job's RUN time runs) before the
+        tokenizers are loaded, while INIT and EVAL claim at once: every worker takes its share of
+        the queue from the start, whoever warms up first."""
+        state = self.state
+        size = state.options.pool_size(Stage.RUN)
+        if size == 0:
+            return None   # an INIT/EVAL-only worker loads no tokenizer
+        slots = state.pools.slots[Stage.RUN]
+        for _ in range(size):
+            await slots.acquire()   # free at start: returns at once
+
+        async def warm_then_free() -> None:
+            try:
+                await self._warm_up()
+            except Exception as exc:   # a failed warm-up leaves the loading to the first job, as before
+                log.warning("worker %s: warm-up failed: %s", self.state.worker_id, exc)
+            finally:
+                for _ in range(size):
+                    slots.release()
+
+        return asyncio.create_task(warm_then_free(), name="warm-up")
+
+    async def _warm_up(self) -> None:
+        state = self.state
+        warmed = await warm_up(state.paths, state.stopping)
+        state.info["warm_up_s"] = warmed["seconds"]
+        state.events.emit("-", "worker_warmed", warmed)
+        log.info("worker %s warmed up in %.1fs (%d tokenizer(s))", state.worker_id, warmed["seconds"],
+                 warmed["tokenizers"])
 
     def _announce(self) -> None:
         state = self.state

@@ -29,6 +29,7 @@ class WorkerInfo:
     heartbeat_at: float
     pool_sizes: dict[str, int]      # stage -> slots
     counters: dict[str, int]
+    warm_up_s: float | None = None  # its tokenizers loaded before its first RUN (orchestrator/worker/warm_up.py)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ def _read_workers(paths: SpoolPaths, problems: list[str]) -> list[WorkerInfo]:
                     state=str(info.get("state", "")), gone=gone, started_at=float(info.get("started_at") or 0),
                     heartbeat_at=float(info.get("heartbeat_at") or 0), pool_sizes=pools,
                     counters={k: int(v) for k, v in (info.get("counters") or {}).items()},
+                    warm_up_s=None if info.get("warm_up_s") is None else float(info["warm_up_s"]),
                 ))
             except (OSError, orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
                 problems.append(f"{path.relative_to(paths.root)}: unreadable heartbeat ({exc})")

@@ -25,6 +25,11 @@ def summary_pairs(report: RunReport) -> list[tuple[str, str]]:
         ("jobs/s", _number(f.jobs_per_s)),
         ("tokens/s", _number(f.tokens_per_s)),
     ]
+    warm_ups = sorted(w.warm_up_s for w in report.workers if w.warm_up_s is not None)
+    if warm_ups:
+        pairs.append(("worker warm-up", f"median {format_seconds(warm_ups[len(warm_ups) // 2])}, max "
+                                        f"{format_seconds(warm_ups[-1])} over {len(warm_ups)} worker(s): tokenizers "
+                                        "loaded before RUN, in no job's RUN time"))
     if report.turn_latency is not None:
         t = report.turn_latency
         pairs.append(("LLM turns", f"{t.count}, latency p50 {format_seconds(t.p50)}, p90 {format_seconds(t.p90)}, "

@@ -32,3 +32,8 @@ def test_the_tokenizer_is_loaded_before_the_first_run_and_the_warm_up_is_reporte
     assert warmed["t"] < first_run, "a job's RUN started before the worker had loaded the tokenizer"
     (worker_info,) = status["workers"]
     assert worker_info["warm_up_s"] == warmed["seconds"], worker_info
+    from orchestrator.report.model import load_report
+    from orchestrator.report.summary import summary_pairs
+
+    said = dict(summary_pairs(load_report(paths)))["worker warm-up"]   # the report says it apart, too
+    assert "over 1 worker(s)" in said and "in no job's RUN time" in said, said

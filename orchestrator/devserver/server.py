@@ -302,6 +302,9 @@ async def serve(options: ServerOptions) -> None:
     try:
         await stop.wait()
     finally:
+        # As vLLM does at shutdown: requests in flight end now, answered with what they sampled
+        # (finish_reason "abort"); cleanup() would otherwise wait for each to run to its end.
+        server.engine.abort_all()
         await runner.cleanup()
         server.close()
         with contextlib.suppress(OSError):   # after SIGHUP the terminal may be gone (EIO)

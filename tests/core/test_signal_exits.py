@@ -109,6 +109,33 @@ def test_serve_llm_stops_cleanly_and_exits_130(signum: int) -> None:
     assert "server stopped" in stderr, "it closed its listener and model first"
 
 
+def test_serve_llm_stops_at_once_with_a_generation_in_flight() -> None:
+    """A request generating when SIGTERM comes is aborted and answered with what it sampled, as
+    vLLM does; the server waited for it to finish instead (35 s here, up to aiohttp's 60 s)."""
+    pytest.importorskip("torch")
+    import threading
+    import time
+
+    import httpx
+
+    server = start("serve-llm", "--tiny", "--port", "0", "--max-model-len", "8192")
+    (line,) = read_lines(server.stdout, 1)
+    url = line.split()[-1]
+    answers: list[dict] = []
+    body = {"prompt": [1, 2, 3], "max_tokens": 8000, "ignore_eos": True}
+    client = threading.Thread(target=lambda: answers.append(httpx.post(url + "/completions", json=body, timeout=120).json()))
+    client.start()
+    time.sleep(1.5)   # generating by now
+    signalled_at = time.monotonic()
+    _, stderr = signalled(server, signal.SIGTERM)
+    took = time.monotonic() - signalled_at
+    client.join(10)
+    assert_interrupted(server, stderr, signal.SIGTERM)
+    assert took < 10, f"serve-llm took {took:.1f} s to exit with a request in flight"
+    (answer,) = answers
+    assert answer["choices"][0]["finish_reason"] == "abort", answer["choices"][0]["finish_reason"]
+
+
 def test_a_hangup_ignored_at_start_stays_ignored_as_under_nohup(tmp_path: Path) -> None:
     paths = make_run(tmp_path / "run")
     watch = subprocess.Popen([*CLI, "status", str(paths.root), "--watch", "--json", "--interval", "0.1"],

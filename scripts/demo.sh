@@ -5,6 +5,11 @@
 set -euo pipefail
 export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pips ignore it
 cd "$(dirname "$0")/.."
+# Say where the install goes when no virtual environment (venv, virtualenv, conda) is active.
+if python -c 'import os, sys; sys.exit(sys.prefix != sys.base_prefix or bool(os.environ.get("CONDA_PREFIX")))'; then
+  echo "[demo.sh] no virtual environment active: installing into $(python -c 'import sys; print(sys.prefix)')" \
+       "(to keep it apart: python3 -m venv ~/.venvs/hpc-rollout && . ~/.venvs/hpc-rollout/bin/activate, then run this again)"
+fi
 # torch: the CPU build. PyPI's torch for Linux x86_64 is the CUDA build (several GB of nvidia-*
 # wheels); the `+cpu` version exists only on PyTorch's CPU index (or a local wheelhouse), so
 # this installs the CPU build or fails, never CUDA by accident. README "Installing torch".

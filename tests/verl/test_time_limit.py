@@ -28,7 +28,7 @@ from orchestrator.llm.registry import BackendRegistry
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.trainer.api import Spool
 from orchestrator.trainer.verl.settings import VerlConfigError, parse_settings
-from orchestrator.trainer.verl.time_limit import GroupSlots, collect
+from orchestrator.trainer.time_limit import GroupSlots, collect
 from tests.core.util import FAST, make_run, start_worker, stop_worker, wait_until
 from tests.verl.env import VerlEnv, verl_env
 

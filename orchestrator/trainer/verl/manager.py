@@ -14,7 +14,7 @@ reward_loop_worker_handles=)` and calls `generate_sequences(DataProto) -> DataPr
    [data_sources]) or hpc_rollout.handler, sampling from verl's rollout config;
 2. follows the shards with the lossless reader until every sample has its row or the time limit
    passes; then cancels what is left and waits, for cancel_grace_s at most, until it is gone: rows
-   in, claims released, requests aborted (time_limit.py); what was cut is in meta_info;
+   in, claims released, requests aborted (orchestrator/trainer/time_limit.py); what was cut is in meta_info;
 3. returns verl's layout in verl's row order (assemble.py): failed, timed-out and cancelled
    samples masked, counted in meta_info["hpc_rollout"] and, as shares, where verl logs them
    (outcomes.py); a batch of nothing but failures raises AllSamplesFailed; meta_info["timing"]
@@ -46,7 +46,7 @@ from orchestrator.spool.liveness import read_workers
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.verl import keys
 from orchestrator.trainer.verl.assemble import Assembled, assemble
-from orchestrator.trainer.verl.time_limit import Cut, collect
+from orchestrator.trainer.time_limit import Cut, collect
 from orchestrator.trainer.verl.warm_up import WARM_UP_TOKENS, warm_up, warm_up_rows
 from orchestrator.trainer.verl.outcomes import Outcomes, flag_samples, outcomes_of
 from orchestrator.trainer.verl.routing import RouteLog
@@ -100,7 +100,7 @@ class SpoolLoopManager:
         self.registered: list[str] = []
         self.uses_rollout_log_probs = _uses_rollout_log_probs(to_plain(config))
         self._tokenizer: Any = None
-        self.cut: Cut | None = None         # what the last step's time limit cut (time_limit.py)
+        self.cut: Cut | None = None         # what the last step's time limit cut (orchestrator/trainer/time_limit.py)
 
     @classmethod
     @auto_await
@@ -233,7 +233,7 @@ class SpoolLoopManager:
 
     def _collect(self, placement: Placement, started: float) -> tuple[list[Mapping[str, Any] | None], float]:
         """The row of every verl sample (None: none came), and the seconds waited; what the time limit
-        cut is kept in `self.cut` (time_limit.py)."""
+        cut is kept in `self.cut` (orchestrator/trainer/time_limit.py)."""
         slots, self.cut = collect(self.reader, placement, len(placement.uids), self.spool.paths,
                                   lambda groups: self.spool.cancel(groups=groups), self.settings.time_limit_s,
                                   self.settings.cancel_grace_s, self.settings.poll_s, started)

@@ -11,7 +11,7 @@ Keys of `hpc_rollout` (every one bounded; an unknown key is an error that lists 
     time_limit_s     generate_sequences returns at this limit with what finished; the  None (wait for all)
                      rest is cancelled and masked
     cancel_grace_s   after the limit, how long the cancelled jobs get to be gone (rows  30
-                     in, claims released, requests aborted): time_limit.py
+                     in, claims released, requests aborted): orchestrator/trainer/time_limit.py
     warm_up_s        create() warms fresh workers with real rows for at most this long  120
                      before the first step (0: no warm-up): warm_up.py
     max_policy_lag   samples older than the current policy - lag are stale (-1: none)   run.toml's

@@ -27,7 +27,7 @@ from typing import Any
 from orchestrator.spool.liveness import read_workers
 from orchestrator.trainer.api import Spool
 from orchestrator.trainer.verl.settings import ManagerSettings
-from orchestrator.trainer.verl.time_limit import GroupSlots, RowSource, collect
+from orchestrator.trainer.time_limit import GroupSlots, RowSource, collect
 
 log = logging.getLogger(__name__)
 

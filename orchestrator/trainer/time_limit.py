@@ -1,4 +1,4 @@
-"""One step's rows, under verl's time limit; and at the limit, a cut that leaves nothing running.
+"""One step's rows, under a time limit (verl's or TRL's step); and at the limit, a cut that leaves nothing running.
 
 At `time_limit_s` the step's unfinished groups are cancelled (cancel/group-G, which every worker
 polls every 0.5 s). A cancelled job ends at once: its LLM request is aborted with it (the closed

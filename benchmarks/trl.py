@@ -1,0 +1,150 @@
+"""TRL's GRPOTrainer, step time: rollouts through the spool against TRL generating in-process.
+
+    python -m benchmarks.trl [--steps 8] [--max-tokens 16]
+
+The same tiny character-level model (orchestrator/devserver/tiny_model.py), the same "say D"
+prompts (2 per step x 4 generations), the same sampling and reward (the reply starts with D), the
+same GRPOConfig, on CPU, one after the other in one run:
+  spool     rollout_func=SpoolRollout: a local worker, serve-llm over HTTP, rows through a shard,
+            the reward from the `answer` handler at EVAL; SwapWeightsCallback pushes every step's
+            weights to serve-llm (its time is part of the step, and shown apart)
+  in-process  TRL's own generation (transformers generate on the training model), the reward
+            computed by a reward function in the trainer
+Step time = on_step_begin to on_step_end (generation, scoring, the update, the weight push),
+median over the steps after the first (which pays the server's and the worker's warm-up).
+Goal (issue 40): spool / in-process <= 1.2. Single-turn only: TRL generating in-process has no
+multi-turn tool episodes to compare with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit_json, median, parse_args, print_table
+
+GOAL = 1.2
+GENERATIONS = 4
+SETTINGS = {"shards.idle_flush_s": 0.01, "shards.max_age_s": 0.2, "leases.heartbeat_s": 1.0, "llm.health_check_s": 0}
+QUICK = {"steps": 2, "max_tokens": 4}
+
+
+def digit_rows() -> list[dict[str, Any]]:
+    return [{"prompt": f"say {d}", "digit": str(d)} for d in range(10)]
+
+
+def digit_task(prompt: str) -> dict[str, Any]:
+    return {"data_source": "toy/digits", "prompt": prompt, "match": "prefix",
+            "reward_model": {"style": "rule", "ground_truth": prompt[-1]}}
+
+
+def starts_with_digit(completions: list[Any], digit: list[str], **_: Any) -> list[float]:
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [1.0 if text.strip().startswith(d) else 0.0 for text, d in zip(texts, digit)]
+
+
+class StepClock:
+    """A TrainerCallback's hooks, timing each optimizer step (made a callback in `timed`)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._began = 0.0
+
+    def on_step_begin(self, *_: Any, **__: Any) -> None:
+        self._began = time.perf_counter()
+
+    def on_step_end(self, *_: Any, **__: Any) -> None:
+        self.seconds.append(time.perf_counter() - self._began)
+
+
+def timed() -> Any:
+    from transformers import TrainerCallback
+
+    class Clock(StepClock, TrainerCallback):
+        pass
+
+    return Clock()
+
+
+def config(out: Path, steps: int, max_tokens: int) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=str(out), use_cpu=True, max_steps=steps, learning_rate=1e-3,
+                      per_device_train_batch_size=2 * GENERATIONS, num_generations=GENERATIONS,
+                      max_completion_length=max_tokens, temperature=1.0, logging_steps=1, report_to=[],
+                      save_strategy="no", bf16=False, seed=0)
+
+
+def run_in_process(base: Path, out: Path, steps: int, max_tokens: int) -> list[float]:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    clock = timed()
+    trainer = GRPOTrainer(model=str(base), reward_funcs=[starts_with_digit], args=config(out, steps, max_tokens),
+                          train_dataset=Dataset.from_list(digit_rows()), callbacks=[clock])
+    trainer.train()
+    return list(clock.seconds)
+
+
+def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[float], list[float]]:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from orchestrator.app.local_launch import start_local_workers
+    from orchestrator.devserver.local_server import start_server
+    from orchestrator.llm.registry import BackendRegistry
+    from orchestrator.trainer.api import Spool
+    from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
+    from orchestrator.worker.options import WorkerOptions
+
+    spool = Spool.create(out / "spool", **SETTINGS)
+    launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
+    server = start_server(tiny=False, model_dir=base, log_path=out / "serve-llm.log")
+    try:
+        BackendRegistry(spool.paths).add(server.url, version=0)
+        rollout = SpoolRollout(spool, task_of=digit_task, source_handlers={"toy/digits": "answer"}, time_limit_s=300)
+        clock, swaps = timed(), SwapWeightsCallback(spool, out / "ckpt")
+        trainer = GRPOTrainer(model=str(base), reward_funcs=[spool_reward], args=config(out, steps, max_tokens),
+                              train_dataset=Dataset.from_list(digit_rows()), rollout_func=rollout,
+                              callbacks=[clock, swaps])
+        trainer.train()
+    finally:
+        launch.terminate(timeout_s=30)
+        server.stop()
+    return list(clock.seconds), [s.seconds for s in swaps.swaps]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per configuration (the first is warm-up)")
+    parser.add_argument("--max-tokens", type=int, default=16, help="max_completion_length")
+    args = parse_args(parser, QUICK)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from orchestrator.devserver.tiny_model import tiny_digits_model_dir
+
+    base = tiny_digits_model_dir()
+    work = Path(tempfile.mkdtemp(prefix="bench-trl-"))
+    try:
+        in_process = run_in_process(base, work / "in-process", args.steps, args.max_tokens)
+        spool, swaps = run_spool(base, work / "spool", args.steps, args.max_tokens)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    steady = lambda seconds: seconds[1:] or seconds   # noqa: E731   the first step pays the warm-ups
+    ratio = median(steady(spool)) / median(steady(in_process))
+    print_table(f"GRPOTrainer step time, {args.steps} steps of 2 prompts x {GENERATIONS}, max {args.max_tokens} tokens "
+                f"(load {os.getloadavg()[0]:.1f})", ["rollouts", "median s", "first s", "weight push s"],
+                [["in-process (TRL generate)", median(steady(in_process)), in_process[0], "-"],
+                 ["spool (worker + serve-llm)", median(steady(spool)), spool[0], median(swaps)]])
+    print(f"\nspool / in-process: {ratio:.2f} (goal <= {GOAL})")
+    emit_json({"step_s_spool": round(median(steady(spool)), 4), "step_s_in_process": round(median(steady(in_process)), 4),
+               "spool_over_in_process": round(ratio, 3), "weight_push_s": round(median(swaps), 4),
+               "goal": GOAL, "steps": args.steps, "max_tokens": args.max_tokens})
+
+
+if __name__ == "__main__":
+    main()

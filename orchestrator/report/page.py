@@ -10,6 +10,7 @@ import jinja2
 from orchestrator.report.figures import FigureFile
 from orchestrator.report.model import RunReport
 from orchestrator.report.summary import summary_pairs
+from orchestrator.report.time_axis import time_axis
 
 TEMPLATE = "page.html.j2"
 
@@ -32,7 +33,7 @@ def render_page(report: RunReport, figures: list[FigureFile]) -> str:
         skipped=report.skipped, summary=summary_pairs(report), latency=latency, figures=figures,
         rewards=rewards, pass_at_k=report.pass_at_k, ks=ks, failures=report.finished.failures,
         examples=report.examples, tools=report.tools, backends=report.backends, down=report.down,
-        origin=report.window[0], worker_rows=report.workers,
+        origin=time_axis(report).origin, worker_rows=report.workers,   # the figures' origin: the first claim
     )
 
 

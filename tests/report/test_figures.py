@@ -156,3 +156,15 @@ def test_legends_sit_beside_the_data_inside_the_picture(report: RunReport, name:
         for axes in figure.axes:
             if axes.get_visible():
                 assert not box.overlaps(axes.get_window_extent(renderer)), (name, axes.get_title(), axes.get_ylabel())
+
+
+def test_the_page_times_backend_outages_from_the_first_claim_as_its_figures_do(report: RunReport) -> None:
+    from dataclasses import replace
+
+    from orchestrator.report.figures import FigureFile
+    from orchestrator.report.llm_stats import DownPeriod
+    from orchestrator.report.page import render_page
+
+    outage = DownPeriod("http://b1:8000/v1", FIRST_CLAIM + 12.0, FIRST_CLAIM + 15.5, "connection refused")
+    page = render_page(replace(report, down=[outage]), [FigureFile("backends.png", "backends", "")])
+    assert "<td>12.0</td><td>15.5</td>" in page, "the outage is timed from the first claim, as on backends.png"

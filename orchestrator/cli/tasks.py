@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -11,7 +12,7 @@ from orchestrator.cli.console import Tone, err, plain_column, say, styled
 
 @click.group("tasks")
 def tasks_group() -> None:
-    """Task files: check them (golden must pass, no-op must fail), write the bundled sets.
+    """Task files: check them (golden must pass, no-op must fail), write the bundled sets, generate reasoning-gym rows.
 
     \b
     Task families with verifiable rewards (handlers):
@@ -22,9 +23,15 @@ def tasks_group() -> None:
     Each also takes verl rows (data_source, prompt, reward_model.ground_truth, extra_info).
 
     \b
+    Generated, one reply each (pip install 'hpc-rollout[reasoning-gym]'):
+      reasoning_gym  reasoning-gym's 105 procedural datasets; each dataset's own scorer grades
+            the reply's <answer>...</answer> (`hpc-rollout tasks reasoning-gym --list`)
+
+    \b
     Examples:
       hpc-rollout tasks bundled tasks/
       hpc-rollout tasks check tasks/math.jsonl --handler math
+      hpc-rollout tasks reasoning-gym leg_counting --size 100 --seed 1 > legs.jsonl
     """
 
 
@@ -101,7 +108,8 @@ def check_cmd(tasks_file: Path, handler_name: str, parallel: int, runtime: str, 
 @tasks_group.command("bundled")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 def bundled_cmd(directory: Path) -> None:
-    """Write the bundled task sets (20 math, 10 code, 3 SWE repositories) into DIRECTORY.
+    """Write the bundled task sets (20 math, 10 code, 3 SWE repositories) into DIRECTORY, and name the
+    generated family (reasoning-gym's datasets: `hpc-rollout tasks reasoning-gym --list`).
 
     \b
     Example:
@@ -118,6 +126,60 @@ def bundled_cmd(directory: Path) -> None:
         count = sum(1 for line in path.read_text().splitlines() if line.strip())
         say(f"{family:5} {count:3d} tasks  {path}")
     say(f"scripted policies: {bundled.right} {bundled.wrong} {bundled.decoy}")
+    # Generated, not written: reasoning-gym makes any number of rows of each of its datasets.
+    say("reasoning_gym: 105 reasoning-gym datasets, generated rather than written (pip install "
+        "'hpc-rollout[reasoning-gym]'): `hpc-rollout tasks reasoning-gym --list` names them, "
+        "`hpc-rollout tasks reasoning-gym NAME --size N > rows.jsonl` writes rows")
+
+
+def _option(text: str) -> tuple[str, Any]:
+    """`k=v`: v as JSON when it parses (5, true, ["+", "-"]), else as the text itself."""
+    import json
+
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise click.BadParameter(f"{text!r}: give KEY=VALUE, e.g. max_animals=5", param_hint="--option")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+@tasks_group.command("reasoning-gym")
+@click.argument("name", required=False)
+@click.option("--size", default=100, show_default=True, type=click.IntRange(1, 10_000_000),
+              help="Entries of the dataset: one row each (index 0 to size - 1).")
+@click.option("--seed", default=0, show_default=True, type=int, help="The dataset's seed.")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="A dataset option (create_dataset keyword; VALUE as JSON when it parses), repeatable.")
+@click.option("--list", "list_names", is_flag=True, help="List the datasets (and each one's options) instead.")
+def reasoning_gym_cmd(name: str | None, size: int, seed: int, options: tuple[str, ...], list_names: bool) -> None:
+    """Rows of one of reasoning-gym's datasets, one JSON object a line, for the reasoning_gym handler.
+
+    \b
+      hpc-rollout tasks reasoning-gym leg_counting --size 100 --seed 1 > legs.jsonl
+      hpc-rollout tasks reasoning-gym spell_backward --size 50 --option max_word_len=6 >> mix.jsonl
+      hpc-rollout tasks reasoning-gym --list
+      hpc-rollout submit spool/run1 legs.jsonl --handler reasoning_gym
+    Each row names its entry (dataset, seed, size, index, options); the worker generates it. Needs
+    reasoning-gym: pip install 'hpc-rollout[reasoning-gym]'.
+    """
+    import orjson
+
+    from hpc_rollout.handlers import reasoning_gym_data as data
+
+    try:
+        if list_names or not name:
+            names = data.dataset_names()
+            for found in names:
+                click.echo(f"{found:28} {', '.join(data.option_names(found))}")
+            say(f"{len(names)} datasets; rows: hpc-rollout tasks reasoning-gym NAME --size N [--option KEY=VALUE]")
+            return
+        rows = data.reasoning_gym_rows(name, size, seed, **dict(_option(text) for text in options))
+    except (ValueError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for row in rows:
+        click.echo(orjson.dumps(row).decode())
 
 
 def register(cli: click.Group) -> None:

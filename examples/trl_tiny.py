@@ -1,0 +1,119 @@
+"""TRL's GRPOTrainer learns on CPU through the spool: a tiny random model learns to answer with the digit it is told.
+
+    python examples/trl_tiny.py                           # until the 10-step mean reward reaches 0.5
+    python examples/trl_tiny.py --steps 60 --out /tmp/trl # shorter
+
+As examples/grpo_tiny.py, with TRL's own trainer in place of the hand-written GRPO step:
+    GRPOTrainer -> SpoolRollout (submit, local worker: serve-llm over HTTP, EVAL: the `answer`
+    handler's reward) -> Parquet shard -> the entries TRL trains on -> TRL's update ->
+    SwapWeightsCallback: serve-llm reloads the new weights -> next step samples the new policy.
+Task: "say 7" is rewarded 1.0 when the reply starts with "7"; the model is the character-level
+tiny model (orchestrator/devserver/tiny_model.py), random at the start. Needs `pip install
+'hpc-rollout[trl]'`. Prints a reward line per step; writes OUT/rewards.jsonl and OUT/reward.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))   # runs from a checkout without an install, too
+sys.path.insert(0, str(REPO / "examples"))
+
+from grpo_tiny import SETTINGS, plot  # noqa: E402
+
+from orchestrator.app.local_launch import start_local_workers  # noqa: E402
+from orchestrator.devserver.local_server import start_server  # noqa: E402
+from orchestrator.devserver.tiny_model import tiny_digits_model_dir  # noqa: E402
+from orchestrator.llm.registry import BackendRegistry  # noqa: E402
+from orchestrator.trainer.api import Spool  # noqa: E402
+from orchestrator.worker.options import WorkerOptions  # noqa: E402
+
+
+def digit_task(prompt: str) -> dict[str, Any]:
+    return {"data_source": "toy/digits", "prompt": prompt, "match": "prefix",
+            "reward_model": {"style": "rule", "ground_truth": prompt[-1]}}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=REPO / "spool" / "trl-tiny", help="run directory (replaced)")
+    parser.add_argument("--steps", type=int, default=300, help="at most this many optimizer steps")
+    parser.add_argument("--stop-at", type=float, default=0.5, help="stop once the 10-step mean reward reaches this")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def history_callback(history: list[dict], stop_at: float, started: float) -> Any:
+    from transformers import TrainerCallback
+
+    class RewardLog(TrainerCallback):  # one line per step, and the early stop
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **_: Any) -> None:
+            if not logs or "reward" not in logs:
+                return
+            history.append({"step": state.global_step, "reward": float(logs["reward"]),
+                            "loss": float(logs.get("loss", 0.0)), "t": time.monotonic() - started})
+            mean10 = sum(h["reward"] for h in history[-10:]) / len(history[-10:])
+            print(f"step {state.global_step:4d}  reward {history[-1]['reward']:5.3f}  mean10 {mean10:5.3f}  "
+                  f"t {history[-1]['t']:6.1f}s", flush=True)
+            if len(history) >= 10 and mean10 >= stop_at:
+                control.should_training_stop = True
+
+    return RewardLog()
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
+
+    started = time.monotonic()
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
+    base = tiny_digits_model_dir()
+    spool = Spool.create(args.out / "spool", **SETTINGS)
+    launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
+    server = None
+    history: list[dict] = []
+    try:
+        server = start_server(tiny=False, model_dir=base, log_path=args.out / "serve-llm.log",
+                              extra_args=["--max-batch", "64"])
+        BackendRegistry(spool.paths).add(server.url, version=0)
+        rollout = SpoolRollout(spool, task_of=digit_task, source_handlers={"toy/digits": "answer"}, time_limit_s=300)
+        config = GRPOConfig(output_dir=str(args.out / "trainer"), use_cpu=True, max_steps=args.steps,
+                            learning_rate=args.lr, per_device_train_batch_size=32, num_generations=8,
+                            max_completion_length=3, temperature=1.0, logging_steps=1, report_to=[],
+                            save_strategy="no", bf16=False, seed=args.seed, disable_tqdm=True)
+        trainer = GRPOTrainer(model=str(base), reward_funcs=[spool_reward], args=config,
+                              train_dataset=Dataset.from_list([{"prompt": f"say {d}"} for d in range(10)] * 100),
+                              rollout_func=rollout,
+                              callbacks=[SwapWeightsCallback(spool, args.out / "ckpt"),
+                                         history_callback(history, args.stop_at, started)])
+        print(f"setup {time.monotonic() - started:.1f}s: model {base}, server {server.url}, run {spool.paths.root}", flush=True)
+        trainer.train()
+    finally:
+        launch.terminate(timeout_s=30)
+        if server is not None:
+            server.stop()
+    (args.out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    plot(history, args.out / "reward.png")
+    first = sum(h["reward"] for h in history[:10]) / max(1, len(history[:10]))
+    last = sum(h["reward"] for h in history[-10:]) / max(1, len(history[-10:]))
+    print(f"done: {len(history)} steps in {time.monotonic() - started:.0f}s, mean reward of the first 10 steps "
+          f"{first:.3f}, of the last 10 {last:.3f}; plot: {args.out / 'reward.png'}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

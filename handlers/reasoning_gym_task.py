@@ -144,6 +144,10 @@ class ReasoningGymHandler(AgentHandler):
         scored = await self.score(ctx, spec_of(ctx.job.instance), question, entry, answer)
         return {"reward": scored["score"], "graded": "answer tag", "answer": answer[:200], **scored}
 
+    def code_scorer(self, instance: dict[str, Any]) -> str | None:
+        spec = spec_of(instance)
+        return None if data.scored_in_process(spec.dataset) else f"reasoning-gym's {spec.dataset} scorer"
+
     async def score(self, ctx: "JobContext", spec: data.EntrySpec, question: str, entry: dict[str, Any],
                     answer: str) -> dict[str, Any]:
         """{"score", "entry", "scorer"}: the dataset's score_answer, in this process or a scorer sandbox."""

@@ -82,6 +82,12 @@ class AgentHandler(abc.ABC):
         again before INIT. Whatever a handler really asks for is checked when it opens a sandbox."""
         return {}
 
+    def code_scorer(self, instance: dict[str, Any]) -> str | None:
+        """What of this row's grading may run the model's output as code (it then runs in a scorer
+        sandbox), named for an error; None: nothing does. `submit` refuses such a row when the run
+        has no sandbox (run.toml [sandbox] runtime = "local"), instead of letting it fail at EVAL."""
+        return None
+
     @abc.abstractmethod
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         """Prepare the job (start its sandbox through `ctx.open_sandbox`) and return its state."""

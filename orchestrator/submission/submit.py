@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 import pyarrow.parquet as pq
 
+from orchestrator.grading.scorer_sandbox import refuse_local
 from orchestrator.grading.verl_reward import refuse_unsandboxed
 from orchestrator.config import Staleness
 from orchestrator.errors import HpcRolloutError
@@ -303,6 +304,9 @@ class SandboxChoices:
         reward scorer that may run the reply as code where the run has no sandbox to put it in."""
         self.policy.decide(self.defaults, handler.sandbox_request(task.instance), handler=task.handler)
         refuse_unsandboxed(task.instance, self.runtime)
+        scorer = handler.code_scorer(task.instance)
+        if scorer is not None:
+            refuse_local(self.runtime, scorer)
 
 
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport,

@@ -216,3 +216,14 @@ def test_end_to_end_rewards_as_reasoning_gym_scores_them(tmp_path: Path) -> None
     scorers = {name: json.loads(row["result"])["scorer"] for name, row in found.items()}
     assert scorers == {"leg_counting-s11-0": "in process", "leg_counting-s11-1": "in process",
                        "spell_backward-s12-0": "scorer sandbox", "spell_backward-s12-1": "scorer sandbox"}
+
+
+def test_rows_whose_scorer_runs_code_are_refused_at_submit_under_the_local_runtime(tmp_path: Path) -> None:
+    """They failed only at EVAL, after their LLM turns were paid for (the handler's code_scorer hook)."""
+    paths = make_run(tmp_path / "run", **{"sandbox.runtime": "local"})
+    legs = reasoning_gym_rows("leg_counting", size=1, seed=1)            # the default scorer: compared as strings
+    words = reasoning_gym_rows("spell_backward", size=1, seed=1)          # its own scorer: a scorer sandbox
+    report = submit_rows(paths, enumerate([*legs, *words], 1), handler="reasoning_gym")
+    assert report.tasks == 1 and [p.line for p in report.rejected] == [2], report.rejected
+    assert "spell_backward scorer may run the model's output as code" in report.rejected[0].reason
+    assert "runtime" in report.rejected[0].reason

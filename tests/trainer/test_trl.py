@@ -14,29 +14,22 @@ from typing import Any
 
 import pytest
 
-from orchestrator.app.local_launch import start_local_workers
-from orchestrator.devserver.local_server import start_server
-from orchestrator.devserver.tiny_model import tiny_digits_model_dir
-from orchestrator.llm.registry import BackendRegistry
-from orchestrator.trainer.api import Spool
 from orchestrator.trainer.tail import TRAINER_COLUMNS
-from orchestrator.worker.options import WorkerOptions
+from tests.trainer.trl_rig import digit_task, spool_with_a_worker_and_serve_llm
 
 pytestmark = pytest.mark.llm
 trl = pytest.importorskip("trl", reason="pip install 'hpc-rollout[trl]' (in the test extra: CI has it)")
 
-SETTINGS = {"shards.idle_flush_s": 0.01, "shards.max_age_s": 0.2, "leases.heartbeat_s": 1.0, "llm.health_check_s": 0}
 STEPS, GENERATIONS = 3, 4
 
 
-def digit_task(prompt: str) -> dict[str, Any]:
-    """'say 7' -> the answer handler's task (reward 1.0 when the reply starts with 7); 'chat ...' ->
-    a two-turn chat episode whose second user turn is an observation (env_mask 0)."""
+def task(prompt: str) -> dict[str, Any]:
+    """'say 7' -> the answer handler's task; 'chat ...' -> a two-turn chat episode whose second user
+    turn is an observation (env_mask 0)."""
     if prompt.startswith("chat"):
         return {"handler": "chat", "instance": {"messages": [{"role": "user", "content": prompt}],
                                                 "user_turns": ["again"]}}
-    return {"data_source": "toy/digits", "prompt": prompt, "match": "prefix",
-            "reward_model": {"style": "rule", "ground_truth": prompt[-1]}}
+    return digit_task(prompt)
 
 
 def test_grpo_trainer_trains_three_steps_on_spool_rollouts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -45,13 +38,8 @@ def test_grpo_trainer_trains_three_steps_on_spool_rollouts(tmp_path: Path, caplo
 
     from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
 
-    base = tiny_digits_model_dir()
-    spool = Spool.create(tmp_path / "spool", **SETTINGS)
-    launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
-    server = start_server(tiny=False, model_dir=base, log_path=tmp_path / "serve-llm.log")
-    try:
-        BackendRegistry(spool.paths).add(server.url, version=0)
-        rollout = SpoolRollout(spool, task_of=digit_task, source_handlers={"toy/digits": "answer"},
+    with spool_with_a_worker_and_serve_llm(tmp_path) as (spool, base):
+        rollout = SpoolRollout(spool, task_of=task, source_handlers={"toy/digits": "answer"},
                                sampling={"max_tokens": 3}, time_limit_s=240)
         returned: list[dict[str, list[Any]]] = []
 
@@ -69,9 +57,6 @@ def test_grpo_trainer_trains_three_steps_on_spool_rollouts(tmp_path: Path, caplo
                               rollout_func=recording_rollout, callbacks=[swaps])
         with caplog.at_level(logging.WARNING):
             trainer.train()
-    finally:
-        launch.terminate(timeout_s=30)
-        server.stop()
 
     assert trainer.state.global_step == STEPS and len(returned) == STEPS
     assert [s.version for s in swaps.swaps] == [1, 2, 3] and all(s.reloaded for s in swaps.swaps)

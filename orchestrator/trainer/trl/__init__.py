@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SpoolRollout", "SwapWeightsCallback", "spool_reward"]
+__all__ = ["SpoolRollout", "SwapWeightsCallback", "spool_reward", "SpoolRolloutWorker", "SpoolWeightTransfer"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +32,12 @@ def __getattr__(name: str) -> Any:
         from orchestrator.trainer.trl.weights import SwapWeightsCallback
 
         return SwapWeightsCallback
+    if name == "SpoolRolloutWorker":
+        from orchestrator.trainer.trl.async_worker import SpoolRolloutWorker
+
+        return SpoolRolloutWorker
+    if name == "SpoolWeightTransfer":
+        from orchestrator.trainer.trl.weight_transfer import SpoolWeightTransfer
+
+        return SpoolWeightTransfer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

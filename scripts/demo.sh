@@ -13,6 +13,12 @@ fi
 # torch: the CPU build. PyPI's torch for Linux x86_64 is the CUDA build (several GB of nvidia-*
 # wheels); the `+cpu` version exists only on PyTorch's CPU index (or a local wheelhouse), so
 # this installs the CPU build or fails, never CUDA by accident. README "Installing torch".
-python -c 'import torch' 2>/dev/null || python -m pip install -q 'torch==2.13.0+cpu' --index-url https://download.pytorch.org/whl/cpu
+# Torch alone from that index (--no-deps), then its dependencies from the usual one: pip asks the
+# --index-url for every package it resolves, and where that index cannot be reached (an offline
+# node with a wheelhouse) each of torch's dependencies waited through pip's retries.
+if ! python -c 'import torch' 2>/dev/null; then
+  python -m pip install -q --no-deps 'torch==2.13.0+cpu' --index-url https://download.pytorch.org/whl/cpu
+  python -m pip install -q 'torch==2.13.0+cpu'
+fi
 python -m pip install -q -e '.[agents]'
 exec hpc-rollout demo "$@"

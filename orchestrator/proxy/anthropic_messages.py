@@ -34,7 +34,7 @@ import orjson
 
 from orchestrator.proxy.api import Problem, sse
 from orchestrator.proxy.chat_form import (
-    BadRequest, ChatRequest, MessageForms, Reply, arguments_object, chat_message, check_fields, flatten,
+    BadRequest, ChatRequest, History, MessageForms, Reply, arguments_object, chat_message, check_fields,
     positive_int, template_call, template_tool,
 )
 from orchestrator.proxy.nesting import check_fields_nesting
@@ -190,13 +190,12 @@ class AnthropicMessages:
         check_typed(body, TYPED)
         check_fields_nesting(body, CONVERTED)
         _check_options(body)
-        groups = [self.forms.converted(NAME, message, convert_message) for message in raw]
+        history = self.forms.history(NAME, raw, convert_message)
         system = body.get("system")
         if system:
-            groups.insert(0, self.forms.converted(NAME + ":system", system,
-                                                  lambda s: [chat_message("system", _text(s, "system"))],
-                                                  where="system", above=1))
-        messages, keys = flatten(groups)
+            history = History.of(self.forms.converted(NAME + ":system", system,
+                                                      lambda s: [chat_message("system", _text(s, "system"))],
+                                                      where="system", above=1)) + history
         tools, tools_key = self.forms.tools(NAME, body.get("tools") or [], convert_tools)
         max_tokens = positive_int(body.get("max_tokens"), "max_tokens")
         if max_tokens is None and not counting:
@@ -209,7 +208,8 @@ class AnthropicMessages:
             sampling["stop"] = list(stops)
         choice = body.get("tool_choice") or {}
         return ChatRequest(
-            model=str(body.get("model") or ""), messages=messages, keys=keys, tools=tools or None, tools_key=tools_key,
+            model=str(body.get("model") or ""), messages=history.messages, keys=history.keys, tools=tools or None,
+            tools_key=tools_key,
             sampling=sampling, max_tokens=max_tokens, stream=bool(body.get("stream")),
             parse_tools=bool(tools) and choice.get("type") != "none", api=NAME, call_id_prefix="toolu_")
 

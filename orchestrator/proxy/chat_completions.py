@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator.proxy.api import Problem, sse
 from orchestrator.proxy.chat_form import (
-    PASSED_SAMPLING, ROLES, BadRequest, ChatRequest, MessageForms, Reply, flatten, template_call,
+    PASSED_SAMPLING, ROLES, BadRequest, ChatRequest, MessageForms, Reply, template_call,
 )
 from orchestrator.proxy.nesting import check_arguments, check_fields_nesting
 from orchestrator.proxy.typed_fields import (
@@ -104,12 +104,13 @@ def parse_request(body: Any, parse_tools_default: bool = True, forms: MessageFor
     options = body.get("stream_options") or {}
     check_typed(options, STREAM_OPTIONS)
     check_fields_nesting(body, CONVERTED)
-    messages, keys = flatten([forms.converted(NAME, m, lambda m: [template_message(m)]) for m in raw])
+    history = forms.history(NAME, raw, lambda m: [template_message(m)])
     tools, tools_key = forms.tools(NAME, body.get("tools") or [], _tools)
     sampling = {k: body[k] for k in PASSED_SAMPLING if body.get(k) is not None}
     wanted = body.get("max_completion_tokens", body.get("max_tokens"))
     return ChatRequest(
-        model=str(body.get("model") or ""), messages=messages, keys=keys, tools=tools or None, tools_key=tools_key,
+        model=str(body.get("model") or ""), messages=history.messages, keys=history.keys, tools=tools or None,
+        tools_key=tools_key,
         sampling=sampling, max_tokens=wanted, stream=bool(body.get("stream")),
         include_usage=bool(options.get("include_usage")),
         parse_tools=parse_tools_default and bool(tools) and body.get("tool_choice") != "none",

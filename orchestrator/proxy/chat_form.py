@@ -14,8 +14,10 @@ the chat template (messages, tool declarations, tool calls) is built here, in on
 Keys compare role, text, tool calls (name and arguments as parsed JSON) and tool_call_id, and
 ignore what clients add when they echo a reply (`provider_specific_fields`, `refusal`, call
 ids of the assistant's calls, argument spacing). A harness resends its whole history on every
-call: `MessageForms` (one per job) converts each distinct piece of it once, so a call's cost
-does not grow with the conversation.
+call: `MessageForms` (one per job) converts each distinct piece of it once, and the items the
+last request sent already, byte for byte in the same places, are not looked at again (one JSON
+dump of the list and one byte comparison), so a call's Python work does not grow with the
+conversation.
 """
 
 from __future__ import annotations
@@ -110,9 +112,16 @@ def _arguments(value: Any) -> Any:
 
 
 def _arguments_key(value: Any) -> str:
+    """The arguments as sorted JSON; text that is not JSON (to orjson: NaN, integers past 64 bits
+    too) stays the text it is. Keys are only compared with keys made here, in this process."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value) if value.strip() else {}
+        except orjson.JSONDecodeError:
+            return value
     try:
-        return json.dumps(_arguments(value), sort_keys=True)
-    except RecursionError:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:   # deeper than orjson writes, or not JSON at all
         return str(value)
 
 
@@ -162,6 +171,34 @@ def reply_message(parsed: ParsedReply | None, text: str, call_prefix: str) -> di
 
 
 # -- the job's cache of converted pieces --------------------------------------------------------
+@dataclass(frozen=True)
+class History:
+    """A list of items (messages, input items) in template form: each form, and its messages
+    and keys apart (tuples a later request's history starts with, shared, not copied)."""
+
+    forms: tuple[Form, ...] = ()
+    messages: tuple[dict[str, Any], ...] = ()
+    keys: tuple[Key, ...] = ()
+
+    def __add__(self, other: "History") -> "History":
+        return History(self.forms + other.forms, self.messages + other.messages, self.keys + other.keys)
+
+    @classmethod
+    def of(cls, forms: Sequence[Form]) -> "History":
+        forms = tuple(forms)
+        return cls(forms, tuple(message for message, _ in forms), tuple(key for _, key in forms))
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """The last request's items whose forms cannot change by what follows them."""
+
+    kind: str
+    head: bytes         # their JSON list, without its closing bracket
+    items: int
+    history: History
+
+
 class MessageForms:
     """The template forms and keys of each piece of history a job's harness sent (a message, or a
     group of items that make one message), by the piece's JSON: the history a harness resends
@@ -179,6 +216,7 @@ class MessageForms:
         self._tools: dict[tuple[str, bytes], tuple[list[dict[str, Any]], str]] = {}
         self._forms_bytes = 0
         self._tools_bytes = 0
+        self._settled: _Settled | None = None   # one request's worth: what a harness resends next
 
     def converted(self, kind: str, raw: Any, convert: Callable[[Any], list[dict[str, Any]]], *,
                   where: str = "messages", above: int = 2) -> tuple[Form, ...]:
@@ -195,6 +233,39 @@ class MessageForms:
             self._forms[(kind, blob)] = forms
             self._forms_bytes += len(blob)
         return forms
+
+    def history(self, kind: str, raw: list[Any], convert: Callable[[Any], list[dict[str, Any]]], *,
+                units: Callable[[list[Any]], list[Any]] = list, open_items: Callable[[list[Any]], int] = lambda u: 0,
+                where: str = "messages", above: int = 2) -> History:
+        """The forms of a request's list of items, each unit of `units(items)` converted as
+        `converted` does; `open_items(units)`: how many of the last items may still join a unit
+        with items sent after them (their forms are not kept as settled).
+
+        A harness resends its whole history each call: the items the last request of this kind
+        sent, byte for byte (a prefix of this list's JSON), keep their forms without a look at
+        each (their nesting was checked when they were converted); units are cut causally, so
+        the settled items cut the same way whatever follows them."""
+        try:
+            blob: bytes | None = orjson.dumps(raw)
+        except TypeError:   # too deep for orjson: each unit's conversion names the problem
+            blob = None
+        start, done = 0, History()
+        last = self._settled
+        if (blob is not None and last is not None and last.kind == kind and last.items
+                and blob.startswith(last.head) and blob[len(last.head):len(last.head) + 1] in (b",", b"]")):
+            start, done = last.items, last.history
+        rest = units(raw[start:])
+        groups = [self.converted(kind, unit, convert, where=where, above=above) for unit in rest]
+        pending = open_items(rest)
+        closed = len(groups) - (1 if pending else 0)
+        settled = done + History.of([form for group in groups[:closed] for form in group])
+        if blob is not None:
+            items = len(raw) - pending
+            head = blob[:-1] if not pending else orjson.dumps(raw[:items])[:-1]
+            self._settled = _Settled(kind, head, items, settled)
+        if not pending:
+            return settled
+        return settled + History.of(groups[-1])
 
     def tools(self, kind: str, raw: Any,
               convert: Callable[[Any], list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], str]:
@@ -220,12 +291,6 @@ def _json_of(raw: Any, where: str, above: int) -> bytes:
     except TypeError:   # orjson writes at most 254 levels: refused for its nesting, named
         check_nesting(raw, where, above)
         raise BadRequest(f"{where}: unreadable: {str(raw)[:120]!r}", param=where) from None
-
-
-def flatten(forms: Sequence[tuple[Form, ...]]) -> tuple[tuple[dict[str, Any], ...], tuple[Key, ...]]:
-    messages = tuple(message for group in forms for message, _ in group)
-    keys = tuple(key for group in forms for _, key in group)
-    return messages, keys
 
 
 def positive_int(value: Any, name: str) -> int | None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from orchestrator.proxy.api import Problem, sse
 from orchestrator.proxy.chat_form import (
-    BadRequest, ChatRequest, Form, MessageForms, Reply, chat_message, check_fields, flatten, positive_int,
+    BadRequest, ChatRequest, Form, History, MessageForms, Reply, chat_message, check_fields, positive_int,
     template_call, template_tool,
 )
 from orchestrator.proxy.chat_completions import ERROR_CODES, ERROR_TYPES, error_body
@@ -198,23 +198,24 @@ class OpenAIResponses:
             raw = [{"type": "message", "role": "user", "content": raw}]
         if not isinstance(raw, list) or not raw:
             raise BadRequest("input must be a string or a non-empty list of items", param="input")
-        groups = [self.forms.converted(NAME, group, convert_input_group, where="input", above=1)
-                  for group in groups_of(raw)]
+        # The last group may still grow (function calls join the message before them): not settled.
+        history = self.forms.history(NAME, raw, convert_input_group, units=groups_of,
+                                     open_items=lambda groups: len(groups[-1]) if groups else 0, where="input", above=1)
         previous = body.get("previous_response_id")
         if previous is not None:
             if previous not in self._kept:
                 raise BadRequest(f"previous response {previous!r} not found: this proxy keeps the last "
                                  f"{KEPT_RESPONSES} responses of this job", param="previous_response_id",
                                  code="previous_response_not_found", status=404)
-            groups.insert(0, self._kept[previous])
-        conversation = tuple(form for group in groups for form in group)
+            history = History.of(self._kept[previous]) + history
+        conversation = history.forms
         instructions = body.get("instructions")
         if instructions:
             if not isinstance(instructions, str):
                 raise BadRequest("instructions must be a string", param="instructions")
-            groups.insert(0, self.forms.converted(NAME + ":instructions", instructions,
-                                                  lambda text: [chat_message("system", text)]))
-        messages, keys = flatten(groups)
+            history = History.of(self.forms.converted(NAME + ":instructions", instructions,
+                                                      lambda text: [chat_message("system", text)])) + history
+        messages, keys = history.messages, history.keys
         tools, tools_key = self.forms.tools(NAME, body.get("tools") or [], convert_tools)
         sampling = {k: body[k] for k in ("temperature", "top_p") if body.get(k) is not None}
         echo = {k: body.get(k) for k in ECHOED}

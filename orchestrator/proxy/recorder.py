@@ -158,7 +158,9 @@ class CallRecorder:
         if found is not None:
             chain_index, chain = found
             new_messages = new_messages[len(chain.keys):]
-            chars = self._budget(request, new_messages, len(chain.conversation.input_ids))
+            conversation = chain.conversation
+            # input_ids is a fresh list each time it is read: its length from its parts.
+            chars = self._budget(request, new_messages, len(conversation.prompt_ids) + len(conversation.response_ids))
             chain.busy = True   # before any wait: a concurrent call on this chain forks instead
             try:
                 if chars > OFF_LOOP_CHARS:

@@ -40,3 +40,45 @@ def test_the_cache_is_bounded_and_bad_messages_are_still_refused() -> None:
         parse_request({"messages": [{"role": "wizard", "content": "x"}]}, forms=forms)
     with pytest.raises(BadRequest, match="each message needs a role"):
         parse_request({"messages": ["just text"]}, forms=forms)
+
+
+def test_a_resent_history_keeps_its_forms_and_an_edited_one_is_converted_again() -> None:
+    """The items the last request sent (a byte prefix of this list) are reused, not converted
+    again; after an earlier item changed or an exchange dropped, each item is looked up again,
+    and every parse equals a fresh one."""
+    forms = MessageForms()
+    converted: list[str] = []
+    original = forms.converted
+
+    def counting(kind: str, raw: object, *args: object, **kwargs: object) -> object:
+        converted.append(json.dumps(raw))
+        return original(kind, raw, *args, **kwargs)   # type: ignore[arg-type]
+
+    forms.converted = counting   # type: ignore[method-assign]
+    longer = history(3, "out 2")          # history(2, "out 1") and one more exchange
+    edited = [*longer[:1], {"role": "user", "content": "Go, but differently."}, *longer[2:]]
+    for messages, fresh_items in ((history(2, "out 1"), 6), (longer, 2), (longer, 0), (edited, 8),
+                                  (longer[:2] + longer[4:], 6)):
+        converted.clear()
+        body = {"model": "m", "messages": messages, "tools": TOOLS}
+        cached, fresh = parse_request(body, forms=forms), parse_request(json.loads(json.dumps(body)))
+        assert (cached.messages, cached.keys) == (fresh.messages, fresh.keys)
+        assert len(converted) == fresh_items, converted
+
+
+def test_responses_function_calls_that_join_the_last_message_are_grouped_as_a_fresh_parse() -> None:
+    """A Responses input's last group may grow (function calls join the assistant message before
+    them): it is not kept as settled, so the next request groups it as a fresh parse does."""
+    from orchestrator.proxy.openai_responses import OpenAIResponses
+
+    def body(items: list[dict[str, object]]) -> dict[str, object]:
+        return {"model": "m", "input": items}
+
+    said = [{"role": "user", "content": "Go."}, {"type": "message", "role": "assistant", "content": "Looking."}]
+    called = [*said, {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+              {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    api = OpenAIResponses()
+    for items in (said, called, called + [{"role": "user", "content": "More."}]):
+        cached, fresh = api.parse(body(items)), OpenAIResponses().parse(json.loads(json.dumps(body(items))))
+        assert (cached.messages, cached.keys) == (fresh.messages, fresh.keys)
+    assert api.parse(body(called)).messages[1]["tool_calls"][0]["id"] == "c1"

@@ -2,6 +2,7 @@
 # The whole test suite on a fresh machine: installs what the tests need (bubblewrap, tmux,
 # a single-host Slurm cluster with 4 emulated nodes, the Python package), runs pytest, and
 # stops the Slurm daemons it started. Extra arguments go to pytest (e.g. -k claims).
+# `bash scripts/test.sh --fast` runs the fast tier alone and installs nothing (see below).
 #
 # As root (CI) every test runs; as a normal user the Slurm tests skip with the reason.
 #
@@ -16,6 +17,18 @@ export PIP_ROOT_USER_ACTION=ignore   # quiet pip when run as root (CI); older pi
 cd "$(dirname "$0")/.."
 
 log() { printf '[test.sh %s] %s\n' "$(date +%T)" "$*"; }
+
+# --fast: the fast tier alone (tests/tiers.py: the tests that run in the pytest process, about 2 min
+# on 2 cores), with nothing installed or started first: no root, Slurm, bubblewrap, vLLM or verl;
+# only `pip install -e '.[test]'`. The full run below includes it.
+if [[ ${1:-} == --fast ]]; then
+  shift
+  workers=${HPC_ROLLOUT_TEST_WORKERS:-2}
+  parallel=()
+  ((workers > 0)) && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+  log "running the fast tier${parallel:+ with $workers workers} (python -m pytest -m fast)"
+  exec python -m pytest -m fast "${parallel[@]}" "$@"
+fi
 
 started_slurm=0
 cleanup() {

@@ -11,11 +11,22 @@ The order of the units is the order the workers take them: the long, wait-bound 
 first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh), of vLLM and of verl
 (installed in the background) last, so that their builds overlap the rest.
 Without xdist the marks do nothing but the order applies as well.
+
+It also marks the fast tier (`python -m pytest -m fast`; the rule and its list: tests/tiers.py):
+the tests that run in the pytest process, each guarded in every run so that none starts a program,
+a server or the tiny model; with `-m fast` the other modules are not even collected.
 """
 
 from __future__ import annotations
 
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, ContextManager, Generator
+
 import pytest
+
+from tests import tiers
 
 SLURM_GROUP = "slurm"
 VLLM_SERVER_GROUP = "vllm-server"
@@ -57,3 +68,82 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (group_rank[groups[item.nodeid]], first_seen[groups[item.nodeid]]))
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+        if tiers.is_fast(module_of(item, config), function_of(item), getattr(item, "fixturenames", ()),
+                         (mark.name for mark in item.iter_markers())):
+            item.add_marker(pytest.mark.fast)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(tiers.FAST_TIMEOUT_S))
+
+
+def module_of(item: pytest.Item, config: pytest.Config) -> str:
+    return item.path.relative_to(config.rootpath).as_posix() if item.path.is_relative_to(config.rootpath) else ""
+
+
+def function_of(item: pytest.Item) -> str:
+    return str(getattr(item, "originalname", item.name))
+
+
+def fast_run(config: pytest.Config) -> bool:
+    return bool(config.getoption("markexpr", "") == tiers.TIER_MARK)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m fast`, collect the tier's modules alone (the rest takes ~40 s to import)."""
+    if not fast_run(config) or not collection_path.is_relative_to(config.rootpath / "tests"):
+        return None
+    path = collection_path.relative_to(config.rootpath).as_posix()
+    if collection_path.is_dir():
+        return not any(module.startswith(path + "/") for module in tiers.FAST_MODULES)
+    if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return path not in tiers.FAST_MODULES
+    return None
+
+
+def guarded(item: pytest.Item) -> ContextManager[list[str]]:
+    if item.get_closest_marker(tiers.TIER_MARK) is None:
+        return nullcontext([])
+    return tiers.in_process_only(item.nodeid, module_of(item, item.config), function_of(item))
+
+
+# Setup and call of a test of the tier run under the guard (teardown not: the last test of a module
+# tears down the module's fixtures, which may be another test's worker). A refusal the code under
+# test caught still fails the test.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with guarded(item) as refused:
+        yield
+    if refused:
+        raise tiers.NotInProcess(f"{item.nodeid} caught what the fast tier refused: {'; '.join(refused)}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with guarded(item) as refused:
+        yield
+    if refused:
+        raise tiers.NotInProcess(f"{item.nodeid} caught what the fast tier refused: {'; '.join(refused)}")
+
+
+_tier_times: dict[str, float] = {}
+_started = time.monotonic()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if tiers.TIER_MARK in report.keywords:
+        _tier_times[report.nodeid] = _tier_times.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The tier's size and time; the tests of the tier slower than tiers.SLOW_IN_PROCESS_S, in every run."""
+    slow = sorted(((seconds, test) for test, seconds in _tier_times.items() if seconds > tiers.SLOW_IN_PROCESS_S),
+                  reverse=True)
+    if not (slow or (fast_run(config) and _tier_times)):
+        return
+    terminalreporter.write_sep("-", "fast tier (tests/tiers.py)")
+    if fast_run(config):
+        terminalreporter.write_line(
+            f"{len(_tier_times)} tests, {sum(_tier_times.values()):.0f} s of test time, "
+            f"{time.monotonic() - _started:.0f} s of wall time (the tier's budget: {tiers.BUDGET_S:.0f} s on 2 cores)")
+    for seconds, test in slow:
+        terminalreporter.write_line(f"{seconds:.1f} s {test}: slower than {tiers.SLOW_IN_PROCESS_S:.0f} s in the "
+                                    "pytest process; name it \"slow\" in tests/tiers.py, or make it faster")

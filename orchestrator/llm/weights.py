@@ -33,6 +33,7 @@ from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import AbortUnsupported, LLMError
 from orchestrator.llm.registry import Backend, BackendRegistry, BackendState
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.spool.staleness import staleness_floor
 
 log = logging.getLogger(__name__)
 RELOAD_RETRY = RetryPolicy(attempts=2, backoff_s=0.5, timeout_s=600.0)
@@ -84,7 +85,7 @@ async def swap_weights_async(paths: SpoolPaths, checkpoint: str | Path, version:
             f"{len(failed)} of {len(targets)} backend(s) did not load {directory}; policy version stays "
             f"{snapshot.policy_version}: " + "; ".join(failed)
         )
-    floor = None if max_policy_lag is None or max_policy_lag < 0 else max(0, version - max_policy_lag)
+    floor = staleness_floor(version, max_policy_lag)
     registry.set_versions([b.url for b in targets], version, floor, drop=down)
     return SwapReport(version, directory, tuple(b.url for b in targets), down, time.monotonic() - started,
                       {o.url: o.seconds for o in outcomes},

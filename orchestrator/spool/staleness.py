@@ -52,6 +52,14 @@ def job_stale_reason(staleness: Staleness | str, oldest_version: int | None, new
     return stale_reason(newest_version if mode is Staleness.CONTINUE else oldest_version, min_version)
 
 
+def staleness_floor(version: int, max_policy_lag: int | None) -> int | None:
+    """The oldest policy version still trained on at `version`: version - lag (never below 0);
+    None when there is no bound (lag None or negative). The one place the rule is written."""
+    if max_policy_lag is None or max_policy_lag < 0:
+        return None
+    return max(0, version - max_policy_lag)
+
+
 def row_is_stale(row: dict[str, Any], current_version: int, max_policy_lag: int) -> bool:
     """Whether a row holds nothing the trainer may use at `current_version` with this lag.
 
@@ -61,5 +69,5 @@ def row_is_stale(row: dict[str, Any], current_version: int, max_policy_lag: int)
     if (row.get("error") or "").startswith(STALE_KIND):
         return True
     key = "policy_version_max" if row.get("staleness") == Staleness.CONTINUE.value else "policy_version_min"
-    version = row.get(key)
-    return max_policy_lag >= 0 and version is not None and int(version) < current_version - max_policy_lag
+    version, floor = row.get(key), staleness_floor(current_version, max_policy_lag)
+    return floor is not None and version is not None and int(version) < floor

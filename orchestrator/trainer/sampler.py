@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import Staleness
 from orchestrator.spool.job_ids import group_id
-from orchestrator.spool.staleness import row_is_stale
+from orchestrator.spool.staleness import row_is_stale, staleness_floor
 from orchestrator.trainer.turn_tokens import mask_stale_turns
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
@@ -230,7 +230,9 @@ class DynamicSampler:
     def _mask_stale_turns(self, group: list[Row], stats: SamplerStats) -> list[Row]:
         """Mask, in place, the too-old turns of the group's continue rows; the rows that could not
         be judged per turn (no turn spans) and are too old by their oldest token."""
-        floor = self.policy_version - self.max_policy_lag
+        floor = staleness_floor(self.policy_version, self.max_policy_lag)
+        if floor is None:
+            return []
         stale: list[Row] = []
         for index, row in enumerate(group):
             oldest = row.get("policy_version_min")

@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.llm.logprob_mode import LogprobMode
 from orchestrator.llm.registry import BackendRegistry, Protocol
+from orchestrator.spool.staleness import staleness_floor
 from orchestrator.trainer.verl.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
@@ -62,5 +63,5 @@ def move_to_version(registry: BackendRegistry, urls: list[str], version: int, ma
     """The registered verl servers serve `version` now (called before a batch is submitted)."""
     if not urls or version == registry.read().policy_version:
         return
-    floor = version - max_policy_lag if max_policy_lag is not None and max_policy_lag >= 0 else None
+    floor = staleness_floor(version, max_policy_lag)
     registry.set_versions(urls, version, min_version=max(0, floor) if floor is not None else None)

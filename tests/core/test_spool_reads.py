@@ -71,6 +71,7 @@ ALLOWED: dict[str, str] = {
     "orchestrator/sandbox/workspace.py": "copies a workspace out with O_NOFOLLOW | O_NONBLOCK itself",
     "handlers/bundled/image.py": "an image template (a package resource)",
     "handlers/bundled/write.py": "files of a bundled image being written",
+    "handlers/reasoning_gym_task.py": "its scorer's source, a file of the package, sent to the scorer sandbox",
 }
 SKIPPED_PACKAGES = ("orchestrator/sandbox/server/", "orchestrator/devserver/")   # run in sandboxes / serve models
 

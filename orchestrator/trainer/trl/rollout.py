@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import HpcRolloutError
 from orchestrator.trainer.api import Spool
 from orchestrator.trainer.tail import TRAINER_COLUMNS, RowReader
 from orchestrator.trainer.time_limit import Cut, GroupSlots, collect
@@ -35,7 +36,7 @@ from orchestrator.spool import job_ids
 log = logging.getLogger(__name__)
 
 
-class RolloutRefused(RuntimeError):
+class RolloutRefused(HpcRolloutError, RuntimeError):
     """The step's prompts could not be queued as asked (names the rows and why)."""
 
 

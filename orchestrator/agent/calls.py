@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 
@@ -15,10 +16,14 @@ class ToolCall:
     arguments: dict[str, Any]
     id: str = ""
 
+    @cached_property
+    def arguments_json(self) -> str:
+        """The arguments as a JSON string (written once: the message and the call's record share it)."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat `tool_calls` entry (arguments as a JSON string, as the API has them)."""
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_json}}
 
 
 @dataclass(frozen=True)

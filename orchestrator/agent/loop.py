@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -204,7 +203,7 @@ async def run_agent(
         if run.replies >= limits.max_turns:
             run.stop_reason = StopReason.MAX_TURNS
             break
-        room = limits.max_context_tokens - len(conversation.input_ids)
+        room = limits.max_context_tokens - _tokens(conversation)
         if room <= 0:
             run.stop_reason = StopReason.CONTEXT_FULL
             break
@@ -212,10 +211,10 @@ async def run_agent(
             run.stop_reason = StopReason.TIMEOUT
             break
         try:
-            turn = await asyncio.wait_for(
-                llm.generate(conversation.input_ids, {**sampling, "max_tokens": min(wanted_tokens, room)}),
-                remaining())
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: no task per turn (3.11's wait_for makes one).
+            async with asyncio.timeout(remaining()):
+                turn = await llm.generate(conversation.input_ids, {**sampling, "max_tokens": min(wanted_tokens, room)})
+        except TimeoutError:
             run.stop_reason = StopReason.TIMEOUT
             break
         run.add_turn(turn)
@@ -241,7 +240,7 @@ async def run_agent(
                 run.malformed_calls += 1
             outcome = await toolbox.execute(call, max(0.1, min(limits.tool_timeout_s, remaining())))
             record = ToolCallRecord(
-                turn=len(run.turns), name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False),
+                turn=len(run.turns), name=call.name, arguments=call.arguments_json,
                 exit_code=outcome.exit_code, output_chars=outcome.output_chars or len(outcome.observation),
                 latency_ms=round((time.monotonic() - began) * 1000, 3), error=outcome.error,
                 output=_preview(outcome.observation),
@@ -268,7 +267,7 @@ async def run_agent(
                 break
             observations.append(nudge_message(toolbox.names))
         ids = conversation.render_new(observations)
-        after = len(conversation.input_ids) + len(ids)
+        after = _tokens(conversation) + len(ids)
         crowded = context.mode is not ContextMode.NONE and after + wanted_tokens > budget
         if summary is None and not crowded:
             if after >= limits.max_context_tokens:
@@ -280,6 +279,11 @@ async def run_agent(
             run.stop_reason = StopReason.CONTEXT_FULL
             break
     return run
+
+
+def _tokens(conversation: "Conversation") -> int:
+    """len(conversation.input_ids) without building that list (a fresh copy each time it is read)."""
+    return len(conversation.prompt_ids) + len(conversation.response_ids)
 
 
 def _add_reply(run: AgentRun, turn: Any, parse: Callable[[str], ParsedReply]) -> ParsedReply:

@@ -96,3 +96,23 @@ def test_templates_the_pieces_cannot_serve_still_give_the_full_renders_ids(
     fast, full = play(changed, 2, 12), play(changed, None, 12)
     assert fast.input_ids == full.input_ids
     assert fast._pieces is not None and fast._pieces.hits == hits
+
+
+def test_reply_text_decodes_as_the_tokenizer_does_and_keeps_its_clean_up(tokenizer: Any) -> None:
+    """reply_text decodes through the Rust tokenizer only where that gives the wrapper's text: the
+    same text for any ids here, and a tokenizer that cleans up spaces keeps its own decode."""
+    import copy
+    import random
+
+    from orchestrator.agent.messages import _decoder, reply_text
+
+    assert _decoder(tokenizer).__name__ == "fast"
+    chosen = random.Random(7)
+    for _ in range(200):
+        ids = [chosen.randrange(len(tokenizer)) for _ in range(chosen.randrange(1, 40))] + [tokenizer.eos_token_id]
+        for reason in ("stop", "length"):
+            kept = ids[:-1] if reason == "stop" else ids
+            assert reply_text(tokenizer, ids, reason) == tokenizer.decode(kept, skip_special_tokens=False)
+    cleaning = copy.copy(tokenizer)
+    cleaning.clean_up_tokenization_spaces = True
+    assert _decoder(cleaning).__name__ == "slow"

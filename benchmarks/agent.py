@@ -4,7 +4,11 @@
 
   loop_overhead_median_ms   one turn of run_agent with an instant LLM and instant tools (the
                             real tokenizer, parser, conversation buffer and template): parse +
-                            dispatch + observation render, LLM and tool time excluded
+                            dispatch + observation render, LLM and tool time excluded; the median
+                            over episodes of each 20-turn episode's time per turn (so the first
+                            turns' one-time template checks are spread over it; target <= 0.2 ms)
+  loop_overhead_steady_median_ms
+                            the median of single turns after the first two (no one-time work)
   action_median_ms          a `true` bash call through the whole path: model text -> parser ->
                             sandbox toolbox (bubblewrap, persistent pty bash) -> observation ids
   action_tmux_median_ms     the same with the bash behind tmux send-keys + capture-pane polling
@@ -58,12 +62,15 @@ class InstantTurn:
 
 
 class InstantLLM:
-    """Answers every turn with the same tool call, at once (LLM time excluded)."""
+    """Answers every turn with the same tool call, at once (LLM time excluded); notes when each
+    turn was asked for (`asked`: perf_counter), so turns can be timed one by one."""
 
     def __init__(self, tokenizer: Any, text: str) -> None:
         self.ids = list(tokenizer.encode(text, add_special_tokens=False)) + [tokenizer.eos_token_id]
+        self.asked: list[float] = []
 
     async def generate(self, prompt_ids: list[int], sampling: dict[str, Any] | None = None) -> InstantTurn:
+        self.asked.append(time.perf_counter())
         return InstantTurn(self.ids, [0.0] * len(self.ids))
 
 
@@ -79,7 +86,15 @@ class InstantTools:
         return ToolOutcome("ok\n[exit code 0]", exit_code=0, output_chars=14)
 
 
-async def loop_overhead(tokenizer: Any, episodes: int, turns: int) -> list[float]:
+# Turns from this one on are "steady": the first two carry the conversation's one-time checks
+# (orchestrator/llm/conversation.py renders them in full too; the observation pieces are made).
+STEADY_FROM = 2
+
+
+async def loop_overhead(tokenizer: Any, episodes: int, turns: int,
+                        steady: list[float] | None = None) -> list[float]:
+    """Per episode, run_agent's time per turn (the episode's first prompt is rendered before the
+    clock starts, as a worker's INIT does); `steady` gets each later turn's own time."""
     per_turn = []
     specs = tool_specs(["bash", "finish"])
     for _ in range(episodes):
@@ -87,9 +102,12 @@ async def loop_overhead(tokenizer: Any, episodes: int, turns: int) -> list[float
                                     window=RENDER_WINDOW)
         run = AgentRun(conversation)
         limits = AgentLimits(max_turns=turns, max_context_tokens=1_000_000, text_reply=TextReply.NUDGE)
+        llm = InstantLLM(tokenizer, BASH_CALL)   # the stub's own set-up is not the loop's
         started = time.perf_counter()
-        await run_agent(InstantLLM(tokenizer, BASH_CALL), run, InstantTools(), parse=get_parser("hermes"), limits=limits)
+        await run_agent(llm, run, InstantTools(), parse=get_parser("hermes"), limits=limits)
         per_turn.append((time.perf_counter() - started) * 1000 / len(run.turns))
+        if steady is not None:
+            steady += [(later - earlier) * 1000 for earlier, later in zip(llm.asked[STEADY_FROM:], llm.asked[STEADY_FROM + 1:])]
     return per_turn
 
 
@@ -235,7 +253,8 @@ async def main(quick: bool) -> dict[str, Any]:
     os.environ.setdefault("HPC_ROLLOUT_RUNTIME_DIR", str(scratch / "rt"))
     spool = SpoolPaths.of(scratch / "spool")
     try:
-        overhead = await loop_overhead(tokenizer, 5 if quick else 20, 20)
+        steady: list[float] = []
+        overhead = await loop_overhead(tokenizer, 5 if quick else 20, 20, steady)
         ours, tmux, steps = await actions(tokenizer, 50 if quick else 300, spool)
         math_ms, code_overhead, tests = await graders(spool, 20 if quick else 100)
     finally:
@@ -245,6 +264,7 @@ async def main(quick: bool) -> dict[str, Any]:
         shutil.rmtree(scratch, ignore_errors=True)
     figures = {
         "loop_overhead_median_ms": round(median(overhead), 3),
+        "loop_overhead_steady_median_ms": round(median(steady), 3),
         "action_median_ms": round(median(ours), 3),
         "action_p99_ms": round(percentile(ours, 0.99), 3),
         "action_tmux_median_ms": round(median(tmux), 3) if tmux else None,
@@ -254,12 +274,14 @@ async def main(quick: bool) -> dict[str, Any]:
         **{f"action_{name}_median_ms": round(median(samples), 3) for name, samples in steps.items()},
     }
     print_table("agent loop (python -m benchmarks.agent)", ["measure", "result", "target"], [
-        ("loop overhead per turn, median", f"{figures['loop_overhead_median_ms']} ms", "<= 2 ms"),
+        ("loop overhead per turn, median of episodes", f"{figures['loop_overhead_median_ms']} ms", "<= 0.2 ms"),
+        (f"  a turn after the first {STEADY_FROM} (one-time checks done), median",
+         f"{figures['loop_overhead_steady_median_ms']} ms", ""),
         ("bash `true` action end to end, median / p99", f"{figures['action_median_ms']} / {figures['action_p99_ms']} ms", ""),
         ("  parse / execute / render, median", " / ".join(f"{figures[f'action_{n}_median_ms']}" for n in STEPS[:3]) + " ms", ""),
         ("  exec socket round trip / sandbox bash, median", " / ".join(f"{figures[f'action_{n}_median_ms']}" for n in STEPS[3:]) + " ms", ""),
         ("same through tmux, median", f"{figures['action_tmux_median_ms']} ms", ""),
-        ("speed-up over tmux", f"{figures['action_speedup']}x", ">= 10x"),
+        ("speed-up over tmux", f"{figures['action_speedup']}x", ">= 25x"),
         ("math EVAL (math-verify), median", f"{figures['math_eval_median_ms']} ms", "<= 50 ms"),
         ("code EVAL overhead per hidden test, median", f"{figures['code_eval_overhead_ms']} ms", "<= 100 ms"),
     ])

@@ -32,6 +32,7 @@ import os
 import secrets
 import socket
 import struct
+import weakref
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -90,6 +91,9 @@ class JobProxy:
         self.intake = BodyAllowance(max_body_bytes)
         # One cache of converted history for every API of the job.
         self.forms = MessageForms(max_bytes=FORMS_BODIES * max_body_bytes)
+        # Each connection's peer uid, read once: SO_PEERCRED is the connecting process's, fixed for
+        # the connection's life, so keep-alive requests do not ask the kernel again.
+        self._peers: weakref.WeakKeyDictionary[Any, int | None] = weakref.WeakKeyDictionary()
         self.chat = ChatCompletions(self.forms)
         self.messages = AnthropicMessages(self.forms)
         self.responses = OpenAIResponses(self.forms)
@@ -146,7 +150,7 @@ class JobProxy:
     @web.middleware
     async def _guard(self, request: web.Request,
                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        uid = peer_uid(request)
+        uid = self._peer_uid(request)
         if uid is not None and uid != os.getuid():
             return self._refuse(self._api_of(request), Problem.PERMISSION, f"peer uid {uid} is not this job's")
         given = request.headers.get("Authorization", "")
@@ -159,6 +163,16 @@ class JobProxy:
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             return self._too_large(request, request.content_length)
         return await handler(request)
+
+    def _peer_uid(self, request: web.Request) -> int | None:
+        transport = request.transport
+        if transport is None:
+            return peer_uid(request)
+        try:
+            return self._peers[transport]
+        except KeyError:
+            uid = self._peers[transport] = peer_uid(request)
+            return uid
 
     def _too_large(self, request: web.Request, size: int | None) -> web.Response:
         told = f"{size} bytes" if size is not None else "more"

@@ -222,3 +222,45 @@ def test_a_policy_tool_call_nested_past_the_limit_is_answered_as_its_text(backen
         again = http.post(path, json=follow, headers=ANTHROPIC if path == MESSAGES else {})
         assert again.status_code == 200, again.text[:300]
         assert [c["extended"] for c in recorder.calls] == [False, True]
+
+
+def test_the_peer_is_checked_once_per_connection_and_a_stranger_is_refused(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peer's uid is read once per connection (it is fixed when the peer connects), so
+    keep-alive requests do not ask the kernel again, and a peer of another uid is refused with
+    403 in the API's shape."""
+    import asyncio
+    import os
+
+    from orchestrator.proxy import server
+    from orchestrator.proxy.recorder import CallRecorder
+
+    asked: list[int] = []
+    stranger = {"on": False}
+
+    def counted(request: object) -> int:
+        asked.append(1)
+        return os.getuid() + 1 if stranger["on"] else os.getuid()
+
+    monkeypatch.setattr(server, "peer_uid", counted)
+
+    async def scenario() -> list[int]:
+        directory = server.new_proxy_dir(tmp_path / "px")
+        proxy = server.JobProxy(CallRecorder(None, None, lambda text: None), directory)   # type: ignore[arg-type]
+        headers = {"Authorization": f"Bearer {proxy.token}"}
+        statuses = []
+        async with proxy:
+            transport = httpx.AsyncHTTPTransport(uds=str(directory / server.SOCKET_NAME))
+            async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+                for _ in range(3):
+                    statuses.append((await http.get("/v1/models", headers=headers)).status_code)
+            stranger["on"] = True
+            transport = httpx.AsyncHTTPTransport(uds=str(directory / server.SOCKET_NAME))
+            async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+                refused = await http.get("/v1/models", headers=headers)
+                statuses.append(refused.status_code)
+                assert refused.json()["error"]["type"] == "permission_error"
+        return statuses
+
+    assert asyncio.run(scenario()) == [200, 200, 200, 403]
+    assert len(asked) == 2   # one per connection

@@ -1,6 +1,6 @@
 """The performance record: `python -m benchmarks` judges each headline figure against
 benchmarks/record.json (a figure 1.5x worse on a quiet machine fails the run, on a busy one it
-warns), README's benchmark table is the one the record makes, and `--quick` runs every benchmark
+warns), README's benchmark table is the one the record makes, and `--quick` runs benchmarks
 end to end and lists each in its table."""
 
 from __future__ import annotations
@@ -188,16 +188,16 @@ def table_benchmarks(stdout: str) -> set[str]:
     return {line.split("│")[1].strip() for line in stdout.splitlines() if line.startswith("│")} - {""}
 
 
-@pytest.mark.timeout(900)
-def test_quick_runs_every_benchmark_end_to_end_and_lists_each() -> None:
-    # --without slurm: the suite's Slurm tests have the cluster to themselves (tests/conftest.py);
-    # tests/test_benchmarks.py runs adapt and scaling there
+@pytest.mark.timeout(300)
+def test_quick_runs_benchmarks_end_to_end_and_lists_each() -> None:
+    # Two cheap benchmarks through the runner, the table and the exit status: every benchmark runs at
+    # its --quick size in tests/test_benchmarks.py already (all of them here again took 201 s of CI).
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--without", "slurm"], cwd=REPO,
-                          capture_output=True, text=True, timeout=840)
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "cli_startup,routing"], cwd=REPO,
+                          capture_output=True, text=True, timeout=280)
     seconds = time.monotonic() - started
     output = f"--- stdout ---\n{done.stdout[-8000:]}\n--- stderr ---\n{done.stderr[-4000:]}"
-    assert table_benchmarks(done.stdout) == set(BY_NAME), output
+    assert table_benchmarks(done.stdout) == {"cli_startup", "routing"}, output
     assert "nothing was compared with the record" in done.stderr, output
     assert done.returncode == 0, f"python -m benchmarks --quick exited {done.returncode} after {seconds:.0f} s\n{output}"
     print(f"python -m benchmarks --quick: {seconds:.0f} s")

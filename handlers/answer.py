@@ -143,18 +143,7 @@ class AnswerHandler(AgentHandler):
             else:
                 prompt_ids = Conversation(tokenizer, instance["prompt"]).prompt_ids
             turn = await llm.generate(prompt_ids, sampling)
-        records = turn.records()   # one per request: several when an abort split the reply
-        return {
-            "prompt_ids": prompt_ids,
-            "response_ids": turn.output_ids,
-            "response_mask": [1] * len(turn.output_ids),
-            "logprobs": turn.logprobs,
-            "turns": records,
-            "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
-            "stop_reason": "truncated" if turn.finish_reason == "length" else "finished",
-            "policy_version_min": min(r["policy_version"] for r in records),
-            "policy_version_max": max(r["policy_version"] for r in records),
-        }
+        return one_turn_output(prompt_ids, turn, tokenizer)
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         instance = ctx.job.instance
@@ -165,3 +154,19 @@ class AnswerHandler(AgentHandler):
             return {"reward": ctx.services.rewards.truncated_reward, "graded": "truncated: not graded"}
         truth = str(instance["reward_model"]["ground_truth"])
         return {"reward": score(str(result.get("reply", "")), truth, rule)}
+
+
+def one_turn_output(prompt_ids: list[int], turn: Any, tokenizer: Any) -> dict[str, Any]:
+    """RUN's output of a single-turn reply: its ids, log-probs, turn records, text and stop reason."""
+    records = turn.records()   # one per request: several when an abort split the reply
+    return {
+        "prompt_ids": prompt_ids,
+        "response_ids": turn.output_ids,
+        "response_mask": [1] * len(turn.output_ids),
+        "logprobs": turn.logprobs,
+        "turns": records,
+        "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
+        "stop_reason": "truncated" if turn.finish_reason == "length" else "finished",
+        "policy_version_min": min(r["policy_version"] for r in records),
+        "policy_version_max": max(r["policy_version"] for r in records),
+    }

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpc_rollout.handlers import reasoning_gym_data as data
+from hpc_rollout.handlers.answer import one_turn_output
 from hpc_rollout.handlers.reasoning_gym_answers import extract_answer, refusal
 from orchestrator.grading.scorer_sandbox import ScorerCall, ScorerSandboxError, refuse_local, run_sandboxed
 from orchestrator.handler_api.contract import AgentHandler
@@ -117,19 +118,7 @@ class ReasoningGymHandler(AgentHandler):
             tokenizer = await llm.tokenizer()
             prompt_ids = Conversation(tokenizer, prepared["messages"]).prompt_ids
             turn = await llm.generate(prompt_ids, sampling)
-        records = turn.records()   # one per request: several when an abort split the reply
-        return {
-            **self.carried(prepared),
-            "prompt_ids": prompt_ids,
-            "response_ids": turn.output_ids,
-            "response_mask": [1] * len(turn.output_ids),
-            "logprobs": turn.logprobs,
-            "turns": records,
-            "reply": tokenizer.decode(turn.output_ids, skip_special_tokens=True),
-            "stop_reason": "truncated" if turn.finish_reason == "length" else "finished",
-            "policy_version_min": min(r["policy_version"] for r in records),
-            "policy_version_max": max(r["policy_version"] for r in records),
-        }
+        return {**self.carried(prepared), **one_turn_output(prompt_ids, turn, tokenizer)}
 
     async def eval(self, ctx: "JobContext", result: dict[str, Any]) -> dict[str, Any]:
         if result.get("stop_reason") == "truncated":   # its answer may be what was cut off

@@ -126,13 +126,18 @@ def main() -> int:
         launch.terminate(timeout_s=30)
         if server is not None:
             server.stop()
-    (args.out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot(history, args.out / "reward.png")
+    report_run(history, args.out, started)
+    return 0
+
+
+def report_run(history: list[dict], out: Path, started: float) -> None:
+    """OUT/rewards.jsonl, OUT/reward.png and the closing line: the reward of the first and last 10 steps."""
+    (out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    plot(history, out / "reward.png")
     first = sum(h["reward"] for h in history[:10]) / max(1, len(history[:10]))
     last = sum(h["reward"] for h in history[-10:]) / max(1, len(history[-10:]))
     print(f"done: {len(history)} steps in {time.monotonic() - started:.0f}s, mean reward of the first 10 steps "
-          f"{first:.3f}, of the last 10 {last:.3f}; plot: {args.out / 'reward.png'}", flush=True)
-    return 0
+          f"{first:.3f}, of the last 10 {last:.3f}; plot: {out / 'reward.png'}", flush=True)
 
 
 def plot(history: list[dict], path: Path) -> None:

@@ -15,7 +15,6 @@ tiny model (orchestrator/devserver/tiny_model.py), random at the start. Needs `p
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))   # runs from a checkout without an install, too
 sys.path.insert(0, str(REPO / "examples"))
 
-from grpo_tiny import SETTINGS, plot  # noqa: E402
+from grpo_tiny import SETTINGS, report_run  # noqa: E402
 
 from orchestrator.app.local_launch import start_local_workers  # noqa: E402
 from orchestrator.devserver.local_server import start_server  # noqa: E402
@@ -106,12 +105,7 @@ def main() -> int:
         launch.terminate(timeout_s=30)
         if server is not None:
             server.stop()
-    (args.out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot(history, args.out / "reward.png")
-    first = sum(h["reward"] for h in history[:10]) / max(1, len(history[:10]))
-    last = sum(h["reward"] for h in history[-10:]) / max(1, len(history[-10:]))
-    print(f"done: {len(history)} steps in {time.monotonic() - started:.0f}s, mean reward of the first 10 steps "
-          f"{first:.3f}, of the last 10 {last:.3f}; plot: {args.out / 'reward.png'}", flush=True)
+    report_run(history, args.out, started)
     return 0
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -36,7 +36,7 @@ from orchestrator.llm.files import write_json_atomic
 from orchestrator.llm.history import append_changes
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode, protocol_default
 from orchestrator.spool.fs_record import recorded_delay_s
-from orchestrator.spool.lease import LockTimeout, acquire
+from orchestrator.spool.lease import Lock, LockTimeout, acquire
 from orchestrator.spool.paths import SpoolPaths, current_node
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,9 @@ WRITER_PATIENCE_S = 3.0
 # saw it, spool/lease.py) belongs to a writer that died. Shorter than LOCK_TIMEOUT_S, so a
 # writer waiting on a dead one's lock breaks it within its wait.
 STALE_LOCK_S = 10.0
+# A writer whose lock was broken while it wrote does its change again, this many times at most.
+FENCED_ATTEMPTS = 5
+T = TypeVar("T")
 
 
 class Protocol(str, enum.Enum):
@@ -293,8 +296,30 @@ class BackendRegistry:
             self.on_quarantine(f"moved to {kept}: {reason}")
 
     # -- writing ------------------------------------------------------------------------
+    def _update(self, change: Callable[[Snapshot], tuple[Snapshot | None, T]]) -> T:
+        """Read the registry under the writers' lock, apply `change` (the new snapshot, None to
+        write nothing, and what to return) and write it. A writer paused past the lock's staleness
+        (a stopped process, a slow fsync on a loaded node) finds its lock broken when it comes
+        back: its write is fenced off and its change made again on what the peers wrote meanwhile."""
+        for attempt in range(1, FENCED_ATTEMPTS + 1):
+            with self._locked() as (snap, lock):
+                new, result = change(snap)
+                if new is None:
+                    return result
+                try:
+                    self._write(snap, new, fence=lock.held)
+                except fsops.FenceLost:
+                    log.warning("registry write %d of %d fenced off: this writer lost its lock while it wrote "
+                                "(paused past %.0f s?); doing the change again", attempt, FENCED_ATTEMPTS, STALE_LOCK_S)
+                    continue
+                return result
+        raise RegistryError(
+            f"could not change the backend registry {self.paths.backends}: the lock was taken from this "
+            f"writer {FENCED_ATTEMPTS} times while it wrote (is the node paused or its disk stalled "
+            f"for over {STALE_LOCK_S:.0f} s?); retry once it responds")
+
     @contextmanager
-    def _locked(self) -> Iterator[Snapshot]:
+    def _locked(self) -> Iterator[tuple[Snapshot, Lock]]:
         lock_path = self.paths.backends_lock
         try:
             lock = acquire(lock_path, LOCK_TIMEOUT_S, STALE_LOCK_S)
@@ -310,7 +335,7 @@ class BackendRegistry:
                 self._set_aside_locked(None, str(exc))
                 log.warning("starting a new backend registry: %s", exc)
                 current = Snapshot()
-            yield current
+            yield current, lock
         finally:
             lock.release()
 
@@ -331,9 +356,9 @@ class BackendRegistry:
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
 
-    def _write(self, before: Snapshot, snapshot: Snapshot) -> Snapshot:
+    def _write(self, before: Snapshot, snapshot: Snapshot, fence: Callable[[], bool]) -> Snapshot:
         snapshot = replace(snapshot, updated_at=time.time())
-        write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True, durable=True)
+        write_json_atomic(self.paths.backends, snapshot.to_json(), indent=True, durable=True, fence=fence)
         self._cache_key = None
         try:
             append_changes(self.paths, before, snapshot)
@@ -361,7 +386,8 @@ class BackendRegistry:
         chosen = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
         mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
-        with self._locked() as snap:
+
+        def add_to(snap: Snapshot) -> tuple[Snapshot, Backend]:
             backend = Backend(
                 url=url, protocol=chosen, model=model, tokenizer=tokenizer,
                 policy_version=snap.policy_version if version is None else check_version(version),
@@ -370,24 +396,24 @@ class BackendRegistry:
             )
             others = tuple(b for b in snap.backends if b.url != url)
             top = max(snap.policy_version, backend.policy_version)
-            self._write(snap, Snapshot(top, others + (backend,), min_policy_version=snap.min_policy_version))
-        return backend
+            return Snapshot(top, others + (backend,), min_policy_version=snap.min_policy_version), backend
+        return self._update(add_to)
 
     def remove(self, url: str) -> Backend:
         url = normalize_url(url)
-        with self._locked() as snap:
+
+        def remove_from(snap: Snapshot) -> tuple[Snapshot, Backend]:
             found = snap.find(url)
             if found is None:
                 known = ", ".join(b.url for b in snap.backends) or "none"
                 raise RegistryError(f"no backend {url} in the registry; registered: {known}")
-            self._write(snap, replace(snap, backends=tuple(b for b in snap.backends if b.url != url)))
-        return found
+            return replace(snap, backends=tuple(b for b in snap.backends if b.url != url)), found
+        return self._update(remove_from)
 
     def clear(self) -> int:
         """Remove every backend (the policy version is kept). Also repairs a corrupt file."""
-        with self._locked() as snap:
-            self._write(snap, Snapshot(snap.policy_version, (), min_policy_version=snap.min_policy_version))
-        return len(snap.backends)
+        return self._update(lambda snap: (
+            Snapshot(snap.policy_version, (), min_policy_version=snap.min_policy_version), len(snap.backends)))
 
     def swap(
         self,
@@ -410,7 +436,8 @@ class BackendRegistry:
         chosen = parse_enum(Protocol, protocol, "protocol") if isinstance(protocol, str) else protocol
         mode = parse_logprob_mode(logprob_mode) if logprob_mode is not None else None
         now = time.time()
-        with self._locked() as snap:
+
+        def swap_in(snap: Snapshot) -> tuple[Snapshot, Snapshot]:
             new_version = snap.policy_version + 1 if version is None else check_version(version)
             previous = {b.url: b for b in snap.backends}
             backends = tuple(
@@ -425,7 +452,9 @@ class BackendRegistry:
                 )
                 for u in dict.fromkeys(clean)
             )
-            return self._write(snap, Snapshot(new_version, backends, min_policy_version=snap.min_policy_version))
+            new = Snapshot(new_version, backends, min_policy_version=snap.min_policy_version)
+            return new, new
+        return self._update(swap_in)
 
     def set_versions(self, urls: Sequence[str], version: int, min_version: int | None = None,
                      drop: Sequence[str] = ()) -> Snapshot:
@@ -436,27 +465,28 @@ class BackendRegistry:
         oldest policy still trained on (None: unchanged).
         """
         version = check_version(version)
-        with self._locked() as snap:
+
+        def reload_in(snap: Snapshot) -> tuple[Snapshot, Snapshot]:
             reloaded, dropped = set(urls), set(drop)
             backends = tuple(
                 replace(b, policy_version=version) if b.url in reloaded else b
                 for b in snap.backends if b.url not in dropped
             )
             floor = snap.min_policy_version if min_version is None else check_version(min_version)
-            return self._write(snap, Snapshot(max(version, snap.policy_version), backends, min_policy_version=floor))
+            new = Snapshot(max(version, snap.policy_version), backends, min_policy_version=floor)
+            return new, new
+        return self._update(reload_in)
 
     def set_state(self, url: str, state: BackendState, reason: str = "") -> Backend | None:
         """Mark a backend up/down/draining; None when it is no longer registered."""
-        with self._locked() as snap:
+
+        def mark_in(snap: Snapshot) -> tuple[Snapshot | None, Backend | None]:
             found = snap.find(url)
-            if found is None:
-                return None
-            if found.state is state and found.reason == reason:
-                return found
+            if found is None or (found.state is state and found.reason == reason):
+                return None, found
             updated = replace(found, state=state, reason=reason, state_changed_at=time.time())
-            backends = tuple(updated if b.url == url else b for b in snap.backends)
-            self._write(snap, replace(snap, backends=backends))
-            return updated
+            return replace(snap, backends=tuple(updated if b.url == url else b for b in snap.backends)), updated
+        return self._update(mark_in)
 
 
 def check_version(version: int) -> int:

@@ -21,10 +21,11 @@ import os
 import secrets
 import stat
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from orchestrator import safe_open
+from orchestrator.errors import HpcRolloutError
 
 # Process-wide count of metadata operations by kind (create, rename, unlink, stat, open, list,
 # mkdir) and of flushes (fsync, fsync_dir, syncfs).
@@ -110,16 +111,22 @@ class Durability(enum.Enum):
 
 
 def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None,
-                 durability: Durability = Durability.DATA, mode: int | None = None) -> None:
+                 durability: Durability = Durability.DATA, mode: int | None = None,
+                 fence: Callable[[], bool] | None = None) -> None:
     """Write `data` to `path` so that readers see the old file or the whole new one.
 
     The one atomic-write primitive of the project (spool files, the backend registry, sandbox
     records, reports): a hidden temporary is created exclusively, then renamed over `path`.
     `tmp_dir` must be on the same filesystem as `path` (the run's tmp/ directory); by default
-    the temporary sits next to `path`.
+    the temporary sits next to `path`. `fence`, asked once the data is on disk and right before
+    the rename, says whether the writer may still replace `path` (its lock is still its own);
+    False removes the temporary and raises FenceLost, and `path` is left as it was.
     """
     tmp = (tmp_dir or path.parent) / f".{path.name}.{secrets.token_hex(4)}"
     write_new(tmp, data, sync=durability is not Durability.NONE, mode=mode)
+    if fence is not None and not fence():
+        _unlink_quietly(tmp)
+        raise FenceLost(f"{path} was not replaced: the writer no longer holds its lock")
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -233,6 +240,11 @@ def create_exclusive(path: Path, data: bytes = b"", durability: Durability = Dur
 READ_LIMIT = safe_open.READ_LIMIT
 TICKET_READ_LIMIT = safe_open.TICKET_READ_LIMIT
 UnsafeSpoolFile = safe_open.UnsafeSpoolFile
+
+
+class FenceLost(HpcRolloutError):
+    """An atomic write's fence said no: the writer lost its lock while it wrote (it was paused
+    past the lock's staleness and a peer took over). Its change must be made again, under the lock."""
 kind_of = safe_open.kind_of
 read_open = safe_open.read_open
 

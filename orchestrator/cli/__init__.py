@@ -17,7 +17,7 @@ from orchestrator import __version__
 from orchestrator.spool import access
 
 # Modules under orchestrator/cli/ that contribute commands, in help order.
-COMMAND_MODULES = ("core", "retry", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report",
+COMMAND_MODULES = ("core", "retry", "export", "handlers", "status", "launch", "adapt", "demo", "sandbox", "llm", "sbatch", "tasks", "report",
                    "doctor")
 
 

@@ -13,20 +13,31 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
 
 
-def open_shard(path: Path) -> pq.ParquetFile:
-    """The Parquet file at `path` (UnsafeSpoolFile when it is no regular file; an empty or torn
-    one fails to decode like a path would: pa.ArrowInvalid)."""
+def _mapped(path: Path) -> pa.BufferReader:
     fd, st = fsops.open_regular(path)
     try:
         pages: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if st.st_size else b""
     finally:
         os.close(fd)   # the mapping keeps the file's pages; the descriptor is not needed
-    return pq.ParquetFile(pa.BufferReader(pa.py_buffer(pages)))
+    return pa.BufferReader(pa.py_buffer(pages))
+
+
+def open_shard(path: Path) -> pq.ParquetFile:
+    """The Parquet file at `path` (UnsafeSpoolFile when it is no regular file; an empty or torn
+    one fails to decode like a path would: pa.ArrowInvalid)."""
+    return pq.ParquetFile(_mapped(path))
+
+
+def shard_fragment(path: Path) -> ds.ParquetFileFragment:
+    """The shard as a pyarrow.dataset fragment, for scans with filters pushed down (row groups
+    skipped by their statistics, rows filtered as they are decoded); opened as open_shard does."""
+    return ds.ParquetFileFormat().make_fragment(_mapped(path))
 
 
 def read_shard_table(path: Path, columns: list[str] | None = None, use_threads: bool = True) -> pa.Table:

@@ -27,6 +27,8 @@ from orchestrator.trainer.tail import RowReader
 
 if TYPE_CHECKING:
     from orchestrator.llm.weights import SwapReport
+    from orchestrator.trainer.replay import Replay
+    from orchestrator.trainer.replay_filter import Query
 
 
 @dataclass(frozen=True)
@@ -70,23 +72,42 @@ class Spool:
         """Finished rows from `cursor` on (None: from the start); `columns` None reads them all."""
         return RowReader(self.paths, cursor, poll_s=poll_s, columns=columns)
 
+    def query(self, query: "Query | None" = None, columns: Sequence[str] | None = None,
+              complete: bool = False, **fields: Any) -> "Replay":
+        """Whole groups of the finished rows a query selects, ready for the batchers (replay).
+
+        `query` or its fields as keywords: spool.query(reward_min=0.5, handlers=["math"]);
+        `columns` None: the trainer's columns (tail.py TRAINER_COLUMNS); `complete` leaves out
+        groups with fewer rows than group_size. See orchestrator/trainer/replay.py.
+        """
+        from orchestrator.trainer.replay import query_groups
+        from orchestrator.trainer.replay_filter import Query
+        from orchestrator.trainer.tail import TRAINER_COLUMNS
+
+        return query_groups(self.paths, query or Query(**fields), columns or TRAINER_COLUMNS, complete)
+
     def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None,
-                     abort: bool | None = None) -> "SwapReport":
+                     abort: bool | None = None, rolling: bool = False,
+                     min_serving: float | None = None) -> "SwapReport":
         """Every registered backend loads `checkpoint` while serving; then the policy version moves.
 
         `max_policy_lag` (default: run.toml [trainer] max_policy_lag) marks samples older than
         version - lag as stale: restart jobs that took them are cancelled, the sampler skips their
         rows (continue jobs go on; their stale turns are masked). `abort` (default: run.toml
         [trainer] staleness is continue) first aborts generations in flight; they resume on the
-        new weights as the next request of their turn.
+        new weights as the next request of their turn. `rolling` reloads the backends in waves,
+        keeping at least `min_serving` of them (default 0.5, at least one) serving; it needs
+        max_policy_lag >= 1 (the backends waiting for their wave serve the previous version) and
+        raises RollingRefused otherwise (docs/scale.md, "Rolling weight updates").
         """
         from orchestrator.config import Staleness
-        from orchestrator.llm.weights import swap_weights
+        from orchestrator.llm.weights import DEFAULT_MIN_SERVING, swap_weights
 
         lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
         if abort is None:
             abort = Staleness.parse(self.config.trainer.staleness) is Staleness.CONTINUE
-        return swap_weights(self.paths, checkpoint, version, lag, abort)
+        share = DEFAULT_MIN_SERVING if min_serving is None else min_serving
+        return swap_weights(self.paths, checkpoint, version, lag, abort, rolling, share)
 
     def status(self, exact: bool = False) -> Snapshot:
         """The run's figures; finished-job figures from a bounded sample of shards unless `exact`."""

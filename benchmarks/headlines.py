@@ -163,6 +163,12 @@ CATALOGUE: tuple[Benchmark, ...] = (
     Benchmark("reload", "`spool.swap_weights` on the tiny model, idle and with 32 requests in flight (none may fail)",
               (Figure("reload_s", "s", L, noise=0.05), Figure("failed_requests", "requests", L, 0.0)),
               ("--swaps", "6")),
+    Benchmark("rolling", "4 serve-llm backends whose reload takes 4 s, 16 conversations in flight: tokens/s during "
+              "`swap_weights(..., rolling=True)` over steady state (goal >= 0.7) beside all at once (falls to ~0), "
+              "the largest policy lag of a sample (bound 1)",
+              # ratios of neighbouring windows of one run; the lag is a count
+              (Figure("rolling_ratio", "x", H, 0.7, noise=0.1), Figure("all_at_once_ratio", "x", L, noise=0.1),
+               Figure("max_lag", "versions", L, 1.0))),
     Benchmark("partial", "one workload of multi-turn episodes with weight swaps (lag bound 1) run with "
               "`staleness = restart` and `continue` side by side: wasted token share of each (target for continue "
               "<= 0.05), tokens sampled per token trained, restart over continue",

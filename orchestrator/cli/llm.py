@@ -164,25 +164,32 @@ def clear(run_dir: Path, force: bool) -> None:
 @click.option("--abort/--no-abort", "abort", default=None,
               help="With --reload: first abort the generations in flight; their jobs resume them on the new "
                    "weights (default: on when run.toml [trainer] staleness is continue).")
+@click.option("--rolling", is_flag=True,
+              help="With --reload: reload in waves, keeping at least --min-serving of the backends serving "
+                   "(each wave is drained first; needs max_policy_lag >= 1).")
+@click.option("--min-serving", type=click.FloatRange(0, 1, max_open=True), default=0.5, show_default=True,
+              help="With --rolling: the share of the up backends that keeps serving (at least one).")
 @PROTOCOL
 @MODEL
 @TOKENIZER
 def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: Path | None,
          max_policy_lag: int | None, protocol: str, model: str | None, tokenizer: str | None,
-         abort: bool | None = None) -> None:
+         abort: bool | None = None, rolling: bool = False, min_serving: float = 0.5) -> None:
     """Move to a new policy: replace the backend set with URLS, or --reload a checkpoint on every backend.
 
     \b
       hpc-rollout backend swap spool/run1 --version 4 http://node17:8000/v1 http://node18:8000/v1
       hpc-rollout backend swap spool/run1 --reload ckpt/step-4 --version 4
+      hpc-rollout backend swap spool/run1 --reload ckpt/step-4 --version 4 --rolling --max-policy-lag 1
     """
     try:
         if checkpoint is not None:
             if urls:
                 raise click.UsageError("give URLS (a new backend set) or --reload CKPT (the same backends), not both")
-            report = reload_and_swap(run_dir, checkpoint, version, max_policy_lag, abort)
+            report = reload_and_swap(run_dir, checkpoint, version, max_policy_lag, abort, rolling, min_serving)
             click.echo(f"policy version {report.version}: {len(report.reloaded)} backend(s) loaded "
-                       f"{report.checkpoint} in {report.seconds:.2f} s")
+                       f"{report.checkpoint} in {report.seconds:.2f} s"
+                       + (f", in {len(report.waves)} waves" if report.waves else ""))
             if report.aborted:
                 counts = [n for n in report.aborted.values() if n is not None]
                 click.echo(f"aborted the generations in flight on {len(report.aborted)} backend(s)"
@@ -193,6 +200,8 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: 
             for url in report.removed:
                 click.echo(f"removed {url}: it was down and could not reload; restart it on the checkpoint and add it again")
             return
+        if rolling:
+            raise click.UsageError("--rolling goes with --reload CKPT (the same backends load new weights)")
         if not urls:
             raise click.UsageError("give the new backend URLS, or --reload CKPT to keep the backends")
         snapshot = registry_of(run_dir).swap(list(urls), version=version, protocol=protocol,
@@ -203,7 +212,7 @@ def swap(run_dir: Path, urls: tuple[str, ...], version: int | None, checkpoint: 
 
 
 def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_policy_lag: int | None,
-                    abort: bool | None = None) -> "SwapReport":
+                    abort: bool | None = None, rolling: bool = False, min_serving: float = 0.5) -> "SwapReport":
     from orchestrator.config import RunConfig, Staleness
     from orchestrator.llm.weights import swap_weights
 
@@ -212,7 +221,7 @@ def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_po
     max_policy_lag = trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
     abort = Staleness.parse(trainer.staleness) is Staleness.CONTINUE if abort is None else abort
     target = registry_of(run_dir).read().policy_version + 1 if version is None else version
-    return swap_weights(paths, checkpoint, target, max_policy_lag, abort)
+    return swap_weights(paths, checkpoint, target, max_policy_lag, abort, rolling, min_serving)
 
 
 @backend.command("state")
@@ -221,7 +230,7 @@ def reload_and_swap(run_dir: Path, checkpoint: Path, version: int | None, max_po
 @click.argument("state", type=click.Choice([s.value for s in BackendState]))
 @click.option("--reason", default="set by hand", show_default=True)
 def set_state(run_dir: Path, url: str, state: str, reason: str) -> None:
-    """Set URL's state: `draining` takes no new tasks (running ones finish), `up` re-enables it.
+    """Set URL's state: `draining` takes no new tasks (a running one moves at its next turn), `up` re-enables it.
 
     \b
     Examples:

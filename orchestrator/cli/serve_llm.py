@@ -36,11 +36,14 @@ from orchestrator.cli.exit_codes import ExitCode
               help="Logprobs of every endpoint: raw (log_softmax of the logits) or processed (after "
                    "temperature), announced in /v1/models so `backend add` records it. Default: each "
                    "endpoint as its stock server (/v1/completions raw like vLLM, /generate processed like SGLang).")
+@click.option("--reload-delay-s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="A weight reload holds generation this many seconds more once the running batch has "
+                   "drained: the load time of a large model, for benchmarks of weight swaps (benchmarks/rolling.py).")
 @click.option("--legacy-vllm", is_flag=True, hidden=True,
               help="Answer like vLLM < 0.10.2 (no token_ids), to exercise the client's fallback.")
 def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: Path | None,
               max_model_len: int, max_batch: int, threads: int | None, weight_version: str,
-              scripted: Path | None, logprobs_mode: str | None, legacy_vllm: bool) -> None:
+              scripted: Path | None, logprobs_mode: str | None, reload_delay_s: float, legacy_vllm: bool) -> None:
     """A reference LLM server speaking vLLM's token-in/token-out protocol (and SGLang's /generate).
 
     \b
@@ -67,7 +70,7 @@ def serve_llm(model_dir: Path | None, tiny: bool, host: str, port: int, record: 
         model_dir=directory.absolute(), host=host, port=port, record=record,
         max_model_len=max_model_len, max_batch=max_batch, threads=threads,
         weight_version=weight_version, legacy_vllm=legacy_vllm, logprobs_mode=logprobs_mode,
-        scripted=scripted.absolute() if scripted else None,
+        scripted=scripted.absolute() if scripted else None, reload_delay_s=reload_delay_s,
     )
     asyncio.run(serve(options))
     sys.exit(ExitCode.INTERRUPTED)   # it serves until a signal stops it: 130, as any interrupted command

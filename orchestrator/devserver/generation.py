@@ -58,7 +58,8 @@ class StepCounters:
 class Engine:
     """Owns the model; `submit` is awaited by request handlers, steps run in the model thread."""
 
-    def __init__(self, model_dir: Path, *, max_batch: int = 8, threads: int | None = None) -> None:
+    def __init__(self, model_dir: Path, *, max_batch: int = 8, threads: int | None = None,
+                 reload_delay_s: float = 0.0) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -73,6 +74,9 @@ class Engine:
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.max_batch = max_batch
+        # A reload holds generation this much longer once drained: the time a large checkpoint
+        # takes to load (serve-llm --reload-delay-s; benchmarks/rolling.py), the tiny one's is ~0.
+        self.reload_delay_s = reload_delay_s
         self.counters = StepCounters()
         # One abort per request in flight (set = abort it), kept until the model thread lets go of
         # the request: /metrics then counts what still runs, not what still has a caller.
@@ -200,6 +204,8 @@ class Engine:
             self._reloads_waiting += 1
         try:
             await asyncio.to_thread(self._wait_for_drain)
+            if self.reload_delay_s > 0:   # nobody is admitted meanwhile, as a server loading a large model
+                await asyncio.sleep(self.reload_delay_s)
             # the drained batch's answers were handed to their loops before the drain: this one's
             # are settled by now, so its requests have ended before the weights change
             await asyncio.to_thread(self._load_once_drained, state)

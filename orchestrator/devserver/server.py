@@ -54,6 +54,7 @@ class ServerOptions:
     legacy_vllm: bool = False    # behave like vLLM < 0.10.2: no token_ids in answers
     scripted: Path | None = None # answer with the scripted completions in this file (llm/scripted.py)
     logprobs_mode: str | None = None   # raw | processed for every endpoint; None: each endpoint's stock kind
+    reload_delay_s: float = 0.0        # a weight reload holds generation this much longer (a large model's load)
 
 
 class ReferenceServer:
@@ -72,7 +73,8 @@ class ReferenceServer:
             from orchestrator.devserver.scripted import scripted_engine
 
             return scripted_engine(options.scripted, self.tokenizer)
-        return Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads)
+        return Engine(options.model_dir, max_batch=options.max_batch, threads=options.threads,
+                      reload_delay_s=options.reload_delay_s)
 
     def close(self) -> None:
         if self._record is not None:

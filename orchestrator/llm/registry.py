@@ -66,7 +66,7 @@ class Protocol(str, enum.Enum):
 class BackendState(str, enum.Enum):
     UP = "up"              # takes new tasks
     DOWN = "down"          # failed; skipped, probed again later
-    DRAINING = "draining"  # no new tasks; tasks already on it finish there
+    DRAINING = "draining"  # no new tasks nor turns; a task on it moves to an up backend at its next turn
 
 
 def parse_enum(kind: type[enum.Enum], value: str, what: str) -> Any:
@@ -457,25 +457,48 @@ class BackendRegistry:
         return self._update(swap_in)
 
     def set_versions(self, urls: Sequence[str], version: int, min_version: int | None = None,
-                     drop: Sequence[str] = ()) -> Snapshot:
+                     drop: Sequence[str] = (), undrain: Sequence[str] = ()) -> Snapshot:
         """After a weight reload: `urls` serve policy `version`, which becomes the registry's.
 
         Entries in `drop` (backends that could not reload) are removed: probed back to `up`
         later they would serve old weights under the new version. `min_version` sets the
-        oldest policy still trained on (None: unchanged).
+        oldest policy still trained on (None: unchanged). Entries in `undrain` that are still
+        `draining` (a rolling swap drained them for their reload) are `up` again, in the same
+        write as their new version.
         """
         version = check_version(version)
+        now = time.time()
 
         def reload_in(snap: Snapshot) -> tuple[Snapshot, Snapshot]:
-            reloaded, dropped = set(urls), set(drop)
-            backends = tuple(
-                replace(b, policy_version=version) if b.url in reloaded else b
-                for b in snap.backends if b.url not in dropped
-            )
+            reloaded, dropped, undrained = set(urls), set(drop), set(undrain)
+
+            def renewed(b: Backend) -> Backend:
+                if b.url in undrained and b.state is BackendState.DRAINING:
+                    b = replace(b, state=BackendState.UP, reason="", state_changed_at=now)
+                return replace(b, policy_version=version) if b.url in reloaded else b
+            backends = tuple(renewed(b) for b in snap.backends if b.url not in dropped)
             floor = snap.min_policy_version if min_version is None else check_version(min_version)
             new = Snapshot(max(version, snap.policy_version), backends, min_policy_version=floor)
             return new, new
         return self._update(reload_in)
+
+    def set_states(self, urls: Sequence[str], state: BackendState, reason: str = "",
+                   only_from: BackendState | None = None) -> tuple[Backend, ...]:
+        """Mark several backends at once (one write); with `only_from`, only those in that state
+        now. The entries changed (those no longer registered, or not in `only_from`, are left)."""
+        wanted = set(urls)
+
+        def mark_in(snap: Snapshot) -> tuple[Snapshot | None, tuple[Backend, ...]]:
+            now = time.time()
+            changed = {b.url: replace(b, state=state, reason=reason, state_changed_at=now)
+                       for b in snap.backends
+                       if b.url in wanted and (only_from is None or b.state is only_from)
+                       and (b.state is not state or b.reason != reason)}
+            if not changed:
+                return None, ()
+            return (replace(snap, backends=tuple(changed.get(b.url, b) for b in snap.backends)),
+                    tuple(changed.values()))
+        return self._update(mark_in)
 
     def set_state(self, url: str, state: BackendState, reason: str = "") -> Backend | None:
         """Mark a backend up/down/draining; None when it is no longer registered."""

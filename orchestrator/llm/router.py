@@ -2,7 +2,10 @@
 
 One backend per task: the pick is the `up` backend with the fewest tasks in flight across
 every live worker of the run, then the one on this worker's node, then the one with the
-fewest lifetime assignments, then random (so racing workers on other nodes spread out).
+fewest lifetime assignments, then random (so racing workers on other nodes spread out); among
+them, those at the newest policy version come first (a rolling weight swap, llm/weights.py:
+backends waiting for their reload serve the previous version, and get new tasks only when
+no backend at the newest one is usable). `draining` backends get no new task.
 A failed backend is marked `down` in the registry for everyone and probed again after
 `probe_after_s`; the registry is the single place that says which backends exist. A backend
 this process has not heard from for `health_check_s` answers `GET /health` before it gets a
@@ -110,9 +113,11 @@ class Router:
         load = self.view.load(self.board, now)
         self.board.publish_every_s = self.view.publish_every_s
         self.board.publish_if_due()
+        newest = max(b.policy_version for b in candidates)
         return min(
             candidates,
             key=lambda b: (
+                b.policy_version < newest,   # mid rolling swap: the updated backends first
                 load.inflight.get(b.url, 0),
                 b.node != self.node,
                 load.assigned.get(b.url, 0),

@@ -10,7 +10,9 @@ task moves to another backend for this and later turns, and the switch is record
 job event and in the turn. When none is left, the task waits for one to come back (an outage
 of the only backend costs time, not the task) for up to the router's outage_wait_s in all,
 counted from the first failure since the last answer; then it fails, naming the last cause. Each turn records the backend and the policy version the
-registry gives that backend at request time (a swap shows up from the next turn on).
+registry gives that backend at request time (a swap shows up from the next turn on). A backend
+marked `draining` (a rolling weight swap reloads it next) gets no further turn: the task moves
+to an `up` backend at its next turn (an `llm_backend_moved` event), unless none is usable.
 
 Staleness (orchestrator/spool/staleness.py): a `restart` job raises StalePolicy before a turn
 once an earlier turn's policy is older than the registry's floor; a `continue` job goes on, the
@@ -36,7 +38,7 @@ from orchestrator.llm.client import DEFAULT_MAX_TOKENS, MAX_TOKENS_KEYS, Backend
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import BackendFailed, LLMError, NoBackendAvailable
 from orchestrator.llm.identity import RECHECK_S, tokenizer_hash
-from orchestrator.llm.registry import Backend
+from orchestrator.llm.registry import Backend, BackendState
 from orchestrator.llm.router import Router, router_for
 from orchestrator.llm.tokenizer import load_tokenizer
 from orchestrator.spool.staleness import StalePolicy, stale_reason
@@ -149,7 +151,22 @@ class LLMSession:
         current = self.router.current(self.backend.url)
         if current is not None:
             self.backend = current
+            if current.state is BackendState.DRAINING:
+                await self._leave_draining(current)
         return self.backend
+
+    async def _leave_draining(self, draining: Backend) -> None:
+        """The task's backend is draining (a rolling weight swap is about to reload it, or it was
+        drained by hand): the next turn goes to an `up` backend, without waiting and without
+        counting as a failure. With none usable, the task stays where it is."""
+        try:
+            moved = await self.router.acquire(exclude=[*self.failed, draining.url], wait_s=0)
+        except LLMError:
+            return
+        self.router.release(draining.url)
+        self.backend = moved
+        self.event("llm_backend_moved", backend=moved.url, node=moved.node, policy_version=moved.policy_version,
+                   from_backend=draining.url, reason="draining")
 
     def client(self, backend: Backend) -> BackendClient:
         existing = self._clients.get(backend.url)
@@ -215,8 +232,8 @@ class LLMSession:
             # One stat of backends.json per look (none on runs of > 16 workers, where the cluster
             # summary vouches for the registry), only while a swap is under way.
             entry = self.router.current(url)
-            if entry is None or entry.policy_version != version:
-                return
+            if entry is None or entry.policy_version != version or entry.state is BackendState.DRAINING:
+                return   # (draining: a rolling swap reloads it; the reply resumes on an up backend)
             await asyncio.sleep(RESUME_POLL_S)
         log.info("task %s: %s still at version %d %.0f s after an abort; resuming there", self.job_id, url,
                  version, self.resume_wait_s)

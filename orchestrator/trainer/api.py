@@ -87,22 +87,27 @@ class Spool:
         return query_groups(self.paths, query or Query(**fields), columns or TRAINER_COLUMNS, complete)
 
     def swap_weights(self, checkpoint: str | Path, version: int, max_policy_lag: int | None = None,
-                     abort: bool | None = None) -> "SwapReport":
+                     abort: bool | None = None, rolling: bool = False,
+                     min_serving: float | None = None) -> "SwapReport":
         """Every registered backend loads `checkpoint` while serving; then the policy version moves.
 
         `max_policy_lag` (default: run.toml [trainer] max_policy_lag) marks samples older than
         version - lag as stale: restart jobs that took them are cancelled, the sampler skips their
         rows (continue jobs go on; their stale turns are masked). `abort` (default: run.toml
         [trainer] staleness is continue) first aborts generations in flight; they resume on the
-        new weights as the next request of their turn.
+        new weights as the next request of their turn. `rolling` reloads the backends in waves,
+        keeping at least `min_serving` of them (default 0.5, at least one) serving; it needs
+        max_policy_lag >= 1 (the backends waiting for their wave serve the previous version) and
+        raises RollingRefused otherwise (docs/scale.md, "Rolling weight updates").
         """
         from orchestrator.config import Staleness
-        from orchestrator.llm.weights import swap_weights
+        from orchestrator.llm.weights import DEFAULT_MIN_SERVING, swap_weights
 
         lag = self.config.trainer.max_policy_lag if max_policy_lag is None else max_policy_lag
         if abort is None:
             abort = Staleness.parse(self.config.trainer.staleness) is Staleness.CONTINUE
-        return swap_weights(self.paths, checkpoint, version, lag, abort)
+        share = DEFAULT_MIN_SERVING if min_serving is None else min_serving
+        return swap_weights(self.paths, checkpoint, version, lag, abort, rolling, share)
 
     def status(self, exact: bool = False) -> Snapshot:
         """The run's figures; finished-job figures from a bounded sample of shards unless `exact`."""

@@ -152,6 +152,11 @@ CATALOGUE: tuple[Benchmark, ...] = (
               "idle share",
               (Figure("speedup_vs_batch", "x", H, 1.5), Figure("worker_idle_share", "share", L, 0.1, noise=0.05)),
               ("--batches", "3")),
+    Benchmark("adaptive", "the adaptive sample budget vs uniform DAPO sampling, real worker, prompts of known pass "
+              "rates: informative groups per sample (target >= 1.5x), hard prompts' share of the batches (bound >= 0.8)",
+              # counts of groups and samples, not seconds: the machine's load does not move them
+              (Figure("informative_per_sample_vs_uniform", "x", H, 1.5, noise=0.1),
+               Figure("hard_share_vs_uniform", "x", H, 0.8, noise=0.15))),
     Benchmark("verl", "verl's `generate_sequences` through the spool vs the same prompts straight to the same backend "
               "(64 prompts x 4 samples, paired runs; the server on CPUs of its own, `--share-cpus` to mix): "
               "`overhead_ratio` (target <= 1.10; mean 1.045 over 11 runs, docs/trainer.md); "

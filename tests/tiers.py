@@ -248,6 +248,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_where_the_cluster_is_required_a_missing_one_fails": "python",
         "test_without_a_cluster_slurm_tests_skip_even_as_root": "python",
     },
+    "tests/trainer/test_adaptive.py": {},
     "tests/trainer/test_batch.py": {
         "test_verl_key_names_and_torch_tensors": "slow",
     },

@@ -23,6 +23,10 @@ running and complete groups not taken yet, are carried to the next call (`leftov
 or cancelled (`"cancel"`). `batch.stats.filtered_share` is the zero-variance share of the
 groups judged.
 
+With `adaptive=AdaptiveBudget(samples=G)` (orchestrator/trainer/adaptive.py), a fresh prompt's
+turn may be skipped when the groups judged so far say it has no signal (always or never solved);
+skipped prompts are counted (`skipped_prompts`), retries of stale groups are never skipped.
+
 State for a restart: `sampler.state()` (the reader's cursor and the groups in flight, with their
 prompts) and `DynamicSampler(..., state=saved)`; persist it with the model.
 """
@@ -35,12 +39,13 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.config import Staleness
 from orchestrator.spool.job_ids import group_id
 from orchestrator.spool.staleness import row_is_stale, staleness_floor
+from orchestrator.trainer.adaptive import AdaptiveBudget, BudgetSettingError
 from orchestrator.trainer.turn_tokens import mask_stale_turns
 from orchestrator.trainer.tail import TRAINER_COLUMNS
 from orchestrator.trainer.batch import Batch, FailedPolicy, GroupBatcher, is_failed, parse_choice
@@ -67,6 +72,7 @@ class SamplerStats:
     foreign_groups: int = 0          # complete groups this sampler did not submit (skipped)
     leftovers_cancelled: int = 0
     submitted_groups: int = 0
+    skipped_prompts: int = 0         # turns of prompts the adaptive budget passed over
     in_flight: int = 0               # groups submitted and not judged, when the batch returned
     mean_reward: float = float("nan")   # over every sample of every group judged (the policy's reward)
     seconds: float = 0.0
@@ -99,6 +105,7 @@ class SampledBatch:
     batch: Batch
     stats: SamplerStats
     policy_version: int
+    prompts: list[dict[str, Any]] = field(default_factory=list)   # the prompt of each group, in order
 
     def tensors(self, device: Any = None) -> dict[str, Any]:
         return self.batch.tensors(device)
@@ -124,6 +131,7 @@ class DynamicSampler:
         drop_zero_variance: bool = True,
         staleness: str | None = None,
         retry_stale_as: str | None = Staleness.CONTINUE.value,
+        adaptive: AdaptiveBudget | None = None,
     ) -> None:
         if samples < 1 or informative_groups < 1:
             raise ValueError("samples and informative_groups must be >= 1")
@@ -149,6 +157,12 @@ class DynamicSampler:
         self.reader = spool.reader((state or {}).get("cursor"), columns=TRAINER_COLUMNS, poll_s=poll_s)
         self.totals = SamplerStats()
         self.policy_version = 0
+        self.adaptive = adaptive
+        if adaptive is not None:
+            if adaptive.samples != samples:
+                raise BudgetSettingError(f"adaptive budget judges groups of {adaptive.samples} samples, the sampler "
+                                         f"submits {samples}: build it with AdaptiveBudget(samples={samples})")
+            adaptive.restore((state or {}).get("adaptive", {}))
 
     # -- the loop ---------------------------------------------------------------------------
     def next_batch(self, policy_version: int, timeout_s: float | None = None) -> SampledBatch:
@@ -160,6 +174,7 @@ class DynamicSampler:
         self.policy_version = policy_version
         stats = SamplerStats()
         kept: list[list[Row]] = []
+        kept_prompts: list[dict[str, Any]] = []
         self._refill(stats)
         while len(kept) < self.informative_groups:
             group = self.reader.next_group(self.reader.poll_s)
@@ -172,20 +187,25 @@ class DynamicSampler:
                         f"({len(self._outstanding)} in flight): are workers running? `hpc-rollout status`"
                     )
                 continue
-            if self._judge(group, stats):
+            prompt = self._judge(group, stats)
+            if prompt is not None:
                 kept.append(group)
+                kept_prompts.append(prompt)
             self._refill(stats)
         if self.leftovers is Leftovers.CANCEL:
             self._cancel_leftovers(stats)
         stats.in_flight = len(self._outstanding)
         stats.seconds = time.monotonic() - started
         self._add_to_totals(stats)
-        return SampledBatch(kept, self.batcher.build(kept), stats, policy_version)
+        return SampledBatch(kept, self.batcher.build(kept), stats, policy_version, kept_prompts)
 
     def state(self) -> dict[str, Any]:
         """What a restarted trainer passes back as `state=` (JSON-serialisable)."""
-        return {"cursor": str(self.reader.cursor), "outstanding": dict(self._outstanding),
-                "abandoned": sorted(self._abandoned)}
+        saved = {"cursor": str(self.reader.cursor), "outstanding": dict(self._outstanding),
+                 "abandoned": sorted(self._abandoned)}
+        if self.adaptive is not None:
+            saved["adaptive"] = self.adaptive.state()
+        return saved
 
     def close(self, cancel: bool = True) -> None:
         """Stop: with `cancel`, every group still in flight is cancelled."""
@@ -196,15 +216,16 @@ class DynamicSampler:
         self.reader.close()   # its read-ahead thread; the cursor in state() stays valid
 
     # -- judging ------------------------------------------------------------------------------
-    def _judge(self, group: list[Row], stats: SamplerStats) -> bool:
+    def _judge(self, group: list[Row], stats: SamplerStats) -> dict[str, Any] | None:
+        """The group's prompt when the group is kept for the batch, else None (counted in `stats`)."""
         group_id = group[0].get("group_id", "")
         if group_id in self._abandoned:
             self._abandoned.discard(group_id)
-            return False
+            return None
         prompt = self._outstanding.pop(group_id, None)
         if prompt is None:
             stats.foreign_groups += 1
-            return False
+            return None
         stale = [r for r in group if row_is_stale(r, self.policy_version, self.max_policy_lag)]
         if not stale and self.max_policy_lag >= 0:
             stale = self._mask_stale_turns(group, stats)
@@ -212,20 +233,22 @@ class DynamicSampler:
             stats.stale_groups += 1
             stats.stale_rows += len(stale)
             self._retry.append(prompt)
-            return False
+            return None
         failed = [r for r in group if is_failed(r)]
         rewards = [0.0 if is_failed(r) else float(r["reward"]) for r in group]
+        if self.adaptive is not None:   # a failure says nothing of the prompt's difficulty
+            self.adaptive.record(prompt, [float(r["reward"]) for r in group if not is_failed(r)], self.policy_version)
         stats.add_rewards(rewards)
         if failed and self.batcher.failed is FailedPolicy.DROP_GROUP:
             stats.failed_groups += 1
-            return False
+            return None
         if self.batcher.failed is FailedPolicy.DROP_SAMPLE:
             rewards = [float(r["reward"]) for r in group if not is_failed(r)]
         if len(set(rewards)) <= 1:
             stats.zero_variance += 1
-            return not self.drop_zero_variance
+            return None if self.drop_zero_variance else prompt
         stats.informative += 1
-        return True
+        return prompt
 
     def _mask_stale_turns(self, group: list[Row], stats: SamplerStats) -> list[Row]:
         """Mask, in place, the too-old turns of the group's continue rows; the rows that could not
@@ -262,6 +285,9 @@ class DynamicSampler:
             prompt = next(self._prompts, None)
             if prompt is None:
                 break
+            if self.adaptive is not None and not self.adaptive.admit(prompt, self.policy_version):
+                stats.skipped_prompts += 1
+                continue
             fresh.append(prompt)
         self._submit(retries, self.retry_stale_as or self.staleness, stats)
         self._submit(fresh, self.staleness, stats)
@@ -300,7 +326,7 @@ class DynamicSampler:
     def _add_to_totals(self, stats: SamplerStats) -> None:
         totals = self.totals
         for name in ("informative", "zero_variance", "stale_groups", "stale_rows", "stale_turn_tokens", "failed_groups",
-                     "foreign_groups", "leftovers_cancelled", "submitted_groups"):
+                     "foreign_groups", "leftovers_cancelled", "submitted_groups", "skipped_prompts"):
             setattr(totals, name, getattr(totals, name) + getattr(stats, name))
         totals._reward_sum += stats._reward_sum
         totals._reward_count += stats._reward_count

@@ -148,6 +148,11 @@ CATALOGUE: tuple[Benchmark, ...] = (
               (Figure("list_cost_ratio_1e5_vs_1e2", "x", L, 2.0, noise=0.8), Figure("tail_p99_s", "s", L, 1.0, noise=0.2),
                Figure("reader_rows_per_s", "rows/s", H, 50_000.0)),
               ("--seconds", "8", "--rows", "20000", "--big", "50000", "--polls", "100")),
+    Benchmark("replay", "`Spool.query` over 10^6 finished rows (filters pushed down into the Parquet scan, whole groups "
+              "back) vs reading every shard and filtering in Python: seconds (target <= 1 on a quiet machine), "
+              "CPU seconds (what the load does not stretch), ratio",
+              (Figure("pushdown_s", "s", L, 1.0, noise=0.2), Figure("pushdown_cpu_s", "s", L, noise=0.2),
+               Figure("speedup_vs_python", "x", H)), timeout_s=600.0),
     Benchmark("dapo", "async dynamic sampling vs batch-by-batch, real worker, heavy-tailed sleep jobs: speedup, worker "
               "idle share",
               (Figure("speedup_vs_batch", "x", H, 1.5), Figure("worker_idle_share", "share", L, 0.1, noise=0.05)),

@@ -9,9 +9,10 @@ Rows are selected by the query (orchestrator/trainer/replay_filter.py); a group 
 selected row comes back whole (every row sharing its group_id, in whichever shard or writer it
 landed), as `reader.groups()` gives them: rows are dicts, number lists numpy arrays.
 
-Two scans of the committed shards, each shard a pyarrow.dataset fragment with the query pushed
-down: the first reads group_id and the query's columns only and finds the groups selected;
-the second decodes the asked columns of those groups' rows only, in the shards that hold them.
+Two scans of the committed shards, each shard a pyarrow.dataset fragment with a filter pushed
+down (row groups whose statistics exclude it are skipped unread; rows are filtered in Arrow):
+the first keeps the rows the query selects and reads their group_id only; the second reads the
+asked columns of every row of those groups.
 Shards are found by spool/shardlog.py's listing and opened as spool/shard_file.py opens them;
 one that cannot be read is named in `skipped` and in a warning (it is left where it is:
 recovery quarantines shards, docs/robustness.md), and the others are read.
@@ -19,10 +20,12 @@ recovery quarantines shards, docs/robustness.md), and the others are read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +44,7 @@ READ_THREADS = 4   # Arrow decodes without the GIL: shards are scanned side by s
 
 @dataclass(frozen=True)
 class Replay:
-    groups: list[list[Row]]          # whole groups, in the order their first row was found
+    groups: list[list[Row]]          # whole groups, by group_id; rows by sample_index
     rows_scanned: int                # rows of every shard read
     rows_selected: int               # rows the query selected (their groups are returned whole)
     shards_read: int
@@ -51,13 +54,6 @@ class Replay:
     @property
     def rows(self) -> int:
         return sum(len(group) for group in self.groups)
-
-
-@dataclass(frozen=True)
-class _Hits:
-    path: Path
-    group_ids: pa.Array      # every row's group_id
-    selected: pa.Array       # the group_ids of its selected rows
 
 
 def query_groups(paths: SpoolPaths, query: Query = Query(), columns: Sequence[str] | None = TRAINER_COLUMNS,
@@ -71,26 +67,38 @@ def query_groups(paths: SpoolPaths, query: Query = Query(), columns: Sequence[st
     listing = list_shards(paths)
     skipped = [_skip(name, "not named as a shard (WRITER-SEQ.parquet): not read") for name in listing.foreign]
     files = [paths.shards / name for name in listing.committed]
+    selection = query.expression()
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="replay-scan") as pool:
-        hits: list[_Hits] = []
-        for path, found in zip(files, pool.map(lambda f: _scan_one(f, query.expression()), files)):
-            if isinstance(found, str):
-                skipped.append(_skip(path.name, found))
-            else:
-                hits.append(found)
-        chosen = pa.chunked_array([h.selected for h in hits], pa.string()).unique() if hits else pa.array([], pa.string())
-        holding = [h.path for h in hits if len(chosen) and pc.any(pc.is_in(h.group_ids, chosen)).as_py()]
-        everything = query.is_everything()
-        tables: list[pa.Table] = []
-        for path, part in zip(holding, pool.map(lambda f: _fetch_one(f, wanted, None if everything else chosen), holding)):
-            if isinstance(part, str):
-                skipped.append(_skip(path.name, part))
-            else:
-                tables.append(part)
-    groups, incomplete = _grouped(tables, complete)
-    return Replay(groups, rows_scanned=sum(len(h.group_ids) for h in hits),
-                  rows_selected=sum(len(h.selected) for h in hits), shards_read=len(hits),
-                  skipped=tuple(skipped), incomplete_groups=incomplete)
+        selected: list[pa.Array] = []
+        if selection is not None:   # pass 1: the group_id of every selected row
+            needed = _schema(list(dict.fromkeys(["group_id", *sorted(query.columns())])))
+            files, scans = _readable(files, pool.map(lambda f: _read_one(f, needed, ["group_id"], selection), files),
+                                     skipped)
+            selected = [scan.column(0).combine_chunks() for scan, _ in scans]
+        chosen = pa.concat_arrays(selected).unique().sort() if selected else pa.array([], pa.string())
+        whole = None if selection is None else _GroupSet(chosen)
+        # pass 2: every row of those groups
+        schema = _schema(wanted)
+        files, tables = _readable(files, pool.map(lambda f: _read_one(f, schema, wanted, whole), files), skipped)
+    groups, incomplete = _grouped([table for table, _ in tables], complete)
+    return Replay(groups, rows_scanned=sum(rows for _, rows in tables),
+                  rows_selected=sum(len(s) for s in selected) if selection is not None else sum(len(g) for g in groups),
+                  shards_read=len(files), skipped=tuple(skipped), incomplete_groups=incomplete)
+
+
+Read = tuple[pa.Table, int]   # the rows kept of a shard, and how many it has
+
+
+def _readable(files: list[Path], results: Iterable[Read | str], skipped: list[str]) -> tuple[list[Path], list[Read]]:
+    """The files read and their tables; each one that could not be read named in `skipped`."""
+    kept, tables = [], []
+    for path, result in zip(files, results):
+        if isinstance(result, str):
+            skipped.append(_skip(path.name, result))
+        else:
+            kept.append(path)
+            tables.append(result)
+    return kept, tables
 
 
 def _skip(name: str, why: str) -> str:
@@ -98,46 +106,81 @@ def _skip(name: str, why: str) -> str:
     return f"shards/{name}: {why}"
 
 
-def _scan_one(path: Path, selection: ds.Expression | None) -> _Hits | str:
-    """group_id of every row of one shard and of the rows `selection` keeps; or why it cannot be read."""
+@dataclass(frozen=True)
+class _GroupSet:
+    """The rows of chosen groups; a row group whose group_id range holds none of them is not read.
+    (Arrow prunes row groups by comparisons, not by `isin`: the range check is done here. Groups
+    mostly land in one writer's shards in submission order, so few shards hold any.)"""
+
+    ids: pa.Array   # sorted
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_sorted", self.ids.to_pylist())
+
+    def row_groups(self, fragment: ds.ParquetFileFragment) -> list[int]:
+        meta, wanted = fragment.metadata, self._sorted   # type: ignore[attr-defined]
+        kept = []
+        for index in range(meta.num_row_groups):
+            stats = _group_id_statistics(meta.row_group(index))
+            if stats is None or wanted[bisect.bisect_left(wanted, stats[0]):bisect.bisect_right(wanted, stats[1])]:
+                kept.append(index)
+        return kept
+
+
+def _group_id_statistics(row_group: Any) -> tuple[str, str] | None:
+    for j in range(row_group.num_columns):
+        column = row_group.column(j)
+        if column.path_in_schema == "group_id":
+            stats = column.statistics
+            return (stats.min, stats.max) if stats is not None and stats.has_min_max else None
+    return None
+
+
+def _schema(names: list[str]) -> pa.Schema:
+    """The scan's schema: the shard columns it reads or filters on (the whole SCHEMA costs 3x more
+    per shard; a column the shard lacks reads as nulls)."""
+    return pa.schema([SCHEMA.field(name) for name in names])
+
+
+def _read_one(path: Path, schema: pa.Schema, columns: list[str],
+              selection: ds.Expression | _GroupSet | None) -> Read | str:
+    """`columns` of the rows of one shard `selection` keeps; or why the shard cannot be read."""
     try:
-        if selection is None:
-            ids = shard_fragment(path).to_table(schema=SCHEMA, columns=["group_id"]).column(0)
-            return _Hits(path, ids.combine_chunks(), ids.combine_chunks())
-        table = shard_fragment(path).to_table(
-            schema=SCHEMA, columns={"group_id": ds.field("group_id"), "hit": selection})
-        ids = table.column("group_id").combine_chunks()
-        return _Hits(path, ids, ids.filter(table.column("hit").combine_chunks()))
+        fragment = shard_fragment(path)
+        rows = fragment.metadata.num_rows
+        if isinstance(selection, _GroupSet):
+            holding = selection.row_groups(fragment)
+            if not holding:
+                return schema.empty_table(), rows
+            fragment = fragment.subset(row_group_ids=holding)
+            selection = ds.field("group_id").isin(selection.ids)
+        return fragment.to_table(schema=schema, columns=columns, filter=selection), rows
     except READ_ERRORS as exc:
-        return _why(exc)
-
-
-def _fetch_one(path: Path, columns: list[str], groups: pa.Array | None) -> pa.Table | str:
-    try:
-        selection = None if groups is None else ds.field("group_id").isin(groups)
-        return shard_fragment(path).to_table(schema=SCHEMA, columns=columns, filter=selection)
-    except READ_ERRORS as exc:
-        return _why(exc)
-
-
-def _why(exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return "vanished while reading (moved to quarantine?)"
-    return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        if isinstance(exc, FileNotFoundError):
+            return "vanished while reading (moved to quarantine?)"
+        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 def _grouped(tables: list[pa.Table], complete: bool) -> tuple[list[list[Row]], int]:
-    """Rows by group_id, each job once (a row committed twice is one sample), by sample_index."""
-    groups: dict[str, dict[str, Row]] = {}
-    for table in tables:
-        for row in table_rows(table):
-            groups.setdefault(row["group_id"], {}).setdefault(row["job_id"], row)
+    """Rows by group_id then sample_index, each job once (a row committed twice is one sample);
+    sorted and cut in Arrow, so only the rows returned become dicts."""
+    table = pa.concat_tables(tables) if tables else pa.table({})
+    if not table.num_rows:
+        return [], 0
+    table = table.sort_by([("group_id", "ascending"), ("sample_index", "ascending"), ("job_id", "ascending")])
+    jobs, groups = table.column("job_id").combine_chunks(), table.column("group_id").combine_chunks()
+    repeated = pc.equal(jobs.slice(1), jobs.slice(0, len(jobs) - 1)).fill_null(False)
+    if pc.any(repeated).as_py():
+        table = table.filter(pa.concat_arrays([pa.array([True]), pc.invert(repeated)]))
+        groups = table.column("group_id").combine_chunks()
+    changes = pc.not_equal(groups.slice(1), groups.slice(0, len(groups) - 1)).fill_null(True)
+    starts = [0, *(pc.indices_nonzero(changes).to_numpy() + 1).tolist(), table.num_rows]
+    rows = table_rows(table)
     result, incomplete = [], 0
-    for by_job in groups.values():
-        rows = sorted(by_job.values(), key=lambda r: (r["sample_index"] is None, r["sample_index"] or 0))
-        size = rows[0].get("group_size")
-        if complete and size is not None and len(rows) < size:
+    for first, end in zip(starts[:-1], starts[1:]):
+        size = rows[first].get("group_size")
+        if complete and size is not None and end - first < size:
             incomplete += 1
             continue
-        result.append(rows)
+        result.append(rows[first:end])
     return result, incomplete

@@ -69,20 +69,19 @@ def query_groups(paths: SpoolPaths, query: Query = Query(), columns: Sequence[st
     files = [paths.shards / name for name in listing.committed]
     selection = query.expression()
     with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="replay-scan") as pool:
-        selected: list[pa.Array] = []
-        if selection is not None:   # pass 1: the group_id of every selected row
-            needed = _schema(list(dict.fromkeys(["group_id", *sorted(query.columns())])))
-            files, scans = _readable(files, pool.map(lambda f: _read_one(f, needed, ["group_id"], selection), files),
-                                     skipped)
-            selected = [scan.column(0).combine_chunks() for scan, _ in scans]
-        chosen = pa.concat_arrays(selected).unique().sort() if selected else pa.array([], pa.string())
-        whole = None if selection is None else _GroupSet(chosen)
+        selected: list[pa.Table] = []
+        if selection is not None:   # pass 1: group_id (job_id for a row of no group) of every selected row
+            needed = _schema(list(dict.fromkeys(["group_id", "job_id", *sorted(query.columns())])))
+            files, scans = _readable(
+                files, pool.map(lambda f: _read_one(f, needed, ["group_id", "job_id"], selection), files), skipped)
+            selected = [scan for scan, _ in scans]
+        whole = None if selection is None else _GroupSet.of(selected)
         # pass 2: every row of those groups
         schema = _schema(wanted)
         files, tables = _readable(files, pool.map(lambda f: _read_one(f, schema, wanted, whole), files), skipped)
     groups, incomplete = _grouped([table for table, _ in tables], complete)
     return Replay(groups, rows_scanned=sum(rows for _, rows in tables),
-                  rows_selected=sum(len(s) for s in selected) if selection is not None else sum(len(g) for g in groups),
+                  rows_selected=sum(s.num_rows for s in selected) if selection is not None else sum(len(g) for g in groups),
                   shards_read=len(files), skipped=tuple(skipped), incomplete_groups=incomplete)
 
 
@@ -106,33 +105,52 @@ def _skip(name: str, why: str) -> str:
     return f"shards/{name}: {why}"
 
 
-@dataclass(frozen=True)
 class _GroupSet:
-    """The rows of chosen groups; a row group whose group_id range holds none of them is not read.
+    """The rows of chosen groups (and chosen rows of no group: a poisoned row's last-resort
+    `failed` row has none); a row group whose group_id range holds none of them is not read.
     (Arrow prunes row groups by comparisons, not by `isin`: the range check is done here. Groups
     mostly land in one writer's shards in submission order, so few shards hold any.)"""
 
-    ids: pa.Array   # sorted
+    def __init__(self, groups: pa.Array, orphans: pa.Array) -> None:
+        self.groups, self.orphans = groups, orphans
+        self._sorted: list[str] = groups.to_pylist()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_sorted", self.ids.to_pylist())
+    @classmethod
+    def of(cls, selected: list[pa.Table]) -> "_GroupSet":
+        if not selected:
+            return cls(pa.array([], pa.string()), pa.array([], pa.string()))
+        rows = pa.concat_tables(selected)
+        groupless = pc.is_null(rows.column("group_id"))
+        return cls(pc.drop_null(rows.column("group_id")).unique().sort(),
+                   rows.column("job_id").filter(groupless).combine_chunks())
+
+    def expression(self) -> ds.Expression:
+        group_id = ds.field("group_id")
+        chosen = group_id.isin(self.groups)
+        if len(self.orphans):
+            chosen = chosen | (group_id.is_null() & ds.field("job_id").isin(self.orphans))
+        return chosen
 
     def row_groups(self, fragment: ds.ParquetFileFragment) -> list[int]:
-        meta, wanted = fragment.metadata, self._sorted   # type: ignore[attr-defined]
-        kept = []
-        for index in range(meta.num_row_groups):
-            stats = _group_id_statistics(meta.row_group(index))
-            if stats is None or wanted[bisect.bisect_left(wanted, stats[0]):bisect.bisect_right(wanted, stats[1])]:
-                kept.append(index)
-        return kept
+        meta = fragment.metadata
+        return [i for i in range(meta.num_row_groups) if self._may_hold(_group_id_statistics(meta.row_group(i)))]
+
+    def _may_hold(self, stats: Any) -> bool:
+        if stats is None:
+            return True
+        if len(self.orphans) and stats.null_count:
+            return True
+        if not stats.has_min_max:   # no range kept: unknown unless every value is null
+            return bool(stats.num_values)
+        return bool(self._sorted[bisect.bisect_left(self._sorted, stats.min):bisect.bisect_right(self._sorted, stats.max)])
 
 
-def _group_id_statistics(row_group: Any) -> tuple[str, str] | None:
+def _group_id_statistics(row_group: Any) -> Any:
+    """The group_id column's Parquet statistics in a row group (None: not kept)."""
     for j in range(row_group.num_columns):
         column = row_group.column(j)
         if column.path_in_schema == "group_id":
-            stats = column.statistics
-            return (stats.min, stats.max) if stats is not None and stats.has_min_max else None
+            return column.statistics
     return None
 
 
@@ -153,7 +171,7 @@ def _read_one(path: Path, schema: pa.Schema, columns: list[str],
             if not holding:
                 return schema.empty_table(), rows
             fragment = fragment.subset(row_group_ids=holding)
-            selection = ds.field("group_id").isin(selection.ids)
+            selection = selection.expression()
         return fragment.to_table(schema=schema, columns=columns, filter=selection), rows
     except READ_ERRORS as exc:
         if isinstance(exc, FileNotFoundError):

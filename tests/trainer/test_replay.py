@@ -126,3 +126,14 @@ def test_a_damaged_shard_is_named_and_skipped(tmp_path: Path, caplog: pytest.Log
     assert prompts_of(replay.groups) == {"g-1"}
     assert len(replay.skipped) == 1 and replay.skipped[0].startswith(f"shards/{damaged.name}: unreadable")
     assert damaged.name in caplog.text
+
+
+def test_a_row_without_a_group_id_is_its_own_group_and_breaks_no_query(tmp_path: Path) -> None:
+    """The last-resort `failed` row of a poisoned one keeps only job_id, status, error_stage, error."""
+    spool = Spool.create(tmp_path / "run")
+    writer = ShardWriter(spool.paths, "w1", Shards())
+    orphan = {"job_id": "lost", "status": "failed", "error_stage": "commit", "error": "RowEncodingError: ..."}
+    commit(writer, rows("g-1", [0.0, 1.0]) + [orphan])
+    assert [len(g) for g in spool.query().groups] == [2, 1]
+    assert [[r["job_id"] for r in g] for g in spool.query(failed=True).groups] == [["lost"]]
+    assert prompts_of(spool.query(reward_min=0.5).groups) == {"g-1"}

@@ -191,6 +191,13 @@ CATALOGUE: tuple[Benchmark, ...] = (
               # (the benchmark's docstring), so a value between that and the goal can be the size's
               (Figure("slow_share_ratio_restart", "x", H, 0.9, noise=0.1),),
               ("--groups", "12", "--samples", "2", "--turns", "2", "--slots", "4", "--in-flight", "2", "--stall-s", "30")),
+    Benchmark("classes", "resource classes: long memory-hungry and short cheap `sleep` jobs on one real worker, first "
+              "come first served (sized for the largest job) vs admitted by class within the node's memory budget: "
+              "short jobs' p95 latency, fifo over classes (goal >= 3x), makespan, classes over fifo (goal <= 1.05), "
+              "peak declared memory in use (never above the budget)",
+              # ratios of two sides of one run; the peak is a sum of declared figures, which the load does not move
+              (Figure("short_p95_gain", "x", H, 3.0, noise=0.5), Figure("makespan_ratio", "x", L, 1.05, noise=0.05),
+               Figure("peak_memory_mb", "MB", L, 9216.0))),
     Benchmark("scale", "metadata operations per call of every recurring operation (claim, advance, commit, heartbeat, "
               "routing pick, cancel/stop poll, recovery scan, restart, status, reader poll) at several workers W, "
               "queued jobs Q and shards S; the steady-state load of 1,000 nodes ([docs/scale.md](docs/scale.md))",

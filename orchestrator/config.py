@@ -12,6 +12,7 @@ from typing import Any
 import tomli_w
 
 from orchestrator.errors import HpcRolloutError
+from orchestrator.resource_class import ResourceClass, never_fits, parse_class
 from orchestrator.safe_open import UnsafeSpoolFile, read_regular
 
 
@@ -60,6 +61,15 @@ class Pools:
     eval: int = 4            # concurrent EVAL stages per worker
     max_prepared: int = 4    # INIT pauses while this node's run queue holds this many jobs
     max_sandboxes: int = 0   # cap on INIT + prepared + RUN jobs of a worker (0: no cap)
+
+
+@dataclass(frozen=True)
+class Node:
+    # What one worker may have in use at once in its sandboxes, admitting jobs by their resource
+    # class (orchestrator/worker/admission.py). 0: not counted. Either above 0, or any [classes.X],
+    # puts classes in force; without, jobs are claimed first come, first served as ever.
+    memory_mb: int = 0
+    cpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,7 @@ class Trainer:
 BOUNDS: dict[str, tuple[float, float]] = {
     "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
     "pools.max_prepared": (0, 4096), "pools.max_sandboxes": (0, 65536),
+    "node.memory_mb": (0, 1 << 30), "node.cpus": (0, 1 << 20),
     "jobs.timeout_s": (0.001, 7 * 86400), "jobs.max_attempts": (1, 100),
     "jobs.batch_size": (1, 256),
     "leases.heartbeat_s": (0.05, 600), "leases.lease_s": (0.2, 86400),
@@ -212,11 +223,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 RUNTIMES = RUNTIME_NAMES
 DATA_SOURCES = "data_sources"
+CLASSES = "classes"
 
 
 @dataclass(frozen=True)
 class RunConfig:
     pools: Pools = field(default_factory=Pools)
+    node: Node = field(default_factory=Node)
     workers: Workers = field(default_factory=Workers)
     jobs: Jobs = field(default_factory=Jobs)
     leases: Leases = field(default_factory=Leases)
@@ -231,6 +244,13 @@ class RunConfig:
     rewards: Rewards = field(default_factory=Rewards)
     # verl data_source -> handler, e.g. {"openai/gsm8k": "answer"} ([data_sources] in run.toml)
     data_sources: dict[str, str] = field(default_factory=dict)
+    # resource classes by name ([classes.NAME] in run.toml; orchestrator/resource_class.py)
+    classes: dict[str, ResourceClass] = field(default_factory=dict)
+
+    @property
+    def classes_in_force(self) -> bool:
+        """Workers admit jobs by class (a node budget or a class is declared); else first come, first served."""
+        return bool(self.classes) or self.node.memory_mb > 0 or self.node.cpus > 0
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
@@ -266,6 +286,9 @@ class RunConfig:
             if section == DATA_SOURCES:
                 config = config.with_overrides({f"{DATA_SOURCES}.{k}": v for k, v in values.items()}, source)
                 continue
+            if section == CLASSES:
+                config = config.with_overrides(_class_overrides(values, source), source)
+                continue
             config = config.with_overrides({f"{section}.{k}": v for k, v in values.items()}, source)
         return config
 
@@ -277,23 +300,33 @@ class RunConfig:
             if section == DATA_SOURCES:
                 config = replace(config, data_sources={**config.data_sources, **_data_source(key, value, source)})
                 continue
+            if section == CLASSES:
+                config = replace(config, classes={**config.classes, **_class_setting(config.classes, key, value, source)})
+                continue
             current = getattr(config, section, None)
             names = {f.name: f for f in fields(current)} if current is not None else {}
             if key not in names:
-                known = [f"{s.name}.{k.name}" for s in fields(self) if s.name != DATA_SOURCES
+                known = [f"{s.name}.{k.name}" for s in fields(self) if s.name not in (DATA_SOURCES, CLASSES)
                          for k in fields(getattr(self, s.name))]
                 close = difflib.get_close_matches(dotted, known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                valid = ", ".join(known) + f", {DATA_SOURCES}.<data source>"
+                valid = ", ".join(known) + f", {DATA_SOURCES}.<data source>, {CLASSES}.<class>.<figure>"
                 raise ConfigError(f"{source}: unknown setting {dotted!r}{hint}; valid: {valid}")
             assert current is not None
             updated: Any = replace(current, **{key: _check(dotted, value, getattr(current, key), source)})
             config = replace(config, **{section: updated})
         _check_leases(config.leases, source)
+        _check_classes(config, source)
         return config
 
     def to_toml(self) -> str:
-        return tomli_w.dumps(asdict(self))
+        data = asdict(self)
+        if not self.classes:
+            del data[CLASSES]   # run.toml as before classes existed
+        else:
+            data[CLASSES] = {name: {k: v for k, v in figures.items() if k != "name"}
+                             for name, figures in data[CLASSES].items()}
+        return tomli_w.dumps(data)
 
 
 # The defaults, for code that needs a value before (or without) a run: a bare Router, a sandbox
@@ -309,6 +342,53 @@ def _check_leases(leases: Leases, source: str) -> None:
             f"{source}: leases.lease_s = {leases.lease_s:g} is shorter than {MIN_BEATS_PER_LEASE} heartbeats "
             f"(leases.heartbeat_s = {leases.heartbeat_s:g}): a single late beat would hand a live worker's claims "
             f"to others; raise lease_s to at least {MIN_BEATS_PER_LEASE * leases.heartbeat_s:g} or lower heartbeat_s")
+
+
+def _class_overrides(tables: dict[str, Any], source: str) -> dict[str, Any]:
+    """[classes.NAME] tables as dotted overrides (classes.NAME.figure = value)."""
+    overrides: dict[str, Any] = {}
+    for name, figures in tables.items():
+        if not isinstance(figures, dict):
+            raise ConfigError(f"{source}: [{CLASSES}.{name}] must be a table, e.g. [{CLASSES}.{name}] memory_mb = 2048")
+        overrides[f"{CLASSES}.{name}"] = {}   # a class of defaults when the table is empty
+        overrides.update({f"{CLASSES}.{name}.{key}": value for key, value in figures.items()})
+    return overrides
+
+
+def _class_setting(classes: dict[str, ResourceClass], key: str, value: Any, source: str) -> dict[str, ResourceClass]:
+    """classes.NAME = {} (declare) or classes.NAME.figure = value (set one figure)."""
+    name, _, figure = key.partition(".")
+    current = classes.get(name)
+    figures = {k: v for k, v in current.to_json().items() if k != "name"} if current else {}
+    if current is not None:
+        figures["handlers"] = current.handlers
+    if figure:
+        if isinstance(value, str) and figure != "handlers":
+            try:
+                value = float(value) if "." in value else int(value)
+            except ValueError:
+                raise ConfigError(f"{source}: {CLASSES}.{key} = {value!r} is not a number") from None
+        elif isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        figures[figure] = value
+    try:
+        return {name: parse_class(name, figures, f"{source}: {CLASSES}")}
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_classes(config: RunConfig, source: str) -> None:
+    """A class no worker could ever start, or a handler in two classes, is refused at load."""
+    owner: dict[str, str] = {}
+    for job_class in config.classes.values():
+        refusal = never_fits(job_class, config.node.memory_mb, config.node.cpus)
+        if refusal:
+            raise ConfigError(f"{source}: {refusal}")
+        for handler in job_class.handlers:
+            if handler in owner:
+                raise ConfigError(f"{source}: handler {handler!r} is in two classes ({owner[handler]}, "
+                                  f"{job_class.name}): list it under one [{CLASSES}.NAME] handlers")
+            owner[handler] = job_class.name
 
 
 def _data_source(name: str, handler: Any, source: str) -> dict[str, str]:

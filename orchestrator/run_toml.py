@@ -12,10 +12,11 @@ from typing import Any
 
 import tomli_w
 
-from orchestrator.config import BOUNDS, DATA_SOURCES, DEFAULTS, RUNTIME_NAMES, RunConfig
+from orchestrator.config import BOUNDS, CLASSES, DATA_SOURCES, DEFAULTS, RUNTIME_NAMES, RunConfig
 
 SECTIONS: dict[str, str] = {
     "pools": "Concurrent stages per worker (launch --init-pool/--run-pool/--eval-pool override them).",
+    "node": "What one worker's sandboxes may hold at once: jobs are admitted by resource class (docs/scale.md).",
     "workers": "Worker life cycle.",
     "jobs": "Every job's budget and retries.",
     "leases": "Heartbeats and leases: how soon the claims of a dead worker go back to their queues.",
@@ -37,6 +38,8 @@ HELP: dict[str, str] = {
     "pools.eval": "EVAL stages at once",
     "pools.max_prepared": "INIT pauses while this node's run queue holds this many jobs",
     "pools.max_sandboxes": "cap on INIT + prepared + RUN jobs of a worker (0: no cap)",
+    "node.memory_mb": "sandbox memory a worker's jobs may hold at once, by their classes (0: not counted)",
+    "node.cpus": "sandbox CPUs a worker's jobs may hold at once, by their classes (0: not counted)",
     "workers.idle_exit_s": "a worker with nothing to claim and nothing in flight this long exits (0: never)",
     "jobs.timeout_s": "budget per job, counting only time inside stages (not queues)",
     "jobs.max_attempts": "a job whose worker was lost this many times ends failed",
@@ -85,7 +88,7 @@ def settings_of(config: RunConfig) -> list[tuple[str, list[tuple[str, Any]]]]:
     """(section, [(key, value)]) in RunConfig's order, data_sources last."""
     sections = []
     for section in fields(config):
-        if section.name == DATA_SOURCES:
+        if section.name in (DATA_SOURCES, CLASSES):
             continue
         values = getattr(config, section.name)
         sections.append((section.name, [(f.name, getattr(values, f.name)) for f in fields(values)]))
@@ -107,6 +110,11 @@ def commented_toml(config: RunConfig) -> str:
         lines.append("")
     lines += [f"# {SECTIONS[DATA_SOURCES]} E.g.:", '# "openai/gsm8k" = "answer"', f"[{DATA_SOURCES}]"]
     lines += [tomli_w.dumps({name: handler}).rstrip("\n") for name, handler in sorted(config.data_sources.items())]
+    if config.classes:   # resource classes (orchestrator/resource_class.py): only where declared
+        lines += ["", "# Resource classes: what one job of each holds on its node (docs/scale.md)."]
+        for name, job_class in sorted(config.classes.items()):
+            table = {k: v for k, v in job_class.to_json().items() if k != "name"}
+            lines += [f"[{CLASSES}.{name}]", tomli_w.dumps({**table, "handlers": list(job_class.handlers)}).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -130,13 +130,16 @@ def example_tasks() -> list[dict[str, Any]]:
               help="When a job's policy falls behind the trainer's bound: restart (cancel it; the sampler "
                    "submits it again) or continue (keep its turns, go on with the new weights). "
                    "Default: run.toml [trainer] staleness.")
+@click.option("--class", "resource_class", metavar="NAME",
+              help="Resource class of these jobs, one of run.toml [classes] (default: the class listing the "
+                   "handler, else the handler's own): what each holds on its node (docs/scale.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was queued and rejected as one JSON object "
               "(submission_id, jobs, first_job, last_job, rejected: [{line, reason}]); same exit status.")
 def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int,
                sampling_pairs: tuple[str, ...], sampling_file: Path | None, sampling_unchecked: bool,
                source_pairs: tuple[str, ...],
                strict: bool, again: bool = False, instance_pairs: tuple[str, ...] = (), staleness: str | None = None,
-               as_json: bool = False) -> None:
+               resource_class: str | None = None, as_json: bool = False) -> None:
     """Queue the tasks in TASKS_FILE (JSON Lines or Parquet) as jobs of RUN_DIR.
 
     \b
@@ -178,10 +181,11 @@ def submit_cmd(run_dir: str, tasks_file: Path, handler: str | None, samples: int
                 raise click.BadParameter(str(exc), param_hint="--set") from None
             report = submit_rows(paths, apply_settings(read_rows(tasks_file), settings), str(tasks_file), handler,
                                  samples, sampling, strict, sampling_unchecked, parse_source_handlers(source_pairs),
-                                 staleness=staleness, skip_submitted=not again)
+                                 staleness=staleness, skip_submitted=not again, resource_class=resource_class)
         else:
             report = submit_file(paths, tasks_file, handler, samples, sampling, strict, sampling_unchecked,
-                                 parse_source_handlers(source_pairs), staleness=staleness, skip_submitted=not again)
+                                 parse_source_handlers(source_pairs), staleness=staleness, skip_submitted=not again,
+                                 resource_class=resource_class)
     except SubmitError as exc:
         raise click.ClickException(str(exc)) from None
     _tell_problems(tasks_file, report)

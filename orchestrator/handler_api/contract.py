@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema
 from orchestrator.errors import HpcRolloutError
+from orchestrator.resource_class import ResourceClass
 from orchestrator.spool.jobs import StageError
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ class AgentHandler(abc.ABC):
     # What its reward is (handler_api/reward_rule.py): `hpc-rollout handlers NAME` prints it, and
     # `submit` refuses rows whose reward_model it would ignore. None: not declared (not checked).
     reward_rule: ClassVar[RewardRule | None] = None
+    # What one of its jobs holds on a node (sandbox memory, CPUs, expected duration), where the run
+    # admits jobs by class (orchestrator/resource_class.py); run.toml [classes.NAME] of the same name,
+    # or listing the handler, wins. None: the run's default class.
+    resource_class: ClassVar[ResourceClass | None] = None
 
     def ignored_reward_model(self, instance: dict[str, Any]) -> str | None:
         """Why this row's `reward_model` would play no part in its reward (None: it does, or the row

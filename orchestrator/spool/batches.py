@@ -122,9 +122,13 @@ def decode_batch(data: bytes, name: str) -> list[Ticket]:
 
 
 def chunks(tickets: Iterable[Ticket], size: int) -> Iterable[list[Ticket]]:
-    """Consecutive tickets in batches of at most `size` (the submission's order)."""
+    """Consecutive tickets in batches of at most `size` (the submission's order), each of one
+    resource class: a worker judges an entry's class by its first job (worker/class_claims.py)."""
     batch: list[Ticket] = []
     for ticket in tickets:
+        if batch and ticket.job.resource_class != batch[0].job.resource_class:
+            yield batch
+            batch = []
         batch.append(ticket)
         if len(batch) == size:
             yield batch

@@ -38,10 +38,16 @@ class JobSpec:
     # What the job does when its policy falls behind the trainer's bound: restart | continue
     # (orchestrator.config.Staleness), fixed at submission (run.toml [trainer] staleness by default).
     staleness: str = "restart"
+    # Its resource class where the run declares classes (orchestrator/resource_class.py: name,
+    # memory_mb, cpus, expected_s, weight, max_jobs); None: no class, and no key in the ticket.
+    resource_class: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         # Shallow on purpose: asdict() deep-copies the instance and recurses once per nesting level.
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.resource_class is None:
+            del data["resource_class"]   # tickets of runs without classes, byte for byte as before
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "JobSpec":

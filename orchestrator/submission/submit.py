@@ -38,6 +38,8 @@ from orchestrator.handler_api.contract import (
 from orchestrator.sandbox.policy import SandboxPolicy
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.resource_class import ResourceClass
+from orchestrator.submission.classes import ClassChoice, UnknownClass
 from orchestrator.submission.already_submitted import AlreadySubmitted, fingerprint, record_prints, submitted_prints
 from orchestrator.submission.sampling import sampling_problem
 from orchestrator.spool.tickets import Ticket
@@ -64,6 +66,7 @@ class Task:
     instance_id: str
     data_source: str
     fallback_handler: str | None = None   # --handler, for a verl data_source that names no handler
+    resource_class: ResourceClass | None = None   # where the run declares classes (submission/classes.py)
 
 
 @dataclass
@@ -150,17 +153,17 @@ def submit_file(
     paths: SpoolPaths, source: Path, handler: str | None = None, samples: int = 1,
     sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
     source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
-    skip_submitted: bool = False,
+    skip_submitted: bool = False, resource_class: str | None = None,
 ) -> SubmitReport:
     return submit_rows(paths, read_rows(source), str(source), handler, samples, sampling, strict, sampling_unchecked,
-                       source_handlers, batch_size, staleness, skip_submitted)
+                       source_handlers, batch_size, staleness, skip_submitted, resource_class)
 
 
 def submit_rows(
     paths: SpoolPaths, rows: Iterable[tuple[int, Any]], source: str = "<api>", handler: str | None = None,
     samples: int = 1, sampling: dict[str, Any] | None = None, strict: bool = False, sampling_unchecked: bool = False,
     source_handlers: Mapping[str, str] | None = None, batch_size: int | None = None, staleness: str | None = None,
-    skip_submitted: bool = False,
+    skip_submitted: bool = False, resource_class: str | None = None,
 ) -> SubmitReport:
     """Validate every row, then queue samples x accepted tasks (nothing when strict and any failed).
 
@@ -170,7 +173,8 @@ def submit_rows(
     `source_handlers` maps verl data_source values to handlers, over run.toml's [data_sources];
     `batch_size` (default run.toml's jobs.batch_size) consecutive jobs share a queue entry;
     `staleness` (restart | continue; default run.toml's [trainer] staleness) is what the jobs do
-    when their policy falls behind the trainer's bound (orchestrator/spool/staleness.py).
+    when their policy falls behind the trainer's bound (orchestrator/spool/staleness.py);
+    `resource_class` names the jobs' class, over the handler's (orchestrator/submission/classes.py).
     """
     if not 1 <= samples <= MAX_SAMPLES:
         raise SubmitError(f"--samples {samples} is outside [1, {MAX_SAMPLES}]")
@@ -186,9 +190,13 @@ def submit_rows(
         mode = Staleness.parse(config.trainer.staleness if staleness is None else staleness)
     except ValueError as exc:
         raise SubmitError(str(exc)) from None
+    try:
+        classes = ClassChoice.of(config, resource_class)
+    except UnknownClass as exc:
+        raise SubmitError(str(exc)) from None
     report = SubmitReport(job_ids.new_submission_id(), source)
     allowed = SandboxChoices(SandboxPolicy.of(config.sandbox), config.sandbox.defaults(), config.sandbox.runtime)
-    tasks = _validated_tasks(rows, handler, report, mapping, allowed)
+    tasks = _validated_tasks(rows, handler, report, mapping, allowed, classes)
     if strict and report.rejected:
         _record(paths, report)
         return report
@@ -231,6 +239,7 @@ def _tickets(report: SubmitReport, tasks: list[Task], samples: int, sampling: di
                 instance=task.instance, sampling=sampling, submission_id=report.submission_id,
                 submitted_at=now, data_source=task.data_source or task.handler, group_size=samples,
                 staleness=staleness.value,
+                resource_class=task.resource_class.to_json() if task.resource_class is not None else None,
             )
             yield Ticket(job=job, stage=Stage.INIT, enqueued_at=now)
 
@@ -310,7 +319,8 @@ class SandboxChoices:
 
 
 def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, report: SubmitReport,
-                     source_handlers: Mapping[str, str], allowed: SandboxChoices) -> list[Task]:
+                     source_handlers: Mapping[str, str], allowed: SandboxChoices,
+                     classes: ClassChoice | None = None) -> list[Task]:
     handlers: dict[str, AgentHandler | HandlerError] = {}
 
     def find(name: str) -> AgentHandler | HandlerError:
@@ -361,6 +371,8 @@ def _validated_tasks(rows: Iterable[tuple[int, Any]], handler: str | None, repor
             refuse_ignored_reward_model(found, task)
             allowed.check(found, task)
             _check_storable(task.instance)
+            if classes is not None:
+                task = replace(task, resource_class=classes.resolve(task.handler, found))
             tasks.append(task)
             if task.data_source and task.handler != task.data_source:
                 report.routes.setdefault(task.data_source, task.handler)

@@ -50,16 +50,19 @@ class Spool:
     def submit(self, tasks: Iterable[dict[str, Any]], handler: str | None = None, samples: int = 1,
                sampling: dict[str, Any] | None = None, strict: bool = False,
                sampling_unchecked: bool = False, source_handlers: dict[str, str] | None = None,
-               batch_size: int | None = None, staleness: str | None = None) -> SubmitReport:
+               batch_size: int | None = None, staleness: str | None = None,
+               resource_class: str | None = None) -> SubmitReport:
         """Queue tasks (row shapes as for `hpc-rollout submit`); bad rows are in the report.
 
         `source_handlers` maps verl data_source values to handlers, e.g. {"openai/gsm8k": "answer"};
         `batch_size` jobs share a queue entry (default run.toml's jobs.batch_size); `staleness`
         ("restart" | "continue", default run.toml's [trainer] staleness): what a job whose policy
-        fell behind the bound does (docs/trainer.md, "Partial rollouts").
+        fell behind the bound does (docs/trainer.md, "Partial rollouts"); `resource_class` names a
+        class of run.toml [classes] for these jobs (docs/scale.md, "Resource classes").
         """
         return submit_rows(self.paths, enumerate(tasks, 1), "<api>", handler, samples, sampling, strict,
-                           sampling_unchecked, source_handlers, batch_size, staleness)
+                           sampling_unchecked, source_handlers, batch_size, staleness,
+                           resource_class=resource_class)
 
     def submit_file(self, path: str | Path, **options: Any) -> SubmitReport:
         return submit_file(self.paths, Path(path), **options)

@@ -9,7 +9,9 @@ A stage's next job comes from the first of its sources that has one:
 With nothing to claim a dispatcher sleeps, backing off, until work of this worker's own wakes it,
 its queue directory changes (a stat every QUEUE_WATCH_S, small runs), or (on a large run) the
 cluster summary says its queue may hold a ticket. INIT also waits for
-room: the node's run queue and the sandbox budget bound how far it prepares ahead.
+room: the node's run queue and the sandbox budget bound how far it prepares ahead. Where run.toml
+declares resource classes, INIT's next job is the one the admission rule picks, held here or
+queued (worker/class_claims.py, worker/admission.py), and INIT waits while none fits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from orchestrator.spool.batches import is_batch
 from orchestrator.spool.claims import IDLE_POLL_DUTY
 from orchestrator.spool.cluster_summary import Summary
 from orchestrator.spool.jobs import Stage
+from orchestrator.worker.class_claims import ClassClaims
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.periodic import wait_or_timeout
@@ -51,6 +54,7 @@ class Dispatcher:
         self.state = state
         self.runner = runner
         self.moves = moves
+        self.classes = ClassClaims(state, runner, moves, state.admission) if state.admission is not None else None
 
     async def dispatch(self, stage: Stage) -> None:
         """Start `stage` of one job per free slot until the worker stops."""
@@ -67,6 +71,11 @@ class Dispatcher:
             if state.stopping.is_set():
                 slots.release()
                 return
+            if stage is Stage.INIT and self.classes is not None:
+                if not self.classes.start_next():
+                    slots.release()
+                    await self._wait_for_admission()
+                continue
             if self._start_held(stage):
                 continue
             name = None
@@ -171,6 +180,13 @@ class Dispatcher:
                 return
             state.pools.wake[Stage.INIT].clear()
             await wait_or_timeout(state.pools.wake[Stage.INIT], ROOM_RECHECK_S)
+
+    async def _wait_for_admission(self) -> None:
+        """No ready class fits: until a job here frees what it held, or new work may have come."""
+        state = self.state
+        wake = state.pools.wake[Stage.INIT]
+        wake.clear()
+        await wait_or_timeout(wake, state.poll_period(QUEUE_WATCH_S, MIN_IDLE_BACKOFF_LARGE_S))
 
     def _prepared_count(self) -> int:
         state = self.state

@@ -71,6 +71,11 @@ class JobRunner:
             state.jobs.user_cancelled.discard(name)
         if holds_slot:
             state.pools.slots[stage].release()
+        admission = state.admission
+        if admission is not None and (stage is Stage.RUN or (
+                stage is Stage.INIT and name not in state.jobs.running and name not in state.jobs.prepared)):
+            if admission.release(name):   # its sandbox is closed (or left with the job): room for INIT
+                state.pools.wake[Stage.INIT].set()
         if stage is Stage.INIT or (stage is Stage.RUN and state.options.max_sandboxes):
             state.pools.wake[Stage.INIT].set()   # room for INIT (max_prepared, max_sandboxes): no re-check to wait for
         self.committer.worker_let_go()
@@ -135,6 +140,9 @@ class JobRunner:
         if self.state.cancels.is_cancelled(ticket.job):
             await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, "cancelled", "cancelled before it started"), {})
             return None
+        if stage is Stage.INIT and (refusal := self._class_refusal(ticket)):
+            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "ResourceClassError", refusal), {})
+            return None
         if stage is Stage.INIT and (refusal := self._sandbox_refusal(handler, ticket)):
             await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "SandboxPolicyError", refusal), {})
             return None
@@ -142,6 +150,11 @@ class JobRunner:
             await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, STALE_KIND, stale), {})
             return None
         return handler
+
+    def _class_refusal(self, ticket: Ticket) -> str | None:
+        """Why the job's resource class can never start on this worker (its budget too small); None: it can."""
+        admission = self.state.admission
+        return None if admission is None else admission.refusal(admission.class_of(ticket.job))
 
     def _sandbox_refusal(self, handler: AgentHandler, ticket: Ticket) -> str | None:
         """Why the run's sandbox policy refuses what the job's row asks for, before INIT runs any of

@@ -38,6 +38,7 @@ from orchestrator.spool.liveness import base_info, write_heartbeat
 from orchestrator.spool.paths import SpoolPaths, current_node
 from orchestrator.spool.shards import ShardWriter
 from orchestrator.spool.tickets import Ticket
+from orchestrator.worker.admission import Admission
 from orchestrator.worker.held_batches import BatchClaims
 from orchestrator.worker.options import WorkerOptions
 
@@ -151,6 +152,9 @@ class WorkerState:
             registry.quarantine_unusable = True      # an unusable registry goes to quarantine/: an outage, not a crash
             registry.on_quarantine = self.registry_quarantined
         self.pools = Pools.sized(self.options)
+        # Where run.toml declares resource classes: what this worker's sandboxes hold, and which job
+        # goes next (worker/admission.py); None: first come, first served.
+        self.admission = Admission.of(config, on_admit=lambda name, fields: self.events.emit(name, "admitted", fields))
         self.claimers = {s: Claimer(self.queue_of(s), self.box.dir) for s in Stage}
         self.jobs = HeldJobs()
         self.run_queue_count = RunQueueCount()

@@ -17,6 +17,8 @@ The rule, each time an INIT slot is free:
    first (ties: the oldest job). So a class waiting for its first slot takes the next one that
    frees, short jobs are never queued behind every long one, and a class alone takes every slot
    (no slot is kept idle for a class that has no work).
+RUN slots follow the same order: of the jobs prepared here and waiting for one, the oldest of
+the class with the fewest RUNs here per weight goes first (`next_to_run`).
 A job whose class can never fit (its memory above the whole budget: `submit` refuses such rows,
 but the budget may have shrunk since) is started at no cost and fails at once, naming the fix.
 Starvation of a large class by a stream of small jobs is bounded by the small class's `max_jobs`.
@@ -100,6 +102,20 @@ class Admission:
         if not fitting:
             return None
         return min(fitting, key=lambda c: (self.in_use.jobs.get(c.job_class.name, 0) / c.job_class.weight, c.name))
+
+    def next_to_run(self, prepared: Iterable[str], in_run: Iterable[str]) -> str:
+        """Of the jobs prepared here (oldest first; at least one), the one to take the free RUN slot."""
+        running: dict[str, int] = {}
+        for name in in_run:
+            held = self.held.get(name)
+            if held is not None:
+                running[held.name] = running.get(held.name, 0) + 1
+        oldest: dict[str, str] = {}
+        for name in prepared:
+            held = self.held.get(name, self.default)
+            oldest.setdefault(held.name, name)
+        weights = {c.name: c.weight for c in self.held.values()}
+        return min(oldest.items(), key=lambda item: (running.get(item[0], 0) / weights.get(item[0], 1.0), item[1]))[1]
 
     def reserve(self, name: str, job_class: ResourceClass) -> None:
         """The job starts INIT here: it holds its class's resources until `release`."""

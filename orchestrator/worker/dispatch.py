@@ -102,7 +102,9 @@ class Dispatcher:
                 self.state.pools.wake[stage].clear()   # it was for these jobs: no queue to ask for them
             return True
         if stage is Stage.RUN and jobs.prepared:   # prepared here: already claimed, sandbox up
-            name = next(iter(jobs.prepared))
+            admission = self.state.admission
+            name = next(iter(jobs.prepared)) if admission is None else admission.next_to_run(
+                jobs.prepared, (n for n, (_, s) in jobs.running.items() if s is Stage.RUN))
             ticket = jobs.prepared.pop(name)
             self.state.pools.wake[Stage.INIT].set()
             runner.start(stage, name, holds_slot=True, ticket=ticket)

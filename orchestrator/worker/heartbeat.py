@@ -46,6 +46,8 @@ class Heartbeat:
             "fs_ops_by_duty": dict(fsops.BY_DUTY),
             "shards": state.shards.progress(),
             **({"load": router.board.counts()} if (router := state.services.llm_router) is not None else {}),
+            # resource classes: memory and CPUs its sandboxes hold now, the peak, the budget (worker/admission.py)
+            **({"classes": admission.report()} if (admission := state.admission) is not None else {}),
         }
 
     def beat(self) -> None:

@@ -19,6 +19,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.batches import queued_tickets, read_entry
 from orchestrator.submission.submit import SubmitError, SubmitReport
 from orchestrator.trainer.api import Spool
+from orchestrator.worker.admission import Admission
 from tests.core.util import (
     FAST, cli, make_run, rows, serve_in_process, start_worker, stop_worker, wait_drained, wait_until, write_jsonl,
 )
@@ -100,11 +101,34 @@ def test_the_node_budget_is_never_exceeded(tmp_path: Path) -> None:
     in_use = [e["memory_mb_in_use"] for e in admitted(spool.paths)]
     assert len(in_use) == 20 and max(in_use) <= BUDGET_MB, in_use
     assert max(in_use) > BUDGET_MB // 2, "the budget was used, not left idle"
+    (beat,) = [orjson.loads(fsops.read_bytes(p)) for p in spool.paths.workers.glob("gone/*.json")]   # its last beat
+    assert beat["classes"]["memory_mb_peak"] == max(in_use) and beat["classes"]["memory_mb_in_use"] == 0, beat
     # Seen from the rows too: never more than two long RUNs (2 x 2048 MB) at once.
     spans = sorted((seconds(r["run_started_at"]), seconds(r["run_ended_at"])) for r in finished
                    if r["run_s"] and r["run_s"] > 0.2)
     for start, _ in spans:
         assert sum(1 for s, e in spans if s <= start < e) <= 2, spans
+
+
+def test_a_class_quota_bounds_its_jobs_on_a_worker(tmp_path: Path) -> None:
+    spool = classed_run(tmp_path / "run", **{"node.memory_mb": 0, "classes.long.max_jobs": 1})
+    spool.submit([LONG] * 3, resource_class="long")
+    spool.submit([SHORT] * 4, resource_class="short")
+    serve_in_process(spool.paths, timeout=60)
+    finished = rows(spool.paths)
+    assert len(finished) == 7 and {r["status"] for r in finished} == {"ok"}
+    spans = sorted((seconds(r["run_started_at"]), seconds(r["run_ended_at"])) for r in finished if r["run_s"] > 0.2)
+    assert len(spans) == 3 and all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+
+
+def test_a_free_run_slot_goes_to_the_class_with_fewer_runs() -> None:
+    admission = Admission(RunConfig().with_overrides(CLASSES))
+    long_, short = (RunConfig().with_overrides(CLASSES).classes[name] for name in ("long", "short"))
+    for name, job_class in (("a-long", long_), ("b-long", long_), ("c-long", long_), ("d-short", short)):
+        admission.reserve(name, job_class)
+    assert admission.next_to_run(["b-long", "c-long", "d-short"], in_run=["a-long"]) == "d-short"
+    assert admission.next_to_run(["b-long", "c-long"], in_run=["a-long", "d-short"]) == "b-long"
+    assert admission.report()["memory_mb_in_use"] == 3 * 2048 + 256
 
 
 def test_an_unknown_class_is_refused_at_submit_naming_the_declared_ones(tmp_path: Path) -> None:

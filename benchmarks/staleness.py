@@ -173,7 +173,7 @@ def swap_every(args: argparse.Namespace) -> int:
 
 # Its smoke test also checks the figures' relations (shares in [0, 1], ratio = trained / submitted).
 SMOKE_TESTED_IN = "tests/trainer/test_staleness_benchmark.py"
-QUICK = {"groups": 8, "samples": 2, "turns": 2, "slots": 4, "in_flight": 4, "stall_s": 10.0}
+QUICK = {"groups": 8, "samples": 2, "turns": 2, "slots": 4, "in_flight": 4, "stall_s": 45.0}
 
 
 def main() -> None:

@@ -130,6 +130,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
     "tests/core/test_full_spool_budget.py": {},
     "tests/core/test_idle_exit.py": {
         "test_a_worker_leaves_once_idle_after_committing_its_buffered_rows": "worker",
+        "test_the_idle_window_does_not_start_while_a_shard_is_being_written": "slow",
     },
     "tests/core/test_init_and_json.py": {
         "test_init_writes_a_commented_run_toml_and_an_example_that_runs": "cli",

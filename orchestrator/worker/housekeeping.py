@@ -180,7 +180,8 @@ class Housekeeping:
     def exit_if_idle(self) -> None:
         state = self.state
         # Jobs prepared on this node wait in its run queue, which the idle clock lists at the deadline.
-        holding = state.jobs.holding() or state.shards.pending > 0
+        # Rows count until their shard is renamed in: a slow write has taken them out of the buffer already.
+        holding = state.jobs.holding() or self.committer.rows_buffered() > 0
         if self.idle.expired(holding, [state.queue_of(s) for s in state.options.stages], state.counters["claimed"]):
             log.info("worker %s: idle for %.1fs, giving its node back", state.worker_id, self.idle.idle_for())
             state.events.emit("-", "idle_exit", {"idle_s": round(self.idle.idle_for(), 3)})

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from orchestrator.config import RunConfig
+from orchestrator.spool import shards
 from orchestrator.spool.events import events_named
 from orchestrator.submission.submit import submit_file
+from orchestrator.worker.engine import Worker
 from orchestrator.worker.idle import IdleClock
+from orchestrator.worker.options import WorkerOptions
 from tests.core.util import make_run, rows, start_worker, stop_worker, write_jsonl
+
+
+IDLE_S = 1.0
+SLOW_WRITE_S = 2.5
 
 
 class FakeClock:
@@ -62,3 +75,24 @@ def test_a_worker_leaves_once_idle_after_committing_its_buffered_rows(tmp_path: 
     assert [p.name for p in (paths.workers / "gone").glob("*.json")]
     (stopped,) = events_named(paths, "worker_stopped")
     assert stopped["state"] == "stopped" and stopped["finished"] == 6
+
+
+def test_the_idle_window_does_not_start_while_a_shard_is_being_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard write that takes its time (a loaded shared filesystem): its rows are out of the buffer
+    but not committed yet, so the worker still holds them and its idle window waits for the commit."""
+    paths = make_run(tmp_path / "run")
+    real_write = shards.write_durably
+    written_at: list[float] = []
+
+    def slow_write(table: Any, path: Path) -> None:
+        time.sleep(SLOW_WRITE_S)
+        real_write(table, path)
+        written_at.append(time.time())
+
+    monkeypatch.setattr(shards, "write_durably", slow_write)
+    submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {"run": 0.1}}] * 3))
+    worker = Worker(paths, RunConfig.load(paths.run_config), WorkerOptions(idle_exit_s=IDLE_S))
+    asyncio.run(worker.serve())
+    assert len(rows(paths)) == 3 and written_at
+    (left,) = events_named(paths, "idle_exit")
+    assert left["t"] - max(written_at) >= IDLE_S - 0.3, "the idle window ran while the rows were being written"

@@ -11,12 +11,15 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from orchestrator.spool import fsops
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 
 def _mapped(path: Path) -> pa.BufferReader:
@@ -36,7 +39,10 @@ def open_shard(path: Path) -> pq.ParquetFile:
 
 def shard_fragment(path: Path) -> ds.ParquetFileFragment:
     """The shard as a pyarrow.dataset fragment, for scans with filters pushed down (row groups
-    skipped by their statistics, rows filtered as they are decoded); opened as open_shard does."""
+    skipped by their statistics, rows filtered as they are decoded); opened as open_shard does.
+    pyarrow.dataset is imported here: it pulls pandas in (~0.4 s), which a worker never needs."""
+    import pyarrow.dataset as ds
+
     return ds.ParquetFileFormat().make_fragment(_mapped(path))
 
 

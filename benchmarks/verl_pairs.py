@@ -256,4 +256,7 @@ def main(args: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__ + "\nbenchmarks/verl.py writes ARGS.json and runs this in verl's venv: run that instead.")
+        sys.exit(0 if sys.argv[1:] in (["-h"], ["--help"]) else 2)
     print(json.dumps(main(json.loads(Path(sys.argv[1]).read_text()))))

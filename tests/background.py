@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from orchestrator.sandbox.procs import start_time
+from orchestrator.process_start import start_time
 
 
 def wait_for_background(pid_variable: str, what: str, wait_s: float = 1800.0) -> None:

@@ -27,7 +27,7 @@ from orchestrator.llm.errors import LLMError
 from orchestrator.devserver.cpus import confine_to, parse_cpu_list, server_cpus
 from orchestrator.devserver.local_server import REPO_ROOT, LocalServer, ServerStartError, signal_group
 from orchestrator.llm.readiness import wait_until_serving
-from orchestrator.sandbox.procs import start_time
+from orchestrator.process_start import start_time
 
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "vllm-setup.sh"
 # Set by scripts/test.sh, which starts the install in the background at its very beginning.

@@ -17,7 +17,7 @@ from orchestrator.llm.http import BackendHttp
 from orchestrator.llm.protocol_clients import client_for
 from orchestrator.llm.errors import LLMError, RequestRejected
 from orchestrator.llm.registry import Backend, Protocol
-from orchestrator.sandbox.procs import start_time
+from orchestrator.process_start import start_time
 
 # Token id 0 exists in every vocabulary; greedy, one token: the cheapest real request.
 PROBE_PROMPT = (0,)

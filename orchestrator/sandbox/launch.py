@@ -23,7 +23,8 @@ from orchestrator.sandbox.errors import SandboxStartError
 from orchestrator.sandbox.process import (
     ProcessSandbox, kill_processes, register_child, release_resources, wait_gone,
 )
-from orchestrator.sandbox.procs import ProcessId, start_time
+from orchestrator.process_start import start_time
+from orchestrator.sandbox.procs import ProcessId
 from orchestrator.sandbox.records import SandboxRecord, new_sandbox_dir, remove_sandbox_dir
 from orchestrator.sandbox.limits import MiB
 from orchestrator.sandbox.runtime import SandboxRuntime

@@ -7,19 +7,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-
-def start_time(pid: int) -> int | None:
-    """The process start time in clock ticks since boot, or None when no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(b")") + 2:].split()
-    if fields[0] == b"Z":  # a zombie has finished; only its parent's wait() is missing
-        return None
-    return int(fields[19])
+from orchestrator.process_start import start_time, stat_fields
 
 
 def live_members(groups: set[int]) -> list[int]:
@@ -28,13 +16,8 @@ def live_members(groups: set[int]) -> list[int]:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] != b"Z" and int(fields[2]) in groups:
+        fields = stat_fields(entry.name)
+        if fields is not None and fields[0] != b"Z" and int(fields[2]) in groups:
             members.append(int(entry.name))
     return members
 

@@ -67,7 +67,7 @@ ALLOWED: dict[str, str] = {
     "orchestrator/sandbox/launch.py": "the sandbox's runtime directory (checked by records.py), its server log",
     "orchestrator/sandbox/process.py": "the sandbox's runtime directory (checked by records.py)",
     "orchestrator/sandbox/records.py": "the user's runtime directory, owner and mode checked first",
-    "orchestrator/sandbox/procs.py": "/proc",
+    "orchestrator/process_start.py": "/proc",
     "orchestrator/sandbox/cgroups.py": "/sys/fs/cgroup",
     "orchestrator/sandbox/workspace.py": "copies a workspace out with O_NOFOLLOW | O_NONBLOCK itself",
     "handlers/bundled/image.py": "an image template (a package resource)",

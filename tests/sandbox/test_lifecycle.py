@@ -328,7 +328,7 @@ def test_local_runtime_hung_server_leaves_no_tools(spool: SpoolPaths) -> None:
         await sb.close()
         return shell_pid, job_pid, sb.record.process[0]
 
-    from orchestrator.sandbox.procs import start_time
+    from orchestrator.process_start import start_time
 
     for pid in run(scenario()):
         assert start_time(pid) is None, pid

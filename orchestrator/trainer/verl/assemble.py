@@ -82,102 +82,139 @@ def assemble(
     """
     n, width_p, width_r = len(slots), prompt_length, response_length
     counts = AssemblyCounts(samples=n)
-    statuses = np.empty(n, dtype=object)
-    job_ids = np.empty(n, dtype=object)
-    versions = np.full(n, -1, dtype=np.int64)
-    rewards = np.zeros(n, dtype=np.float32)
-    usable_rows = np.zeros(n, dtype=bool)
-    prompt_parts: list[np.ndarray] = []
-    response_parts: list[np.ndarray] = []
-    mask_parts: list[np.ndarray] = []
-    logprob_parts: list[np.ndarray] = []
-    prompt_lengths = np.zeros(n, dtype=np.int64)
-    response_lengths = np.zeros(n, dtype=np.int64)
-    extras: list[dict[str, Any]] = []
+    parts = _Parts.empty(n)
     for i, row in enumerate(slots):
+        parts.read(i, row, fallback_prompts[i], width_p, width_r, counts)
+    padded = _Padded.of(parts, width_p, width_r, pad_id)
+    if overlong is not None:
+        _apply_overlong(overlong, parts.rewards, parts.response_lengths, parts.usable, parts.extras)
+    rm_scores = np.zeros((n, width_r), dtype=np.float32)
+    scored = parts.usable & (parts.response_lengths > 0)
+    rm_scores[np.flatnonzero(scored), parts.response_lengths[scored] - 1] = parts.rewards[scored]
+    extra_keys = sorted({key for extra in parts.extras for key in extra})
+    non_tensors = {
+        keys.UID: np.asarray(list(uids), dtype=object),
+        keys.NUM_TURNS: _turns(parts.mask_parts, parts.usable, parts.response_lengths),
+        STATUS: parts.statuses,
+        JOB_ID: parts.job_ids,
+        POLICY_VERSION: parts.versions,
+        **{key: _object_array([extra.get(key) for extra in parts.extras]) for key in extra_keys},
+    }
+    tensors = {
+        keys.PROMPTS: padded.prompts, keys.RESPONSES: padded.responses, keys.RESPONSE_MASK: padded.response_mask,
+        keys.INPUT_IDS: np.concatenate([padded.prompts, padded.responses], axis=1),
+        keys.ATTENTION_MASK: np.concatenate([padded.in_prompt, padded.in_response], axis=1).astype(np.int64),
+        keys.POSITION_IDS: _position_ids(parts.prompt_lengths, parts.response_lengths, width_p, width_r),
+        keys.ROLLOUT_LOG_PROBS: padded.logprobs, keys.RM_SCORES: rm_scores,
+    }
+    return Assembled(tensors, non_tensors, extra_keys, counts)
+
+
+@dataclass
+class _Parts:
+    """What the rows say, read once: per sample its status, job, version, reward and whether it is
+    trained on; the token pieces of every sample, to be joined and padded in one go."""
+
+    statuses: np.ndarray
+    job_ids: np.ndarray
+    versions: np.ndarray
+    rewards: np.ndarray
+    usable: np.ndarray
+    prompt_lengths: np.ndarray
+    response_lengths: np.ndarray
+    prompt_parts: list[np.ndarray] = field(default_factory=list)
+    response_parts: list[np.ndarray] = field(default_factory=list)
+    mask_parts: list[np.ndarray] = field(default_factory=list)
+    logprob_parts: list[np.ndarray] = field(default_factory=list)
+    extras: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n: int) -> "_Parts":
+        return cls(np.empty(n, dtype=object), np.empty(n, dtype=object), np.full(n, -1, dtype=np.int64),
+                   np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
+                   np.zeros(n, dtype=np.int64))
+
+    def read(self, i: int, row: Row | None, fallback_prompt: Sequence[int], width_p: int, width_r: int,
+             counts: AssemblyCounts) -> None:
+        """Sample i: its prompt always; its response, mask and log-probs only when it is trained on."""
         status = "missing" if row is None else str(row.get("status"))
-        statuses[i] = status
-        job_ids[i] = None if row is None else row.get("job_id")
+        self.statuses[i] = status
+        self.job_ids[i] = None if row is None else row.get("job_id")
         reward = None if row is None else row.get("reward")
         usable = status == "ok" and reward is not None and not (isinstance(reward, float) and np.isnan(reward))
         prompt = _array(row.get("prompt_ids")) if row is not None else None
         if prompt is None or not len(prompt):
-            prompt = np.asarray(fallback_prompts[i], dtype=np.int64)
+            prompt = np.asarray(fallback_prompt, dtype=np.int64)
         too_long = len(prompt) > width_p
         if too_long:
             prompt = prompt[-width_p:]
-        prompt_parts.append(prompt)
-        prompt_lengths[i] = len(prompt)
+        self.prompt_parts.append(prompt)
+        self.prompt_lengths[i] = len(prompt)
         if too_long and usable:        # each masked sample counts under one reason: this one only when it is the reason
             counts.prompt_too_long += 1
             counts.masked += 1
-            usable = False
-            extras.append({})
-            continue
-        extras.append(_reward_extras(row) if usable else {})
+            self.extras.append({})
+            return
+        self.extras.append(_reward_extras(row) if usable else {})
         if not usable:
             _count_masked(counts, status, row)
-            continue
+            return
         assert row is not None
         counts.ok += 1
-        usable_rows[i] = True
-        rewards[i] = float(reward)  # type: ignore[arg-type]
+        self.usable[i] = True
+        self.rewards[i] = float(reward)  # type: ignore[arg-type]
         response = _array(row.get("response_ids"))
         if response is None:   # a handler without an LLM (e.g. `sleep`): a reward and no tokens
             response = np.zeros(0, dtype=np.int64)
         length = min(len(response), width_r)
         if len(response) > width_r:
             counts.truncated_responses += 1
-        response_lengths[i] = length
-        response_parts.append(response[:length])
+        self.response_lengths[i] = length
+        self.response_parts.append(response[:length])
         mask = _array(row.get("response_mask"))
-        mask = mask[:length] if mask is not None and len(mask) >= length else np.ones(length, dtype=np.int8)
-        mask_parts.append(mask)
+        self.mask_parts.append(mask[:length] if mask is not None and len(mask) >= length else np.ones(length, dtype=np.int8))
         sampled = row.get("logprobs")
-        logprob_parts.append(np.asarray(sampled)[:length] if sampled is not None and len(sampled) >= length
-                             else np.zeros(length, dtype=np.float32))
+        self.logprob_parts.append(np.asarray(sampled)[:length] if sampled is not None and len(sampled) >= length
+                                  else np.zeros(length, dtype=np.float32))
         version = row.get("policy_version_min")
-        versions[i] = -1 if version is None else int(version)
-    # Boolean masks fill in row-major order: row by row, columns ascending, as the parts were joined.
-    in_prompt = np.arange(width_p)[None, :] >= (width_p - prompt_lengths)[:, None]
-    in_response = np.arange(width_r)[None, :] < response_lengths[:, None]
-    prompts = np.full((n, width_p), pad_id, dtype=np.int64)
-    prompts[in_prompt] = _joined(prompt_parts, np.int64)
-    responses = np.full((n, width_r), pad_id, dtype=np.int64)
-    responses[in_response] = _joined(response_parts, np.int64)
-    response_mask = np.zeros((n, width_r), dtype=np.int64)
-    response_mask[in_response] = _joined(mask_parts, np.int64)
-    logprobs = np.zeros((n, width_r), dtype=np.float32)
-    logprobs[in_response] = _joined(logprob_parts, np.float32)
-    logprobs *= response_mask                          # 0 where the mask is 0, as verl's agent loops give them
-    if overlong is not None:
-        _apply_overlong(overlong, rewards, response_lengths, usable_rows, extras)
-    rm_scores = np.zeros((n, width_r), dtype=np.float32)
-    scored = usable_rows & (response_lengths > 0)
-    rm_scores[np.flatnonzero(scored), response_lengths[scored] - 1] = rewards[scored]
-    attention = np.concatenate([in_prompt, in_response], axis=1).astype(np.int64)
-    input_ids = np.concatenate([prompts, responses], axis=1)
-    # verl's cumsum(attention) - 1 rule, in closed form: 0 on the left pad, then 0, 1, ..., and
-    # the last position repeated on the right pad.
+        self.versions[i] = -1 if version is None else int(version)
+
+
+@dataclass(frozen=True)
+class _Padded:
+    """The token pieces joined into the padded [B, width] arrays, and where the real tokens are."""
+
+    in_prompt: np.ndarray
+    in_response: np.ndarray
+    prompts: np.ndarray
+    responses: np.ndarray
+    response_mask: np.ndarray
+    logprobs: np.ndarray
+
+    @classmethod
+    def of(cls, parts: _Parts, width_p: int, width_r: int, pad_id: int) -> "_Padded":
+        n = len(parts.statuses)
+        # Boolean masks fill in row-major order: row by row, columns ascending, as the parts were joined.
+        in_prompt = np.arange(width_p)[None, :] >= (width_p - parts.prompt_lengths)[:, None]
+        in_response = np.arange(width_r)[None, :] < parts.response_lengths[:, None]
+        prompts = np.full((n, width_p), pad_id, dtype=np.int64)
+        prompts[in_prompt] = _joined(parts.prompt_parts, np.int64)
+        responses = np.full((n, width_r), pad_id, dtype=np.int64)
+        responses[in_response] = _joined(parts.response_parts, np.int64)
+        response_mask = np.zeros((n, width_r), dtype=np.int64)
+        response_mask[in_response] = _joined(parts.mask_parts, np.int64)
+        logprobs = np.zeros((n, width_r), dtype=np.float32)
+        logprobs[in_response] = _joined(parts.logprob_parts, np.float32)
+        logprobs *= response_mask                          # 0 where the mask is 0, as verl's agent loops give them
+        return cls(in_prompt, in_response, prompts, responses, response_mask, logprobs)
+
+
+def _position_ids(prompt_lengths: np.ndarray, response_lengths: np.ndarray, width_p: int, width_r: int) -> np.ndarray:
+    """verl's cumsum(attention) - 1 rule, in closed form: 0 on the left pad, then 0, 1, ..., and
+    the last position repeated on the right pad."""
     start = width_p - prompt_lengths
     last = np.maximum(prompt_lengths + response_lengths - 1, 0)
-    position_ids = np.clip(np.arange(width_p + width_r)[None, :] - start[:, None], 0, last[:, None])
-    turns = _turns(mask_parts, usable_rows, response_lengths)
-    extra_keys = sorted({key for extra in extras for key in extra})
-    non_tensors = {
-        keys.UID: np.asarray(list(uids), dtype=object),
-        keys.NUM_TURNS: turns,
-        STATUS: statuses,
-        JOB_ID: job_ids,
-        POLICY_VERSION: versions,
-        **{key: _object_array([extra.get(key) for extra in extras]) for key in extra_keys},
-    }
-    tensors = {
-        keys.PROMPTS: prompts, keys.RESPONSES: responses, keys.RESPONSE_MASK: response_mask,
-        keys.INPUT_IDS: input_ids, keys.ATTENTION_MASK: attention, keys.POSITION_IDS: position_ids,
-        keys.ROLLOUT_LOG_PROBS: logprobs, keys.RM_SCORES: rm_scores,
-    }
-    return Assembled(tensors, non_tensors, extra_keys, counts)
+    return np.clip(np.arange(width_p + width_r)[None, :] - start[:, None], 0, last[:, None])
 
 
 def _apply_overlong(overlong: Overlong, rewards: np.ndarray, lengths: np.ndarray, usable: np.ndarray,

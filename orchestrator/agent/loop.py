@@ -192,23 +192,16 @@ async def run_agent(
     """
     sampling = dict(sampling or {})
     wanted_tokens = int(sampling.get("max_tokens") or limits.max_tokens_per_turn)
-    budget = context.budget(limits.max_context_tokens)
     started = time.monotonic()
 
     def remaining() -> float:
         return limits.max_wall_s - (time.monotonic() - started)
 
-    while True:
+    while run.stop_reason is None:
         conversation = run.conversation
-        if run.replies >= limits.max_turns:
-            run.stop_reason = StopReason.MAX_TURNS
-            break
         room = limits.max_context_tokens - _tokens(conversation)
-        if room <= 0:
-            run.stop_reason = StopReason.CONTEXT_FULL
-            break
-        if remaining() <= 0:
-            run.stop_reason = StopReason.TIMEOUT
+        run.stop_reason = _limit_before_turn(run, limits, room, remaining())
+        if run.stop_reason is not None:
             break
         try:
             # asyncio.timeout, not wait_for: no task per turn (3.11's wait_for makes one).
@@ -225,60 +218,93 @@ async def run_agent(
         if not turn.output_ids:   # nothing sampled: the backend had no room left
             run.stop_reason = StopReason.CONTEXT_FULL
             break
-        observations: list[dict[str, Any]] = []
-        for error in parsed.errors:
-            run.malformed_calls += 1
-            observations.append(error_message(error))
-        ended = False
-        summary: str | None = None
-        for call in calls:
-            if remaining() <= 0:
-                run.stop_reason = StopReason.TIMEOUT
-                break
-            began = time.monotonic()
-            if toolbox.problems(call):   # unknown tool or bad arguments: malformed, not executed
-                run.malformed_calls += 1
-            outcome = await toolbox.execute(call, max(0.1, min(limits.tool_timeout_s, remaining())))
-            record = ToolCallRecord(
-                turn=len(run.turns), name=call.name, arguments=call.arguments_json,
-                exit_code=outcome.exit_code, output_chars=outcome.output_chars or len(outcome.observation),
-                latency_ms=round((time.monotonic() - began) * 1000, 3), error=outcome.error,
-                output=_preview(outcome.observation),
-            )
-            run.tool_calls.append(record)
-            if on_tool_call is not None:
-                on_tool_call(record)
-            if tool_reward is not None and (reward := tool_reward(record, outcome)) is not None:
-                run.add_turn_reward(reward)
-            if outcome.ends_episode:
-                run.answer = outcome.answer
-                ended = True
-                break
-            summary = outcome.summary if outcome.summary is not None else summary
-            observations.append(tool_message(call, outcome.observation))
-        if run.stop_reason is not None:
-            break
-        if ended:
-            run.stop_reason = StopReason.FINISHED
-            break
-        if not observations:
-            if limits.text_reply is TextReply.FINISH:   # a cut reply is no final answer: graders see why it ended
-                run.stop_reason = StopReason.TRUNCATED if turn.finish_reason == "length" else StopReason.FINISHED
-                break
-            observations.append(nudge_message(toolbox.names))
-        ids = conversation.render_new(observations)
-        after = _tokens(conversation) + len(ids)
-        crowded = context.mode is not ContextMode.NONE and after + wanted_tokens > budget
-        if summary is None and not crowded:
-            if after >= limits.max_context_tokens:
-                run.stop_reason = StopReason.CONTEXT_FULL   # no room to show the results and reply
-                break
-            conversation.append_rendered(observations, ids)
-            continue
-        if not await _make_room(llm, run, observations, context, limits, sampling, parse, summary, wanted_tokens):
-            run.stop_reason = StopReason.CONTEXT_FULL
-            break
+        tools = await _call_tools(run, toolbox, parsed, calls, limits, remaining, on_tool_call, tool_reward)
+        if run.stop_reason is None:
+            run.stop_reason = await _next_context(llm, run, turn, toolbox, tools, parse, limits, context, sampling,
+                                                  wanted_tokens)
     return run
+
+
+def _limit_before_turn(run: AgentRun, limits: AgentLimits, room: int, remaining_s: float) -> StopReason | None:
+    """Why no further turn may start: the turn limit, a full context, the wall clock; None if none."""
+    if run.replies >= limits.max_turns:
+        return StopReason.MAX_TURNS
+    if room <= 0:
+        return StopReason.CONTEXT_FULL
+    if remaining_s <= 0:
+        return StopReason.TIMEOUT
+    return None
+
+
+@dataclass
+class _ToolRound:
+    """What a reply's tool calls gave: the observations for the next turn, whether one ended the
+    episode, and the summary a tool left for a context to be made from (agent/context.py)."""
+
+    observations: list[dict[str, Any]]
+    ended: bool = False
+    summary: str | None = None
+
+
+async def _call_tools(run: AgentRun, toolbox: Toolbox, parsed: ParsedReply, calls: list[Any], limits: AgentLimits,
+                      remaining: Callable[[], float], on_tool_call: Callable[[ToolCallRecord], None] | None,
+                      tool_reward: ToolReward | None) -> _ToolRound:
+    """Run a reply's tool calls in order, recording each; a malformed call is told, not run.
+    Sets run.stop_reason when the wall clock runs out between calls; an ending call ends the round."""
+    round_ = _ToolRound([error_message(error) for error in parsed.errors])
+    run.malformed_calls += len(parsed.errors)
+    for call in calls:
+        if remaining() <= 0:
+            run.stop_reason = StopReason.TIMEOUT
+            return round_
+        began = time.monotonic()
+        if toolbox.problems(call):   # unknown tool or bad arguments: malformed, not executed
+            run.malformed_calls += 1
+        outcome = await toolbox.execute(call, max(0.1, min(limits.tool_timeout_s, remaining())))
+        record = ToolCallRecord(
+            turn=len(run.turns), name=call.name, arguments=call.arguments_json,
+            exit_code=outcome.exit_code, output_chars=outcome.output_chars or len(outcome.observation),
+            latency_ms=round((time.monotonic() - began) * 1000, 3), error=outcome.error,
+            output=_preview(outcome.observation),
+        )
+        run.tool_calls.append(record)
+        if on_tool_call is not None:
+            on_tool_call(record)
+        if tool_reward is not None and (reward := tool_reward(record, outcome)) is not None:
+            run.add_turn_reward(reward)
+        if outcome.ends_episode:
+            run.answer = outcome.answer
+            round_.ended = True
+            return round_
+        round_.summary = outcome.summary if outcome.summary is not None else round_.summary
+        round_.observations.append(tool_message(call, outcome.observation))
+    return round_
+
+
+async def _next_context(llm: LLM, run: AgentRun, turn: Any, toolbox: Toolbox, tools: _ToolRound,
+                        parse: Callable[[str], ParsedReply], limits: AgentLimits, context: ContextPolicy,
+                        sampling: dict[str, Any], wanted_tokens: int) -> StopReason | None:
+    """The observations put in the conversation for the next turn (room made first when the context
+    is crowded or a tool summarised it); the stop reason when the episode ends here, else None."""
+    if tools.ended:
+        return StopReason.FINISHED
+    observations = tools.observations
+    if not observations:
+        if limits.text_reply is TextReply.FINISH:   # a cut reply is no final answer: graders see why it ended
+            return StopReason.TRUNCATED if turn.finish_reason == "length" else StopReason.FINISHED
+        observations.append(nudge_message(toolbox.names))
+    conversation = run.conversation
+    ids = conversation.render_new(observations)
+    after = _tokens(conversation) + len(ids)
+    crowded = context.mode is not ContextMode.NONE and after + wanted_tokens > context.budget(limits.max_context_tokens)
+    if tools.summary is None and not crowded:
+        if after >= limits.max_context_tokens:
+            return StopReason.CONTEXT_FULL   # no room to show the results and reply
+        conversation.append_rendered(observations, ids)
+        return None
+    if not await _make_room(llm, run, observations, context, limits, sampling, parse, tools.summary, wanted_tokens):
+        return StopReason.CONTEXT_FULL
+    return None
 
 
 def _tokens(conversation: "Conversation") -> int:

@@ -53,89 +53,95 @@ def _common(func: Any) -> Any:
     return func
 
 
+@click.group("sandbox")
+def sandbox_group() -> None:
+    """Run commands in a sandbox by hand (the same runtimes workers use).
+
+    \b
+    Examples:
+      hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
+      hpc-rollout sandbox shell --image images/out/python-versioned-...
+      hpc-rollout sandbox list
+    """
+
+
+@sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
+@_common
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds for the command.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
+                 env: tuple[str, ...], memory_mb: int | None, workspace: str | None,
+                 timeout: float, command: tuple[str, ...]) -> None:
+    """Run COMMAND in a fresh sandbox and exit with its status.
+
+    \b
+    Example:
+      hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
+    """
+    import asyncio   # here, not at start-up: every command pays for what the module imports
+
+    options = _sandbox_options(image, network, binds, env, memory_mb, timeout)
+    code = asyncio.run(_exec(runtime, options, workspace, shlex.join(command), timeout))
+    sys.exit(code)
+
+
+@sandbox_group.command("shell")
+@_common
+def shell_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
+                  env: tuple[str, ...], memory_mb: int | None, workspace: str | None) -> None:
+    """An interactive prompt in a sandbox: each line goes to its persistent bash.
+
+    \b
+    Example:
+      hpc-rollout sandbox shell --no-network --bind "$PWD:/work:ro"
+    """
+    import asyncio
+
+    options = _sandbox_options(image, network, binds, env, memory_mb, None)
+    asyncio.run(_shell(runtime, options, workspace))
+
+
+@sandbox_group.command("list")
+def list_command() -> None:
+    """This node's sandboxes (of this user), from their records in the runtime directory.
+
+    \b
+    Example:
+      hpc-rollout sandbox list      # id, runtime, state, owner process, time left, job
+    """
+    import time
+
+    from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
+
+    rows = []
+    for directory in sorted(sandboxes_dir().iterdir()):
+        try:
+            record = SandboxRecord.load(directory)
+        except (OSError, ValueError, TypeError):
+            continue
+        owner = "alive" if record.owner_process().alive() else "GONE"
+        state = "running" if all(p.alive() for p in record.processes()) else "exited"
+        left = max(0.0, record.deadline - time.time())
+        rows.append(f"{record.id}  {record.kind:<9} {state:<8} owner {record.owner[0]} ({owner})  "
+                    f"{record.loopback or '-':<15} {left / 60:7.1f} min left  job {record.job_id}")
+    click.echo("\n".join(rows) if rows else f"no sandboxes in {sandboxes_dir()}")
+
+
+@sandbox_group.command("sweep")
+def sweep_command() -> None:
+    """Reap this node's sandboxes whose owner process is gone (workers do this themselves).
+
+    \b
+    Example:
+      hpc-rollout sandbox sweep     # after a worker was killed with SIGKILL
+    """
+    from orchestrator.sandbox.start import sweep_orphaned_sandboxes
+
+    click.echo(f"reaped {sweep_orphaned_sandboxes()} sandbox(es)")
+
+
 def register(cli: click.Group) -> None:
-    @cli.group("sandbox")
-    def sandbox_group() -> None:
-        """Run commands in a sandbox by hand (the same runtimes workers use).
-
-        \b
-        Examples:
-          hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
-          hpc-rollout sandbox shell --image images/out/python-versioned-...
-          hpc-rollout sandbox list
-        """
-
-    @sandbox_group.command("exec", context_settings={"ignore_unknown_options": True})
-    @_common
-    @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds for the command.")
-    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-    def exec_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
-                     env: tuple[str, ...], memory_mb: int | None, workspace: str | None,
-                     timeout: float, command: tuple[str, ...]) -> None:
-        """Run COMMAND in a fresh sandbox and exit with its status.
-
-        \b
-        Example:
-          hpc-rollout sandbox exec --no-network -- python3 -c 'print(1)'
-        """
-        import asyncio   # here, not at start-up: every command pays for what the module imports
-
-        options = _sandbox_options(image, network, binds, env, memory_mb, timeout)
-        code = asyncio.run(_exec(runtime, options, workspace, shlex.join(command), timeout))
-        sys.exit(code)
-
-    @sandbox_group.command("shell")
-    @_common
-    def shell_command(runtime: str, image: str | None, network: bool, binds: tuple[str, ...],
-                      env: tuple[str, ...], memory_mb: int | None, workspace: str | None) -> None:
-        """An interactive prompt in a sandbox: each line goes to its persistent bash.
-
-        \b
-        Example:
-          hpc-rollout sandbox shell --no-network --bind "$PWD:/work:ro"
-        """
-        import asyncio
-
-        options = _sandbox_options(image, network, binds, env, memory_mb, None)
-        asyncio.run(_shell(runtime, options, workspace))
-
-    @sandbox_group.command("list")
-    def list_command() -> None:
-        """This node's sandboxes (of this user), from their records in the runtime directory.
-
-        \b
-        Example:
-          hpc-rollout sandbox list      # id, runtime, state, owner process, time left, job
-        """
-        import time
-
-        from orchestrator.sandbox.records import SandboxRecord, sandboxes_dir
-
-        rows = []
-        for directory in sorted(sandboxes_dir().iterdir()):
-            try:
-                record = SandboxRecord.load(directory)
-            except (OSError, ValueError, TypeError):
-                continue
-            owner = "alive" if record.owner_process().alive() else "GONE"
-            state = "running" if all(p.alive() for p in record.processes()) else "exited"
-            left = max(0.0, record.deadline - time.time())
-            rows.append(f"{record.id}  {record.kind:<9} {state:<8} owner {record.owner[0]} ({owner})  "
-                        f"{record.loopback or '-':<15} {left / 60:7.1f} min left  job {record.job_id}")
-        click.echo("\n".join(rows) if rows else f"no sandboxes in {sandboxes_dir()}")
-
-    @sandbox_group.command("sweep")
-    def sweep_command() -> None:
-        """Reap this node's sandboxes whose owner process is gone (workers do this themselves).
-
-        \b
-        Example:
-          hpc-rollout sandbox sweep     # after a worker was killed with SIGKILL
-        """
-        from orchestrator.sandbox.start import sweep_orphaned_sandboxes
-
-        click.echo(f"reaped {sweep_orphaned_sandboxes()} sandbox(es)")
-
+    cli.add_command(sandbox_group)
     from orchestrator.cli.image import register_image_commands
 
     register_image_commands(cli)

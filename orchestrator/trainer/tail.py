@@ -5,10 +5,9 @@
         train_on(group)
         save(str(reader.cursor))                   # with the model: resume loses and repeats nothing
 
-The reader follows each writer's shard sequence (orchestrator/spool/shardlog.py), never the clock.
-A poll lists `shards/.writers/open/` and probes each open writer's next shard by name:
-about two stats per open writer, however many shards exist. Rows are fetched a shard at a
-time and *held* until delivered; the cursor records held rows as ranges, so a crash in the
+The reader follows each writer's shard sequence (orchestrator/spool/shard_follower.py), never
+the clock: about two stats per open writer a poll, however many shards exist. Rows are fetched a
+shard at a time and *held* until delivered; the cursor records held rows as ranges, so a crash in the
 middle of a shard or of a group resumes exactly where the trainer stopped.
 
 Rows are dicts; list columns of numbers (prompt_ids, response_ids, response_mask, logprobs)
@@ -24,10 +23,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -35,9 +32,7 @@ import pyarrow as pa
 from orchestrator.spool import fsops
 from orchestrator.trainer.cursor import Cursor, RowKey
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import read_shard_table
-from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
-from orchestrator.spool.shardlog import WriterDirectory, shard_exists, shard_name
+from orchestrator.spool.shard_follower import ShardFollower
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +47,6 @@ TRAINER_COLUMNS = (
 )
 # A poll stops fetching after this many rows (more come with the next poll): bounded memory.
 MAX_FETCH_ROWS = 20_000
-# The list of closed writers is re-read when its directory changes, and at least this often
-# (directory mtimes are coarse: two closes in one tick look like one).
-CLOSED_RELIST_S = 5.0
 
 
 @dataclass
@@ -65,7 +57,6 @@ class RowReader:
     cursor_in: Cursor | str | None = None
     poll_s: float = 0.2
     columns: Sequence[str] | None = None   # None: every column
-    _next: dict[str, int] = field(default_factory=dict, init=False)
     _held: dict[RowKey, Row] = field(default_factory=dict, init=False)   # insertion order = fetch order
     _held_jobs: set[Any] = field(default_factory=set, init=False)
     _order: deque[RowKey] = field(default_factory=deque, init=False)   # held keys, fetch order
@@ -73,30 +64,22 @@ class RowReader:
     _groups: dict[str, list[RowKey]] = field(default_factory=dict, init=False)
     _ready: deque[str] = field(default_factory=deque, init=False)
     _ready_set: set[str] = field(default_factory=set, init=False)   # _ready minus groups taken apart by rows()
-    _open_seen: set[str] = field(default_factory=set, init=False)
-    _closed: dict[str, int] = field(default_factory=dict, init=False)
-    _closed_stamp: tuple[int, int] | None = field(default=None, init=False)
-    _closed_listed_at: float = field(default=-1e18, init=False)
-    _schema: pa.Schema | None = field(default=None, init=False)
-    _read_ahead: tuple[str, int, Future[pa.Table | None]] | None = field(default=None, init=False)
-    _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)   # of the last shard read: held rows' batch
-    skipped_shards: list[str] = field(default_factory=list, init=False)
     duplicates: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self.writers = WriterDirectory(self.paths)
         start = Cursor.parse(self.cursor_in)
-        self._next = dict(start.next_seq)
+        columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
+        self.shards = ShardFollower(self.paths, columns, dict(start.next_seq))
         self._refetch(start.held_keys())
+
+    @property
+    def skipped_shards(self) -> list[str]:
+        """Shards skipped (missing or unreadable), by name, in the order met."""
+        return self.shards.skipped
 
     def close(self) -> None:
         """Stop decoding ahead and end the read-ahead thread; the cursor stays valid."""
-        if self._read_ahead is not None:
-            self._read_ahead[2].cancel()
-            self._read_ahead = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self.shards.close()
 
     def __enter__(self) -> "RowReader":
         return self
@@ -108,7 +91,7 @@ class RowReader:
     @property
     def cursor(self) -> Cursor:
         """What has been delivered so far; pass it (or str() of it) to a new reader to resume."""
-        return Cursor.of(self._next, self._held.keys())
+        return Cursor.of(self.shards.next_seq, self._held.keys())
 
     @property
     def held(self) -> int:
@@ -128,7 +111,7 @@ class RowReader:
                 yield self._take_held_batch()
                 continue
             delivered = 0
-            for writer in self._writers_to_probe():
+            for writer in self.shards.writers_to_probe():
                 batch = self._fetch_batch(writer)
                 if batch is not None:
                     delivered += 1
@@ -200,70 +183,27 @@ class RowReader:
         """Fetch every shard committed since the last poll; the number of rows fetched."""
         fetched = 0
         fsops.refresh_dir(self.paths.shards)   # shards another node committed: found by name now (fsops.refresh_dir)
-        for writer in self._writers_to_probe():
+        for writer in self.shards.writers_to_probe():
             fetched += self._follow_writer(writer, MAX_FETCH_ROWS - fetched)
             if fetched >= MAX_FETCH_ROWS:
                 break
         return fetched
 
-    def _writers_to_probe(self) -> list[str]:
-        open_now = set(self.writers.open())
-        vanished = self._open_seen - open_now
-        self._open_seen = open_now
-        self._refresh_closed(force=bool(vanished))
-        unfinished_closed = [w for w, last in self._closed.items() if self._next.get(w, 1) <= last]
-        return sorted(open_now - set(self._closed)) + sorted(unfinished_closed)
-
-    def _refresh_closed(self, force: bool) -> None:
-        fsops.count("stat")
-        try:
-            st = self.writers.closed_dir.stat()
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = None
-        now = time.monotonic()
-        if force or stamp != self._closed_stamp or now - self._closed_listed_at > CLOSED_RELIST_S:
-            self._closed = self.writers.closed()
-            self._closed_stamp, self._closed_listed_at = stamp, now
-
     def _follow_writer(self, writer: str, budget: int) -> int:
+        """Hold the writer's next shards' rows, up to about `budget` rows; how many were held."""
         fetched = 0
-        seq = self._next.get(writer, 1)
-        last = self._closed.get(writer)
-        while (last is None or seq <= last) and fetched < budget:
-            rows = self._read(writer, seq)
-            if rows is None:
-                # Missing. Before a closed writer's last shard, or with a later shard present,
-                # it was committed and moved away (quarantined): skip it. Otherwise: not yet.
-                if (last is not None and seq <= last) or shard_exists(self.paths, writer, seq + 1):
-                    self._skip(writer, seq, "missing (quarantined?)")
-                    seq += 1
-                    continue
-                break
+        while fetched < budget and (taken := self.shards.take_next(writer)) is not None:
+            seq, table = taken
+            rows = table_rows(table)
             self._hold_all(writer, seq, enumerate(rows))
             fetched += len(rows)
-            seq += 1
-            self._next[writer] = seq
-        self._next[writer] = seq
         return fetched
 
     def _fetch_batch(self, writer: str) -> pa.RecordBatch | None:
         """The writer's next shard with rows, as a batch, the cursor moved past it; None: none yet."""
-        seq = self._next.get(writer, 1)
-        last = self._closed.get(writer)
-        while last is None or seq <= last:
-            table = self._read_table(writer, seq)
-            if table is None:   # missing: skipped as in _follow_writer, or not committed yet
-                if (last is not None and seq <= last) or shard_exists(self.paths, writer, seq + 1):
-                    self._skip(writer, seq, "missing (quarantined?)")
-                    seq += 1
-                    continue
-                break
-            seq += 1
-            self._next[writer] = seq
-            if table.num_rows:
-                return table_batch(table)
-        self._next[writer] = seq
+        while (taken := self.shards.take_next(writer)) is not None:
+            if taken[1].num_rows:
+                return table_batch(taken[1])
         return None
 
     def _take_held_batch(self) -> pa.RecordBatch:
@@ -276,72 +216,9 @@ class RowReader:
             for key, row in zip(keys, rows):
                 self._unindex(key, row)
         try:
-            return pa.RecordBatch.from_pylist(rows, schema=self._schema)
+            return pa.RecordBatch.from_pylist(rows, schema=self.shards.schema)
         except (pa.ArrowException, KeyError, TypeError, ValueError):   # held rows of shards with other schemas
             return pa.RecordBatch.from_pylist(rows)
-
-    def _read(self, writer: str, seq: int) -> list[Row] | None:
-        """The rows of one shard; None when it does not exist; [] when it cannot be read."""
-        table = self._read_table(writer, seq)
-        return None if table is None else table_rows(table)
-
-    def _read_table(self, writer: str, seq: int) -> pa.Table | None:
-        """One shard's columns; None when it does not exist; empty when it cannot be read.
-
-        The writer's next shard is decoded meanwhile on a thread (Arrow decodes without the
-        GIL): decoding overlaps the trainer's work on this one. Read ahead, never delivered
-        ahead: the cursor only moves when the shard is taken here.
-        """
-        table = self._take_read_ahead(writer, seq)
-        if table is None:
-            if not shard_exists(self.paths, writer, seq):   # a stat is far cheaper than a failed open
-                return None
-            path = self.paths.shards / shard_name(writer, seq)
-            try:
-                table = self._decode(path)
-            except FileNotFoundError:
-                return None
-            except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
-                if not path.exists():
-                    return None
-                self._skip(writer, seq, f"unreadable: {exc}")
-                return pa.table({})
-        self._schema = table.schema
-        self._read_ahead = (writer, seq + 1, self._executor().submit(self._decode_if_there, writer, seq + 1))
-        return table
-
-    def _decode(self, path: Path) -> pa.Table:
-        columns = None if self.columns is None else list(dict.fromkeys((*GROUP_COLUMNS, *self.columns)))
-        return read_shard_table(path, columns)
-
-    def _decode_if_there(self, writer: str, seq: int) -> pa.Table | None:
-        if not shard_exists(self.paths, writer, seq):
-            return None
-        return self._decode(self.paths.shards / shard_name(writer, seq))
-
-    def _take_read_ahead(self, writer: str, seq: int) -> pa.Table | None:
-        """The shard decoded ahead, if it is this one and was read whole; else None."""
-        ahead, self._read_ahead = self._read_ahead, None
-        if ahead is None:
-            return None
-        ahead_writer, ahead_seq, future = ahead
-        if (ahead_writer, ahead_seq) != (writer, seq):
-            future.cancel()
-            return None
-        try:
-            return future.result()
-        except READ_ERRORS:   # (OSError covers a shard gone) read again on this thread, which decides what to skip
-            return None
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-read-ahead")
-        return self._pool
-
-    def _skip(self, writer: str, seq: int, why: str) -> None:
-        name = shard_name(writer, seq)
-        self.skipped_shards.append(name)
-        warn_skipped(name, f"{why} (see {self.paths.quarantine})")
 
     def _refetch(self, keys: list[RowKey]) -> None:
         """Rows a previous reader held when its cursor was taken: read them again."""
@@ -349,10 +226,11 @@ class RowReader:
         for writer, seq, index in keys:
             by_shard.setdefault((writer, seq), []).append(index)
         for (writer, seq), indices in by_shard.items():
-            rows = self._read(writer, seq)
-            if rows is None:
-                self._skip(writer, seq, "held by the cursor but missing")
+            table = self.shards.read_table(writer, seq)
+            if table is None:
+                self.shards.skip(writer, seq, "held by the cursor but missing")
                 continue
+            rows = table_rows(table)
             self._hold_all(writer, seq, ((i, rows[i]) for i in indices if i < len(rows)))
 
     # -- groups -------------------------------------------------------------------------------

@@ -57,6 +57,11 @@ cleanup() {
     log "stopping the unfinished mini-swe-agent install (no test waited for it)"
     kill -TERM -- "-$harness" 2>/dev/null || true
   fi
+  local verifiers=${HPC_ROLLOUT_VERIFIERS_INSTALL_PID:-}
+  if [[ -n $verifiers ]] && kill -0 "$verifiers" 2>/dev/null; then
+    log "stopping the unfinished verifiers install (no test waited for it)"
+    kill -TERM -- "-$verifiers" 2>/dev/null || true
+  fi
   if ((started_slurm)) && [[ ${KEEP_SLURM:-0} != 1 ]]; then
     log "stopping the Slurm cluster this script started"
     bash scripts/slurm-down.sh >/dev/null 2>&1 || true
@@ -164,6 +169,13 @@ export HPC_ROLLOUT_HARNESS_INSTALL_LOG=${TMPDIR:-/tmp}/hpc-rollout-harness-insta
 setsid python -m tests.proxy.mini_swe_agent >"$HPC_ROLLOUT_HARNESS_INSTALL_LOG" 2>&1 &
 export HPC_ROLLOUT_HARNESS_INSTALL_PID=$!
 log "mini-swe-agent: installing in the background if not cached (pid $HPC_ROLLOUT_HARNESS_INSTALL_PID, log $HPC_ROLLOUT_HARNESS_INSTALL_LOG)"
+
+# verifiers 0.4.0, whose v1 tasksets tests/proxy/test_verifiers.py runs as tasks (~570 MB into a
+# venv of the system python3, ~2 min, cached): the same way; its test waits for it.
+export HPC_ROLLOUT_VERIFIERS_INSTALL_LOG=${TMPDIR:-/tmp}/hpc-rollout-verifiers-install-$$.log
+setsid python -m tests.proxy.verifiers_venv >"$HPC_ROLLOUT_VERIFIERS_INSTALL_LOG" 2>&1 &
+export HPC_ROLLOUT_VERIFIERS_INSTALL_PID=$!
+log "verifiers: installing in the background if not cached (pid $HPC_ROLLOUT_VERIFIERS_INSTALL_PID, log $HPC_ROLLOUT_VERIFIERS_INSTALL_LOG)"
 
 # Two pytest workers (pytest-xdist): much of the suite waits (Slurm, servers starting, sandboxes,
 # sleeps), so a second worker fills the idle core. tests/conftest.py groups the tests so that

@@ -30,7 +30,7 @@ from tests import tiers
 
 SLURM_GROUP = "slurm"
 VLLM_SERVER_GROUP = "vllm-server"
-BACKGROUND_FIXTURES = ("task_image", "vllm_python", "vllm_server", "mini_swe_agent_venv", "harness_image")
+BACKGROUND_FIXTURES = ("task_image", "vllm_python", "vllm_server", "mini_swe_agent_venv", "verifiers_venv", "harness_image")
 # The longest modules (minutes each, measured with --durations): started early, so that no
 # worker is left with one of them at the end while the other idles.
 LONG_MODULES = ("tests/trainer/test_closed_loop.py", "tests/report/test_report_run.py", "tests/llm/test_balance.py")

@@ -15,7 +15,7 @@ from orchestrator.handler_api.reward_rule import RewardRule, rules_markdown
 from orchestrator.handler_api.schema import InstanceSchema, Kind
 
 # The task families whose reward rules docs/agents.md shows (`--markdown`), in its order.
-DOCUMENTED = ("math", "code", "swe", "answer", "chat", "harness", "reasoning_gym")
+DOCUMENTED = ("math", "code", "swe", "answer", "chat", "harness", "reasoning_gym", "verifiers")
 
 PLACEHOLDERS: dict[Kind, Any] = {Kind.STRING: "...", Kind.NUMBER: 1.0, Kind.INTEGER: 1, Kind.BOOLEAN: True,
                                  Kind.OBJECT: {}, Kind.LIST: [], Kind.NULL: None, Kind.ANY: "..."}

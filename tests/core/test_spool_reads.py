@@ -73,6 +73,8 @@ ALLOWED: dict[str, str] = {
     "handlers/bundled/image.py": "an image template (a package resource)",
     "handlers/bundled/write.py": "files of a bundled image being written",
     "handlers/reasoning_gym_task.py": "its scorer's source, a file of the package, sent to the scorer sandbox",
+    "handlers/verifiers_task.py": "verifiers_rollout.py, a file of the package, sent to the job's sandbox",
+    "handlers/verifiers_rollout.py": "runs inside the sandbox, on the sandbox's own files",
 }
 SKIPPED_PACKAGES = ("orchestrator/sandbox/server/", "orchestrator/devserver/")   # run in sandboxes / serve models
 

@@ -11,15 +11,11 @@ MINI_SWE_AGENT_VENV to reuse one made elsewhere. scripts/test.sh starts it in th
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from tests.background import log_tail, wait_for_background
+from tests.proxy.cached_venv import CachedVenv
 
 VERSION = "2.4.6"
-SYSTEM_PYTHON = "/usr/bin/python3"
 # Offline settings that matter (reference: agent-harness-facts.md): no cost-map fetch, no first-run
 # prompt, unknown model costs ignored, a refused call fails at once instead of minutes of retries.
 ENV = {
@@ -28,43 +24,14 @@ ENV = {
 }
 
 
-def venv_path() -> Path:
-    configured = os.environ.get("MINI_SWE_AGENT_VENV")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("HPC_ROLLOUT_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "hpc-rollout") / "harness" / f"mini-swe-agent-{VERSION}"
-
-
-BACKGROUND_INSTALL_PID = "HPC_ROLLOUT_HARNESS_INSTALL_PID"   # set by scripts/test.sh
-BACKGROUND_INSTALL_LOG = "HPC_ROLLOUT_HARNESS_INSTALL_LOG"
+# scripts/test.sh's background install exports HPC_ROLLOUT_HARNESS_INSTALL_PID / _LOG.
+VENV = CachedVenv(f"mini-swe-agent=={VERSION}", f"mini-swe-agent-{VERSION}", "MINI_SWE_AGENT_VENV", "mini",
+                  "HPC_ROLLOUT_HARNESS_INSTALL_PID", "HPC_ROLLOUT_HARNESS_INSTALL_LOG")
 
 
 def installed_for_tests() -> Path:
     """The venv, after the background install of scripts/test.sh (if any) has ended."""
-    wait_for_background(BACKGROUND_INSTALL_PID, "mini-swe-agent install")
-    try:
-        return ensure_installed()
-    except Exception as error:
-        raise AssertionError(f"no mini-swe-agent: {error}\n{log_tail(BACKGROUND_INSTALL_LOG)}") from error
-
-
-def ensure_installed() -> Path:
-    """The virtualenv with `mini`, installed now when missing (a venv cannot be moved after it
-    is made, so it is built in place and marked complete last)."""
-    venv = venv_path()
-    marker = venv / ".complete"
-    if marker.exists() or (os.environ.get("MINI_SWE_AGENT_VENV") and (venv / "bin" / "mini").exists()):
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, timeout=300)
-    done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"mini-swe-agent=={VERSION}"],
-                          capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip install mini-swe-agent=={VERSION} failed: {done.stderr[-2000:]}")
-    marker.write_text(VERSION + "\n")
-    return venv
+    return VENV.for_tests()
 
 
 INSIDE = "/mini-swe-agent"
@@ -82,4 +49,4 @@ def command() -> str:
 
 
 if __name__ == "__main__":
-    print(ensure_installed())
+    print(VENV.ensure())

@@ -12,6 +12,7 @@ templates re-space tool calls), which silently corrupts the policy gradient. So:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,15 +98,21 @@ class Conversation:
             return list(rust.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def add_assistant(self, output_ids: Sequence[int], logprobs: Sequence[float], finish_reason: str) -> str:
-        """Append sampled ids verbatim; returns the reply text (kept for templating only)."""
+    def add_assistant(self, output_ids: Sequence[int], logprobs: Sequence[float], finish_reason: str,
+                      message: dict[str, Any] | None = None) -> str:
+        """Append sampled ids verbatim; returns the reply text (kept for templating only).
+        `message`: the reply as later templating should see it (e.g. with the tool calls a parser
+        found), when the caller has it already; the ids are then not decoded again."""
         if len(output_ids) != len(logprobs):
             raise ValueError(f"{len(output_ids)} output ids but {len(logprobs)} logprobs")
         self.response_ids.extend(int(i) for i in output_ids)
         self.response_mask.extend([1] * len(output_ids))
         self.logprobs.extend(float(x) for x in logprobs)
         stop_id = output_ids[-1] if output_ids and finish_reason == "stop" else None
-        self._last_stop_text = self.tokenizer.decode([stop_id]) if stop_id is not None else None
+        self._last_stop_text = _token_text(self.tokenizer, int(stop_id)) if stop_id is not None else None
+        if message is not None:
+            self.messages.append({**message, "role": "assistant"})
+            return str(message.get("content") or "")
         text = self.tokenizer.decode(list(output_ids), skip_special_tokens=True)
         self.messages.append({"role": "assistant", "content": text})
         return text
@@ -206,6 +213,21 @@ class Conversation:
     def to_json(self) -> dict[str, Any]:
         return {"prompt_ids": self.prompt_ids, "response_ids": self.response_ids,
                 "response_mask": self.response_mask, "logprobs": self.logprobs}
+
+
+# The text of one token id (a reply's stop token) per tokenizer: the wrapper's decode costs ~20 us.
+_TOKEN_TEXTS: "weakref.WeakKeyDictionary[Any, dict[int, str]]" = weakref.WeakKeyDictionary()
+
+
+def _token_text(tokenizer: Any, token_id: int) -> str:
+    try:
+        texts = _TOKEN_TEXTS.setdefault(tokenizer, {})
+    except TypeError:   # an object that takes no weak reference
+        return str(tokenizer.decode([token_id]))
+    text = texts.get(token_id)
+    if text is None:
+        text = texts[token_id] = str(tokenizer.decode([token_id]))
+    return text
 
 
 def _plain_rust_tokenizer(tokenizer: Any) -> Any:

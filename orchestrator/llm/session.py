@@ -73,10 +73,12 @@ class Turn:
     # Turn itself is then their concatenation (input of the first, every output, the oldest version).
     parts: tuple["Turn", ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, copy: bool = True) -> dict[str, Any]:
+        """The turn as a record; `copy=False` hands over its own lists (for a caller that drops
+        the turn: a long prompt's copy costs ~30 us per 8,000 ids)."""
         # Not asdict(): it deep-copies every id one by one (2 ms for a 600-token prompt, per turn).
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), list) else v)
-                for f in fields(self) if f.name != "parts"}
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "parts"}
+        return {name: list(v) if isinstance(v, list) else v for name, v in record.items()} if copy else record
 
     def records(self) -> list[dict[str, Any]]:
         """One record per request the backend received (its exact input ids): what a row's `turns` hold."""

@@ -170,7 +170,10 @@ class CallRecorder:
             except BaseException:
                 chain.busy = False
                 raise
-            prompt = chain.conversation.input_ids + delta
+            # One copy of the chain's ids (input_ids is a fresh list already): long prompts are
+            # thousands of ids, each copy tens of microseconds on the worker's event loop.
+            prompt = chain.conversation.input_ids
+            prompt += delta
         else:
             delta = []
             chars = self._budget(request, new_messages, 0)
@@ -207,7 +210,8 @@ class CallRecorder:
             self.stopped.set()
             raise BackendGone(self.failure) from exc
         after = time.perf_counter()
-        base = {**turn.to_json(), "api": request.api, "messages": len(request.messages), "diverged": diverged}
+        # The turn's own lists (it is not kept): no second copy of the prompt per call.
+        base = {**turn.to_json(copy=False), "api": request.api, "messages": len(request.messages), "diverged": diverged}
         if client_gone():
             # Sampled but never seen: kept in the row (turns) for the record, left out of samples,
             # and the chain stays as it was, so the harness's retry continues it.
@@ -216,20 +220,20 @@ class CallRecorder:
             self.calls.append(record)
             self.on_call(record)
             raise ClientGone("the harness closed the connection before its answer")
-        conversation = chain.conversation
-        if extends:
-            conversation.append_rendered(new_messages, delta)
-        else:
-            self.chains.append(chain)
-            chain_index = len(self.chains) - 1
-        conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason)
         text = reply_text(self.tokenizer, turn.output_ids, turn.finish_reason)
         parsed = self._read_calls(text) if request.parse_tools else None
         if parsed is not None and parsed.errors:
             self.malformed_calls += len(parsed.errors)
         message = reply_message(parsed, text, f"{request.call_id_prefix}{len(self.calls)}")
         described = {**message, "content": message.get("content") or ""}
-        conversation.describe_last_assistant(described)
+        conversation = chain.conversation
+        if extends:
+            conversation.append_rendered(new_messages, delta)
+        else:
+            self.chains.append(chain)
+            chain_index = len(self.chains) - 1
+        # Later templating sees the reply with its parsed tool calls; its ids are kept as sampled.
+        conversation.add_assistant(turn.output_ids, turn.logprobs, turn.finish_reason, described)
         chain.keys = [*request.keys, message_key(described)]
         record = {**base, "chain": chain_index, "extended": extends,
                   "proxy_ms": round(rendered_ms + (time.perf_counter() - after) * 1000, 3)}

@@ -147,3 +147,34 @@ def test_the_samples_of_a_group_render_their_prompt_once() -> None:
     assert len(renders) == 3 and "calc" in tok.decode(with_tools.prompt_ids)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}|{% endfor %}{% if add_generation_prompt %}>{% endif %}"
     assert tok.decode(Conversation(tok, MESSAGES).prompt_ids) == "Be brief.|Hi!|>" and len(renders) == 4
+
+
+def test_a_reply_given_with_its_message_is_the_decoded_reply_then_described() -> None:
+    """add_assistant(..., message) (the proxy's way: its parsed reply, no second decode) leaves
+    the ids, the messages and every later delta as add_assistant + describe_last_assistant did."""
+    tok = tokenizer()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    sampled, logprobs = [3000, 1234, 77, im_end], [-1.0, -2.0, -3.0, -0.5]
+    described = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    observation = [{"role": "tool", "tool_call_id": "call_0", "content": "a.txt\n"}]
+    decoded, given = Conversation(tok, MESSAGES, window=2), Conversation(tok, MESSAGES, window=2)
+    decoded.add_assistant(sampled, logprobs, "stop")
+    decoded.describe_last_assistant(described)
+    assert given.add_assistant(sampled, logprobs, "stop", described) == ""
+    for _ in range(3):   # past the first renders, whose delta is checked against the full render
+        assert given.messages == decoded.messages
+        assert given.add_messages(observation) == decoded.add_messages(observation)
+        decoded.add_assistant(sampled, logprobs, "stop")
+        decoded.describe_last_assistant(described)
+        given.add_assistant(sampled, logprobs, "stop", described)
+    assert (given.to_json(), given.messages) == (decoded.to_json(), decoded.messages)
+
+
+def test_a_turn_hands_over_its_lists_only_when_asked() -> None:
+    from orchestrator.llm.session import Turn
+
+    turn = Turn([1, 2, 3], [4], [-0.5], "b", 0, "stop", "raw")
+    copied, handed = turn.to_json(), turn.to_json(copy=False)
+    assert copied == handed and "parts" not in copied
+    assert copied["input_ids"] is not turn.input_ids and handed["input_ids"] is turn.input_ids

@@ -13,7 +13,8 @@ from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.app.signal_relay import SignalRelay
 from orchestrator.cli.console import Tone, detach_from_a_lost_terminal, say, styled, tell, warn
 from orchestrator.cli.exit_codes import ExitCode
-from orchestrator.cli.progress import DrainResult, drain_with_progress, report_backends_once, report_drained
+from orchestrator.cli.progress import (DrainResult, drain_with_progress, report_backends_once, report_drained,
+                                       watch_jobs)
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.slurm_launch import (cancel_run_arrays, describe_slurm_launch, launch_on_slurm, sbatch_flags,
                                            slurm_launch_json, slurm_launch_options, wait_and_stop_slurm)
@@ -123,6 +124,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
         slurm = slurm_launch_options(nodes, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                      array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                      signal_delay)
+        jobs = watch_jobs(paths) if wait and not dry_run else None   # before the arrays start
         result = launch_on_slurm(run_dir, slurm, options, dry_run)
         if result is not None:
             if as_json:
@@ -132,7 +134,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
                 describe_slurm_launch(run_dir, result, slurm, dry_run, wait)
                 _note_already_alive(already, nodes)
             if wait and not dry_run:
-                wait_and_stop_slurm(paths, result, config, as_json)
+                wait_and_stop_slurm(paths, result, config, as_json, jobs=jobs)
             return
         workers = nodes  # no Slurm here: the same workers, locally
     elif dry_run:
@@ -162,13 +164,14 @@ def _run_and_wait(paths: SpoolPaths, config: RunConfig, run_dir: str, workers: i
 
     relay = SignalRelay(drain=drain, stop_now=stop_now, on_hangup=detach_from_a_lost_terminal)
     with relay:
+        jobs = watch_jobs(paths)
         launch = start_local_workers(paths, workers, options, owned=True)
         owned.append(launch)
         relay.replay()   # a signal that came while the workers were starting
         _describe_local(run_dir, launch, workers, already, as_json,
                         ends="they stop when the queues drain (Ctrl-C drains them now)")
         report_backends_once(paths, config)
-        result = drain_with_progress(paths, launch, relay=relay)
+        result = drain_with_progress(paths, launch, relay=relay, jobs=jobs)
         grace_s = config.shutdown.grace_s
         if relay.interrupted:
             codes = launch.wait(timeout_s=grace_s + 10)

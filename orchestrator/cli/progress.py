@@ -28,6 +28,7 @@ from orchestrator.spool.paths import SpoolPaths
 # The bar (rich.progress) and the counting of rows (pyarrow) load when a bar is shown: `hpc-rollout`
 # imports this module with every command module, at each start.
 if TYPE_CHECKING:
+    from orchestrator.report.job_progress import JobProgress
     from orchestrator.report.tally import RowTally
 
 
@@ -52,22 +53,30 @@ def health_text(health: BackendHealth) -> str:
     return health.outage() or f"backends {health.counts()}"
 
 
+def watch_jobs(paths: SpoolPaths) -> "JobProgress":
+    """Where the bar's count starts: take it before the workers start. Taken after, a job they
+    finished meanwhile (a loaded node, short jobs) would count as done before the launch."""
+    from orchestrator.report.job_progress import JobProgress
+
+    return JobProgress.from_now(paths)
+
+
 def progress_until_drained(paths: SpoolPaths, console: Console, workers_alive: Callable[[], bool],
                            poll_s: float = 0.5, relay: SignalRelay | None = None,
-                           config: RunConfig | None = None) -> DrainResult:
+                           config: RunConfig | None = None, jobs: "JobProgress | None" = None) -> DrainResult:
     """Show jobs done / total until nothing is pending; not drained when the workers are gone first
     (after an interrupt passed on by `relay`, the bar stays until they are).
 
     Each job counts once, from submission to shard (orchestrator/report/job_progress.py): total is
-    the jobs submitted that had no row when the bar began, done those with a row since.
+    the jobs submitted that had no row when `jobs` was taken (watch_jobs; None: now), done those
+    with a row since.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from orchestrator.report.job_progress import JobProgress
     from orchestrator.report.status import pending_count
 
     config = config or RunConfig.load(paths.run_config)
-    jobs = JobProgress.from_now(paths)
+    jobs = jobs or watch_jobs(paths)
     tally = jobs.tally
     registry = BackendRegistry(paths)
     columns = (plain_column("jobs", style=Tone.STRONG.value), BarColumn(), MofNCompleteColumn(),
@@ -94,9 +103,9 @@ def progress_until_drained(paths: SpoolPaths, console: Console, workers_alive: C
 
 
 def drain_with_progress(paths: SpoolPaths, launch: LocalLaunch, console: Console = err,
-                        relay: SignalRelay | None = None) -> DrainResult:
+                        relay: SignalRelay | None = None, jobs: "JobProgress | None" = None) -> DrainResult:
     """Progress of local workers: not drained when every one of them exited before the drain."""
-    return progress_until_drained(paths, console, lambda: bool(launch.alive()), relay=relay)
+    return progress_until_drained(paths, console, lambda: bool(launch.alive()), relay=relay, jobs=jobs)
 
 
 def report_backends_once(paths: SpoolPaths, config: RunConfig) -> BackendHealth:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 import orjson
@@ -23,6 +23,9 @@ from orchestrator.slurm.launcher import LaunchResult, launch, launched_arrays
 from orchestrator.slurm.options import LaunchOptions, parse_sbatch_pairs
 from orchestrator.slurm.queries import cancel, still_queued
 from orchestrator.worker.options import WorkerOptions
+
+if TYPE_CHECKING:
+    from orchestrator.report.job_progress import JobProgress
 
 CANCEL_WAIT_S = 30.0   # KillWait + epilog of the tasks still running
 EXIT_WAIT_S = 15.0     # drained workers' tasks leave squeue by themselves (COMPLETED) this fast
@@ -108,7 +111,7 @@ def describe_slurm_launch(run_dir: str, result: LaunchResult, options: LaunchOpt
 
 
 def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConfig, as_json: bool = False,
-                        poll_s: float = 1.0) -> None:
+                        poll_s: float = 1.0, jobs: "JobProgress | None" = None) -> None:
     """`launch --nodes N --wait`: progress until no job is pending, then drain and end the arrays.
 
     Liveness comes from the spool; squeue only tells whether the arrays still exist at all. A
@@ -120,7 +123,8 @@ def wait_and_stop_slurm(paths: SpoolPaths, result: LaunchResult, config: RunConf
     relay = SignalRelay(drain=lambda: request_stop(paths), stop_now=end_arrays_now, on_hangup=detach_from_a_lost_terminal)
     with relay:
         report_backends_once(paths, config)
-        drain = progress_until_drained(paths, err, lambda: bool(still_queued(result.array_ids)), poll_s, relay, config)
+        drain = progress_until_drained(paths, err, lambda: bool(still_queued(result.array_ids)), poll_s, relay, config,
+                                       jobs)
         request_stop(paths)
         cancel(result.array_ids, pending_only=True)
         deadline = time.monotonic() + CANCEL_WAIT_S

@@ -20,7 +20,6 @@ reward reaches `threshold`. DPO pairs the highest- and the lowest-rewarded ok sa
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from orchestrator.spool import fsops
 from orchestrator.trainer.export_text import Decode, Prompt, as_messages, completion_of, last_user_text, prompt_of
 from orchestrator.trainer.replay_filter import QueryError
 
@@ -134,16 +134,15 @@ def _one_prompt_type(records: list[dict[str, Any]], answers: tuple[str, ...]) ->
 
 
 def write_records(records: list[dict[str, Any]], columns: Sequence[str], out: Path) -> None:
-    """Parquet or JSON lines by `out`'s suffix; written beside it, then renamed into place."""
+    """Parquet or JSON lines by `out`'s suffix, written atomically (a reader sees no half file)."""
     if out.suffix not in SUFFIXES:
         raise QueryError(f"{out}: name the output *.parquet or *.jsonl (valid suffixes: {', '.join(SUFFIXES)})")
-    partial = out.with_name(f".{out.name}.partial")
     if out.suffix == ".parquet":
         table = (pa.Table.from_pylist(records).select(list(columns)) if records
                  else pa.table({name: pa.array([], pa.string()) for name in columns}))
-        pq.write_table(table, partial)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        data = sink.getvalue().to_pybytes()
     else:
-        with open(partial, "wb") as lines:
-            for record in records:
-                lines.write(orjson.dumps({name: record[name] for name in columns}) + b"\n")
-    os.replace(partial, out)
+        data = b"".join(orjson.dumps({name: record[name] for name in columns}) + b"\n" for record in records)
+    fsops.write_atomic(out, data)

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
-from tests.core.util import cli, make_run, rows, write_jsonl
+import pytest
+
+from tests.core.util import cli, make_run, rows, wait_until, write_jsonl
 
 OK = {"handler": "sleep", "instance": {"run": 0.01}}
 FAILING = {"handler": "sleep", "instance": {"run": 0.01, "fail": {"run": 1.0}}}
@@ -68,3 +71,26 @@ def test_ctrl_c_on_any_command_exits_130_not_aborted(tmp_path: Path) -> None:
     assert watch.returncode == 130 and tail.returncode == 130, (watch_err, tail_err)
     assert "Aborted!" not in watch_err + tail_err and "Traceback" not in watch_err + tail_err
     assert "cursor:" in tail_err, "tail still prints where to resume"
+
+
+def test_jobs_finished_before_the_bar_begins_still_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded node the launcher may draw its bar only after its workers ran every job: those
+    jobs are the launch's all the same (CI once saw `0/1`, "0 ok" and exit 0 for 3 failed jobs)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli as command_line
+    from orchestrator.cli import launch as launch_command
+
+    paths = make_run(tmp_path / "run")
+    cli("submit", str(paths.root), str(write_jsonl(tmp_path / "t.jsonl", [OK] * 7 + [FAILING] * 3)))
+    start = launch_command.start_local_workers
+
+    def start_then_stall(*args: Any, **kwargs: Any) -> Any:   # fast workers, a launcher slow to go on
+        launch = start(*args, **kwargs)
+        wait_until(lambda: len(rows(paths)) == 10, 120, "the workers to commit every row")
+        return launch
+
+    monkeypatch.setattr(launch_command, "start_local_workers", start_then_stall)
+    done = CliRunner().invoke(command_line, ["launch", str(paths.root), "--local", "--workers", "1", "--wait"])
+    assert done.exit_code == 1, done.output
+    assert "7 ok, 3 failed" in done.output

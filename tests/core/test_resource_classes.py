@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from handlers.sleep import SleepHandler
+from hpc_rollout.handlers.sleep import SleepHandler
 from orchestrator.config import ConfigError, RunConfig
 from orchestrator.handler_api.contract import _loaded
 from orchestrator.resource_class import ResourceClass

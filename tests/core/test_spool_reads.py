@@ -45,7 +45,6 @@ ALLOWED: dict[str, str] = {
     "orchestrator/cli/console.py": "the terminal",
     "orchestrator/cli/core.py": "the user's cursor file, named on the command line",
     "orchestrator/cli/sbatch.py": "the output file named on the command line",
-    "orchestrator/trainer/export.py": "the output file named on the command line (hpc-rollout export)",
     "orchestrator/cli/tasks.py": "the user's task file, named on the command line",
     "orchestrator/submission/submit.py": "the user's task and sampling files, named on the command line",
     "orchestrator/grading/code_runner.py": "runs inside the sandbox, on the sandbox's own files",

@@ -120,17 +120,46 @@ def events(paths: SpoolPaths) -> list[dict[str, Any]]:
     return found
 
 
-def processes_mentioning(marker: str) -> list[str]:
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _parent(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1].decode()
+    except (OSError, IndexError):
+        return "0"
+
+
+def _descends_from(pid: str, needle: bytes) -> bool:
+    """Whether `pid` or one of its ancestors has `needle` in its command line. A sandbox's
+    processes live in its own pid namespace (bwrap --unshare-all), so they cannot outlive it
+    and be re-parented out of its tree."""
+    seen = 0
+    while pid not in ("0", "1") and seen < 64:
+        if needle in _cmdline(pid):
+            return True
+        pid, seen = _parent(pid), seen + 1
+    return False
+
+
+def processes_mentioning(marker: str, within: Path | None = None) -> list[str]:
+    """Live processes whose command line holds `marker`; with `within`, only those in a process
+    tree started with `within` on its command line (a test's own runtime dir), so the same CLI
+    run by a concurrent test or benchmark is not taken for this test's leftover."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
+            cmdline = _cmdline(entry)
+            if marker.encode() not in cmdline:
                 continue
-            if marker.encode() in cmdline:
-                shown = cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]
-                found.append(f"{entry}: {shown}")
+            if within is not None and not _descends_from(entry, str(within).encode()):
+                continue
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace")[:160]
+            found.append(f"{entry}: {shown}")
     return found
 
 

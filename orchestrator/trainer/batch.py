@@ -15,7 +15,7 @@ longest response R; `input_ids` = prompts ++ responses.
                               for the sampler's logprobs)
     token_policy_versions [N, R] (the policy version of each sampled token; -1 elsewhere)
 
-verl's names come from orchestrator/trainer/verl/keys.py. There is no `old_log_probs`: verl
+verl's names come from orchestrator/trainer/verl_keys.py. There is no `old_log_probs`: verl
 recomputes that key itself and merges it with DataProto.union, which would assert on ours.
 
 Per-turn rewards (a row's `turn_rewards`) go into token_level_scores on the last token of their
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.trainer.turn_tokens import place_turn_rewards, token_versions
-from orchestrator.trainer.verl import keys as verl_keys
+from orchestrator.trainer import verl_keys
 
 Row = dict[str, Any]
 # verl's name -> ours, for arrays both name (the same array under two keys).

@@ -6,7 +6,10 @@ The layers and their reasons are in scripts/import_graph.py LAYERS and docs/arch
 
 from __future__ import annotations
 
+import ast
+
 from scripts import import_graph
+
 
 def test_no_package_imports_a_package_of_a_higher_layer() -> None:
     upward = import_graph.upward_imports(import_graph.all_edges())
@@ -30,3 +33,17 @@ def test_the_checker_sees_an_upward_import() -> None:
     edge = import_graph.ImportEdge("orchestrator.spool.paths", "orchestrator.worker.engine", 1)
     assert import_graph.upward_imports([edge]) == [edge]
     assert import_graph.cycles({"a", "b", "c"}, {("a", "b"), ("b", "a"), ("b", "c")}) == [["a", "b"]]
+
+
+def test_the_verl_package_is_a_leaf_of_the_trainer() -> None:
+    # verl is an optional extra: what a trainer without it imports (batches, their verl key names in
+    # trainer/verl_keys.py) must not live under trainer/verl/. Type-only imports count too.
+    leaf = "orchestrator.trainer.verl"
+    inside = [p for p in import_graph.source_files() if import_graph.module_name(p).startswith(leaf)]
+    into = []
+    for path in set(import_graph.source_files()) - set(inside):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            into += [f"{path}:{node.lineno}" for name in names if name == leaf or name.startswith(leaf + ".")]
+    assert inside and not into, f"imports into trainer/verl/ from outside it (move what they need out): {into}"

@@ -22,7 +22,7 @@ from orchestrator.grading.verl_reward import VerlRewardError, check_spec, score_
 from orchestrator.handler_api.context import JobContext, WorkerServices
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.paths import current_node
-from orchestrator.trainer.verl import keys
+from orchestrator.trainer import verl_keys as keys
 from orchestrator.trainer.verl.assemble import assemble
 from orchestrator.trainer.verl.servers import policy_version_of
 from orchestrator.trainer.verl.settings import RewardSource, VerlConfigError, parse_settings
@@ -37,7 +37,7 @@ def config(**block: Any) -> dict[str, Any]:
 
 
 def test_importing_the_manager_package_and_the_handlers_does_not_import_verl() -> None:
-    code = ("import sys, orchestrator.trainer.verl, orchestrator.trainer.verl.keys, orchestrator.trainer.verl.settings, "
+    code = ("import sys, orchestrator.trainer.verl, orchestrator.trainer.verl_keys, orchestrator.trainer.verl.settings, "
             "orchestrator.trainer.verl.assemble, hpc_rollout.handlers.answer, hpc_rollout.handlers.chat, "
             "orchestrator.trainer; print(sorted(m for m in sys.modules if m.split('.')[0] in ('verl', 'ray', 'tensordict')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

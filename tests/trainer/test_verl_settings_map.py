@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from orchestrator.trainer.verl import keys
+from orchestrator.trainer import verl_keys as keys
 from orchestrator.trainer.verl.assemble import assemble
 from orchestrator.trainer.verl.settings import RewardSource, VerlConfigError, parse_settings
 from orchestrator.trainer.verl.verl_config import Overlong, rows_refusal

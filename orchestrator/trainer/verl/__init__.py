@@ -4,8 +4,8 @@
     +hpc_rollout.spool=/scratch/spool/run1
 
 verl is imported only by the modules that need it (manager, assemble, rewards at EVAL), and only
-when used: importing this package, its key names (`keys`) or its config block (`settings`) needs
-no verl. docs/trainer.md "Train with verl" has the whole story.
+when used: importing this package, its key names (orchestrator/trainer/verl_keys.py) or its config block
+(`settings`) needs no verl. docs/trainer.md "Train with verl" has the whole story.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["SpoolLoopManager"]
 
 def __getattr__(name: str) -> Any:
     # `orchestrator.trainer.verl.SpoolLoopManager` is the name verl's config takes; resolving it
-    # lazily keeps `import orchestrator.trainer.verl.keys` free of verl, torch and ray.
+    # lazily keeps `import orchestrator.trainer.verl.settings` free of verl, torch and ray.
     if name == "SpoolLoopManager":
         from orchestrator.trainer.verl.manager import SpoolLoopManager
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from orchestrator.trainer.verl import keys
+from orchestrator.trainer import verl_keys as keys
 from orchestrator.trainer.verl.verl_config import Overlong
 
 Row = Mapping[str, Any]

@@ -44,7 +44,7 @@ from orchestrator.llm.registry import BackendRegistry
 from orchestrator.spool import job_ids
 from orchestrator.spool.liveness import read_workers
 from orchestrator.trainer.tail import TRAINER_COLUMNS
-from orchestrator.trainer.verl import keys
+from orchestrator.trainer import verl_keys as keys
 from orchestrator.trainer.verl.assemble import Assembled, assemble
 from orchestrator.trainer.time_limit import Cut, collect
 from orchestrator.trainer.verl.warm_up import WARM_UP_TOKENS, warm_up, warm_up_rows

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import HpcRolloutError
-from orchestrator.trainer.verl import keys
+from orchestrator.trainer import verl_keys as keys
 from orchestrator.trainer.verl.assemble import STATUS, Assembled
 
 SHARES = ("failed", "timed_out", "cancelled", "no_reward", "prompt_too_long", "masked")

@@ -222,6 +222,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "rewards.truncated_reward": (-1e6, 1e6),
 }
 RUNTIMES = RUNTIME_NAMES
+# The settings that take one of a few words: values outside are refused with the valid ones.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "sandbox.runtime": RUNTIME_NAMES, "trainer.staleness": STALENESS_NAMES, "metrics.wandb_mode": WANDB_MODES,
+}
 DATA_SOURCES = "data_sources"
 CLASSES = "classes"
 
@@ -429,12 +433,10 @@ def _check(dotted: str, value: Any, default: Any, source: str) -> Any:
             raise ConfigError(f"{source}: {dotted} must be true or false, got {value!r}")
         return value
     if isinstance(default, str):
-        if dotted == "sandbox.runtime" and value not in RUNTIMES:
-            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(RUNTIMES)}")
-        if dotted == "trainer.staleness" and value not in STALENESS_NAMES:
-            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(STALENESS_NAMES)}")
         if dotted == "metrics.wandb_mode" and value not in WANDB_MODES:
             raise ConfigError(f"{source}: {dotted} = {value!r}; valid: \"\" (W&B's own choice), online, offline")
+        if value not in CHOICES.get(dotted, (value,)):
+            raise ConfigError(f"{source}: {dotted} = {value!r}; valid: {', '.join(CHOICES[dotted])}")
         return str(value)
     if isinstance(value, str):
         try:

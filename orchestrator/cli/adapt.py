@@ -14,7 +14,7 @@ import click
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.console import detach_from_a_lost_terminal, say
 from orchestrator.cli.exit_codes import ExitCode
-from orchestrator.cli.launch import judge_pools, worker_flags, worker_options
+from orchestrator.cli.launch import judge_pools, worker_flags
 from orchestrator.cli.slurm_launch import sbatch_flags, slurm_launch_options
 from orchestrator.cli.stop_signals import on_stop_signals
 from orchestrator.config import ConfigError
@@ -23,6 +23,7 @@ from orchestrator.slurm.scaling import Bounds
 from orchestrator.slurm.adapt import IDLE_EXIT_S, AdaptError, AdaptSettings, Controller, kind_of, lease_path, state_path
 from orchestrator.slurm.cluster import slurm_available
 from orchestrator.spool.rundir import open_run
+from orchestrator.worker.options import WorkerOptions
 
 
 
@@ -36,9 +37,7 @@ from orchestrator.spool.rundir import open_run
 @worker_flags
 @sbatch_flags
 def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldown: float, lease_timeout: float,
-              stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
-              max_prepared: int | None, runtime: str | None, idle_exit_s: float | None,
-              partition: str | None, time_limit: str, account: str | None, qos: str | None,
+              worker: WorkerOptions, partition: str | None, time_limit: str, account: str | None, qos: str | None,
               cpus_per_node: int | None, mem: str | None, gpus_per_node: int | None, array_parallelism: int | None,
               exclusive: bool, setup: tuple[str, ...], sbatch_pairs: tuple[str, ...], python_cmd: str | None,
               warn_signal: str, signal_delay: int) -> None:
@@ -58,7 +57,8 @@ def adapt_cmd(run_dir: str, minimum: int, maximum: int, interval: float, cooldow
         paths, config = open_run(run_dir)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    worker = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s).resolve(config)
+    idle_exit_s = worker.idle_exit_s
+    worker = worker.resolve(config)
     judge_pools(worker)
     launch_options = slurm_launch_options(1, partition, time_limit, account, qos, cpus_per_node, mem, gpus_per_node,
                                           array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,

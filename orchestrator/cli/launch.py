@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from typing import Any, Callable
@@ -18,24 +19,15 @@ from orchestrator.cli.progress import (DrainResult, drain_with_progress, report_
 from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.slurm_launch import (cancel_run_arrays, describe_slurm_launch, launch_on_slurm, sbatch_flags,
                                            slurm_launch_json, slurm_launch_options, wait_and_stop_slurm)
-from orchestrator.config import RUNTIME_NAMES, ConfigError, RunConfig
+from orchestrator.config import ConfigError, RunConfig
+from orchestrator.settings_spec import click_decorators, declarations
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool import access
 from orchestrator.spool.fs_record import check_lease
 from orchestrator.spool.rundir import open_run
-from orchestrator.worker.options import OptionsError, WorkerOptions, parse_stages, pool_verdict
-
-
-def worker_options(stages: str, init_pool: int | None, run_pool: int | None, eval_pool: int | None,
-                   max_prepared: int | None, runtime: str | None, idle_exit_s: float | None = None) -> WorkerOptions:
-    try:
-        return WorkerOptions(stages=parse_stages(stages), init_pool=init_pool, run_pool=run_pool,
-                             eval_pool=eval_pool, max_prepared=max_prepared, runtime=runtime,
-                             idle_exit_s=idle_exit_s)
-    except OptionsError as exc:
-        raise click.BadParameter(str(exc), param_hint="--stages") from None
+from orchestrator.worker.options import WorkerOptions, pool_verdict
 
 
 def judge_pools(options: WorkerOptions) -> None:
@@ -48,19 +40,16 @@ def judge_pools(options: WorkerOptions) -> None:
 
 
 def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The worker options of `launch`, shared with `adapt`."""
-    for option in reversed([
-        click.option("--stages", default="all", show_default=True, help="Stages the workers run: init,run,eval or a subset."),
-        click.option("--init-pool", type=click.IntRange(0), help="INIT slots per worker (default: run.toml [pools])."),
-        click.option("--run-pool", type=click.IntRange(0), help="RUN slots per worker."),
-        click.option("--eval-pool", type=click.IntRange(0), help="EVAL slots per worker."),
-        click.option("--max-prepared", type=click.IntRange(0), help="INIT pauses while the node's run queue holds this many."),
-        click.option("--runtime", type=click.Choice(RUNTIME_NAMES), help="Sandbox runtime (default: run.toml)."),
-        click.option("--idle-exit", "idle_exit_s", type=click.FloatRange(0), metavar="SECONDS",
-                     help="A worker with nothing to claim and nothing in flight this long exits 0 and gives its node back (0: never; default: run.toml [workers])."),
-    ]):
-        command = option(command)
-    return command
+    """The worker options of `launch`, shared with `adapt`: generated from WorkerOptions's declarations
+    (all but those the launcher sets itself), they reach the command as one `worker: WorkerOptions`."""
+    @functools.wraps(command)
+    def with_worker_options(**params: Any) -> Any:
+        worker = WorkerOptions.from_params(params)
+        return command(worker=worker, **{k: v for k, v in params.items() if k not in declarations(WorkerOptions)})
+
+    for option in reversed(click_decorators(WorkerOptions, include_by_launcher=False)):
+        with_worker_options = option(with_worker_options)
+    return with_worker_options
 
 
 @click.command("launch")
@@ -76,9 +65,8 @@ def worker_flags(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--nodes", type=click.IntRange(1), help="Slurm: one job array of NODES tasks, a node worker each.")
 @sbatch_flags
 @click.option("--dry-run", is_flag=True, help="Write the batch script(s) under RUN_DIR/logs/ without submitting.")
-def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: bool, stages: str, init_pool: int | None,
-               run_pool: int | None, eval_pool: int | None, max_prepared: int | None, runtime: str | None,
-               idle_exit_s: float | None, nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
+def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: bool, worker: WorkerOptions,
+               nodes: int | None, partition: str | None, time_limit: str, account: str | None, qos: str | None,
                cpus_per_node: int | None, mem: str | None, gpus_per_node: int | None, array_parallelism: int | None,
                exclusive: bool, setup: tuple[str, ...], sbatch_pairs: tuple[str, ...], python_cmd: str | None,
                warn_signal: str, signal_delay: int, dry_run: bool) -> None:
@@ -109,13 +97,12 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
         for change in access.tighten(access.working_directories(paths)):   # before any worker reads a ticket
             warn(f"repaired {change}")
     check_lease(paths, config.leases)   # a lease shorter than the filesystem's measured delay fences healthy workers
-    options = worker_options(stages, init_pool, run_pool, eval_pool, max_prepared, runtime, idle_exit_s)
-    judge_pools(options.resolve(config))
-    if (runtime or config.sandbox.runtime) == "apptainer" and nodes is None:
+    judge_pools(worker.resolve(config))
+    if (worker.runtime or config.sandbox.runtime) == "apptainer" and nodes is None:
         from orchestrator.sandbox.apptainer import require_apptainer
 
         require_apptainer()  # a one-line error here, not one failed job per task later
-    if runtime == "local":
+    if worker.runtime == "local":
         warn("--runtime local runs agents WITHOUT isolation (development only)")
     if nodes is not None and local:
         raise click.UsageError("--nodes is for Slurm and --local for this machine: choose one (--local --workers N)")
@@ -125,7 +112,7 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
                                      array_parallelism, exclusive, setup, sbatch_pairs, python_cmd, warn_signal,
                                      signal_delay)
         jobs = watch_jobs(paths) if wait and not dry_run else None   # before the arrays start
-        result = launch_on_slurm(run_dir, slurm, options, dry_run)
+        result = launch_on_slurm(run_dir, slurm, worker, dry_run)
         if result is not None:
             if as_json:
                 click.echo(orjson.dumps({**slurm_launch_json(result), "dry_run": dry_run,
@@ -140,12 +127,12 @@ def launch_cmd(run_dir: str, local: bool, workers: int, wait: bool, as_json: boo
     elif dry_run:
         raise click.UsageError("--dry-run writes a Slurm batch script: give --nodes N")
     if not wait:
-        launch = start_local_workers(paths, workers, options)
+        launch = start_local_workers(paths, workers, worker)
         _describe_local(run_dir, launch, workers, already, as_json, ends=f"they run until `hpc-rollout stop {run_dir}`"
-                        + (" or until idle for --idle-exit seconds" if idle_exit_s else
+                        + (" or until idle for --idle-exit seconds" if worker.idle_exit_s else
                            " (or pass --idle-exit SECONDS to let them leave when idle)"))
         return
-    _run_and_wait(paths, config, run_dir, workers, options, already, as_json)
+    _run_and_wait(paths, config, run_dir, workers, worker, already, as_json)
 
 
 def _run_and_wait(paths: SpoolPaths, config: RunConfig, run_dir: str, workers: int, options: WorkerOptions,

@@ -20,10 +20,8 @@ import click  # noqa: E402
 from orchestrator.errors import HpcRolloutError  # noqa: E402
 from orchestrator.slurm.node_job import NodeWorker  # noqa: E402
 from orchestrator.slurm.options import DEFAULT_SIGNAL, check_signal  # noqa: E402
-from orchestrator.worker.__main__ import main as worker_command, options_from_cli  # noqa: E402
-
-WORKER_OPTION_NAMES = ("stages", "init_pool", "run_pool", "eval_pool", "max_prepared", "max_sandboxes", "runtime",
-                       "idle_exit_s", "launch_id", "worker_id", "verbose")
+from orchestrator.worker.__main__ import log_at, main as worker_command  # noqa: E402
+from orchestrator.worker.options import WorkerOptions  # noqa: E402
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]},
@@ -31,10 +29,11 @@ WORKER_OPTION_NAMES = ("stages", "init_pool", "run_pool", "eval_pool", "max_prep
                        click.Option(["--warning-signal"], default=DEFAULT_SIGNAL, show_default=True,
                                     help="The signal Slurm sends before a preemption or the time limit "
                                          "(#SBATCH --signal=B:SIG@SECONDS).")])
-def main(run_dir: str, warning_signal: str, **worker_args: object) -> None:
+def main(run_dir: str, warning_signal: str, verbose: int, **worker_args: object) -> None:
     """Serve RUN_DIR as the node worker of this Slurm task; on the warning signal return every
     claim at once and requeue this task."""
-    options = options_from_cli(**{name: worker_args[name] for name in WORKER_OPTION_NAMES})  # type: ignore[arg-type]
+    log_at(verbose)
+    options = WorkerOptions.from_params(worker_args)
     try:
         signal_name = check_signal(warning_signal)
         task_index = int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))

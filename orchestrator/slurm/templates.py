@@ -13,7 +13,7 @@ import importlib.resources
 import re
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 # jinja2 loads only to render: the template names and settings feed `hpc-rollout --help`.
 if TYPE_CHECKING:
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 from orchestrator.slurm.errors import TemplateError, UnknownSetting, UnknownTemplate
 from orchestrator.slurm.options import DEFAULT_SIGNAL, DEFAULT_SIGNAL_DELAY_S, DEFAULT_TIME, LaunchOptions
 from orchestrator.slurm.timespec import FORMATS, format_minutes, parse_minutes
+from orchestrator.settings_spec import declarations
+from orchestrator.worker.options import WorkerOptions
 
 SUFFIX = ".sbatch.j2"
 
@@ -35,6 +37,7 @@ class Kind(enum.Enum):
     ARGS = "args"            # shell-split into words, each quoted on output
     COMMAND = "command"      # one line of shell, emitted raw (by intent)
     COMMANDS = "commands"    # lines of shell, emitted raw (by intent); repeat --set to add
+    WORKER = "worker"        # a worker option, checked by its declaration (orchestrator/worker/options.py)
 
 
 class Raw(str):
@@ -49,6 +52,7 @@ class Setting:
     help: str
     choices: tuple[str, ...] = ()
     required: bool = False
+    check: Callable[[str], Any] | None = None   # Kind.WORKER: the declaration's own check
 
 
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,:=+@/%-]*$")
@@ -81,11 +85,11 @@ def _worker_settings(job_name: str, stages: str, exclusive: bool) -> tuple[Setti
         Setting("cpus_per_node", Kind.INT, 0, "CPUs per task (0: the site default)"),
         Setting("gpus_per_node", Kind.INT, 0, "GPUs per task (0: none)"),
         Setting("exclusive", Kind.BOOL, exclusive, "whole nodes: one worker per node"),
-        Setting("stages", Kind.WORD, stages, "stages this worker serves: init,run,eval"),
-        Setting("init_pool", Kind.INT, 0, "INIT pool size (0: run.toml's)"),
-        Setting("run_pool", Kind.INT, 0, "RUN pool size (0: run.toml's)"),
-        Setting("eval_pool", Kind.INT, 0, "EVAL pool size (0: run.toml's)"),
-    )
+    ) + tuple(
+        # Every worker option a user sets, from its declaration: unset ones stay off the command line
+        # (the worker takes run.toml's), a number is the number (0 slots is 0 slots).
+        Setting(name, Kind.WORKER, stages if name == "stages" else None, spec.full_help, spec.choices, check=spec.check)
+        for name, spec in declarations(WorkerOptions).items() if not spec.by_launcher)
 
 
 SETTINGS: dict[str, tuple[Setting, ...]] = {
@@ -151,6 +155,11 @@ def _load_source(name: str) -> str:
 
 def _convert(template: str, setting: Setting, raw: Any) -> Any:
     where = f"{template}: setting {setting.name}"
+    if setting.kind is Kind.WORKER and setting.check is not None and not isinstance(raw, (list, tuple)):
+        try:
+            return setting.check(str(raw))
+        except ValueError as exc:
+            raise TemplateError(f"{where}: {exc}") from None
     if setting.kind is Kind.COMMANDS:
         items = [raw] if isinstance(raw, str) else list(raw)
         for item in items:
@@ -211,6 +220,9 @@ def resolve(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
             context[setting.name] = _convert(name, setting, setting.default)
     if context.get("log_dir") is None:
         context["log_dir"] = context["run_dir"].rstrip("/") + "/logs"
+    worker = {s.name: context[s.name] for s in settings if s.kind is Kind.WORKER and context[s.name] is not None}
+    if worker:   # the node task's worker arguments, as `launch` would pass them
+        context["worker_args"] = WorkerOptions(**worker).to_args()
     return context
 
 

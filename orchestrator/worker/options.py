@@ -1,11 +1,23 @@
-"""What one worker process runs: which stages, pool sizes, runtime. Defaults come from run.toml."""
+"""What one worker process runs: which stages, pool sizes, runtime. Defaults come from run.toml.
+
+Each option is declared once, on its field below (orchestrator/settings_spec.py): the worker's
+command line, `launch` and `adapt`, the sbatch templates and `to_args` are generated from it, and
+tests/core/test_worker_settings.py checks every one reaches the worker from each of them. An option
+backed by run.toml takes its type, bounds and help from there and adds only its flag; a number
+means the same everywhere (0 slots is 0 slots, as in run.toml), and only an unset option (None: no
+flag) takes run.toml's value.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import reduce
+from typing import Any, Mapping
 
-from orchestrator.config import RunConfig
+from orchestrator.config import BOUNDS, CHOICES, DEFAULTS, RunConfig
 from orchestrator.errors import HpcRolloutError
+from orchestrator.run_toml import HELP
+from orchestrator.settings_spec import declarations, declared, to_args
 from orchestrator.spool.jobs import Stage
 
 ALL_STAGES = frozenset(Stage)
@@ -30,33 +42,51 @@ def parse_stages(text: str) -> frozenset[Stage]:
     return frozenset(stages)
 
 
+def show_stages(stages: frozenset[Stage]) -> str:
+    """'init,run,eval' (a subset, in flow order): what parse_stages reads back."""
+    return ",".join(stage.value for stage in Stage if stage in stages)
+
+
+def from_run_toml(dotted: str, flag: str, metavar: str | None = None) -> Any:
+    """An option for one run.toml setting: its type, bounds, choices and help are run.toml's."""
+    section, _, key = dotted.partition(".")
+    default = getattr(getattr(DEFAULTS, section), key)
+    low, high = BOUNDS.get(dotted, (None, None))
+    return declared(None, flag=flag, help=HELP[dotted], kind=type(default), low=low, high=high,
+                    choices=CHOICES.get(dotted, ()), run_toml=dotted, metavar=metavar)
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
-    stages: frozenset[Stage] = ALL_STAGES
-    init_pool: int | None = None       # None: take run.toml's [pools]
-    run_pool: int | None = None
-    eval_pool: int | None = None
-    max_prepared: int | None = None
-    max_sandboxes: int | None = None
-    runtime: str | None = None         # None: run.toml's [sandbox] runtime
-    idle_exit_s: float | None = None   # None: run.toml's [workers] idle_exit_s (0: never)
-    launch_id: str = ""
-    worker_id: str | None = None       # None: <node>-<pid>-<random>
-    launcher_pid: int | None = None    # the launcher waiting on this worker: once it is gone, leave when idle
+    stages: frozenset[Stage] = declared(ALL_STAGES, flag="--stages", parse=parse_stages, show=show_stages, metavar="STAGES",
+                                        help="stages to run: init,run,eval or a subset (with run if init), or all")
+    init_pool: int | None = from_run_toml("pools.init", "--init-pool")
+    run_pool: int | None = from_run_toml("pools.run", "--run-pool")
+    eval_pool: int | None = from_run_toml("pools.eval", "--eval-pool")
+    max_prepared: int | None = from_run_toml("pools.max_prepared", "--max-prepared")
+    max_sandboxes: int | None = from_run_toml("pools.max_sandboxes", "--max-sandboxes")
+    runtime: str | None = from_run_toml("sandbox.runtime", "--runtime")
+    idle_exit_s: float | None = from_run_toml("workers.idle_exit_s", "--idle-exit", metavar="SECONDS")
+    launch_id: str = declared("", flag="--launch-id", by_launcher=True,
+                              help="the launch this worker belongs to (set by `hpc-rollout launch`)")
+    worker_id: str | None = declared(None, flag="--worker-id", by_launcher=True,
+                                     help="worker id (default: NODE-PID-RANDOM)")
+    launcher_pid: int | None = declared(None, flag="--launcher-pid", kind=int, low=1, by_launcher=True,
+                                        help="the launcher waiting on this worker (set by `launch --wait`): once it "
+                                             "is gone, leave as soon as nothing is left to claim")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> "WorkerOptions":
+        """The options among a command's parsed parameters (each named after its field); absent ones keep
+        their defaults."""
+        return cls(**{name: params[name] for name in declarations(cls) if name in params})
 
     def resolve(self, config: RunConfig) -> "WorkerOptions":
         """Fill every None from run.toml, so the rest of the worker sees plain values."""
-        pools = config.pools
-        return replace(
-            self,
-            init_pool=pools.init if self.init_pool is None else self.init_pool,
-            run_pool=pools.run if self.run_pool is None else self.run_pool,
-            eval_pool=pools.eval if self.eval_pool is None else self.eval_pool,
-            max_prepared=pools.max_prepared if self.max_prepared is None else self.max_prepared,
-            max_sandboxes=pools.max_sandboxes if self.max_sandboxes is None else self.max_sandboxes,
-            runtime=config.sandbox.runtime if self.runtime is None else self.runtime,
-            idle_exit_s=config.workers.idle_exit_s if self.idle_exit_s is None else self.idle_exit_s,
-        )
+        from_config: dict[str, Any] = {name: reduce(getattr, spec.run_toml.split("."), config)
+                                       for name, spec in declarations(WorkerOptions).items()
+                                       if spec.run_toml and getattr(self, name) is None}
+        return replace(self, **from_config)
 
     def pool_size(self, stage: Stage) -> int:
         if stage not in self.stages:
@@ -66,19 +96,7 @@ class WorkerOptions:
 
     def to_args(self) -> list[str]:
         """Command-line arguments of `python -m orchestrator.worker` that reproduce these options."""
-        args = ["--stages", ",".join(sorted(s.value for s in self.stages))]
-        for flag, value in (
-            ("--init-pool", self.init_pool), ("--run-pool", self.run_pool), ("--eval-pool", self.eval_pool),
-            ("--max-prepared", self.max_prepared), ("--max-sandboxes", self.max_sandboxes),
-            ("--runtime", self.runtime), ("--idle-exit", self.idle_exit_s),
-        ):
-            if value is not None:
-                args += [flag, str(value)]
-        if self.launch_id:
-            args += ["--launch-id", self.launch_id]
-        if self.launcher_pid is not None:
-            args += ["--launcher-pid", str(self.launcher_pid)]
-        return args
+        return to_args(self)
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_cancel_running_queued_group_and_all": "worker",
     },
     "tests/core/test_transitions.py": {},
-    "tests/core/test_worker_settings.py": {},
+    "tests/core/test_worker_memory.py": {},
     "tests/core/test_worker_stop.py": {},
     "tests/llm/test_registry.py": {
         "test_concurrent_writers_never_lose_an_entry": "python",

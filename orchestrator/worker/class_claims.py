@@ -24,7 +24,7 @@ from orchestrator.spool.jobs import Stage
 from orchestrator.worker.admission import Admission, Candidate
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
-from orchestrator.worker.state import WorkerState
+from orchestrator.worker.state import Slot, WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ class ClassClaims:
         self._listed_at = 0.0
         self._listed_identity: tuple[int, int, int] | None = None
 
-    def start_next(self) -> bool:
-        """Start INIT of the job the admission rule picks (a slot of INIT taken for it); False when
-        no ready class fits now."""
+    def start_next(self, slot: Slot) -> bool:
+        """Start INIT of the job the admission rule picks on `slot` (of INIT); False when no ready
+        class fits now (the slot is the caller's again)."""
         state = self.state
         for _ in range(MAX_LOST_RACES):
             choice = self.admission.choose(self._candidates())
@@ -54,7 +54,7 @@ class ClassClaims:
                 return False
             if choice.name in state.jobs.waiting_init:   # a job of a batch claimed here
                 self.admission.reserve(choice.name, choice.job_class)
-                self.runner.start_waiting(holds_slot=True, name=choice.name)
+                self.runner.start_waiting(slot, name=choice.name)
                 return True
             self._queued.remove(choice.name)
             with fsops.duty(CLAIM_DUTY):
@@ -65,7 +65,7 @@ class ClassClaims:
                 self.moves.take_batch(choice.name)   # its jobs wait here; the next round picks among them
                 continue
             self.admission.reserve(choice.name, choice.job_class)
-            self.runner.start(Stage.INIT, choice.name, holds_slot=True)
+            self.runner.start(Stage.INIT, choice.name, slot)
             return True
         return False
 

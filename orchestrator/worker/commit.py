@@ -63,7 +63,7 @@ class Committer:
     async def commit_if_due(self) -> None:
         shards = self.state.shards
         if time.monotonic() >= self.retry_at and (
-                self.settling is not None or shards.due(idle=self.state.pools.busy[Stage.EVAL] == 0)
+                self.settling is not None or shards.due(idle=self.state.pools.busy(Stage.EVAL) == 0)
                 or (shards.pending and not self.state.jobs.holding())):
             await self.commit()
 

@@ -28,7 +28,7 @@ from orchestrator.worker.class_claims import ClassClaims
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.periodic import wait_or_timeout
-from orchestrator.worker.state import WorkerState
+from orchestrator.worker.state import Slot, WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -59,45 +59,44 @@ class Dispatcher:
     async def dispatch(self, stage: Stage) -> None:
         """Start `stage` of one job per free slot until the worker stops."""
         state = self.state
-        slots = state.pools.slots[stage]
         backoff = self.idle_backoff_floor()
         polled_at = time.monotonic()   # the last claim that asked the spool
         # Checked, not only cancelled: Python 3.11's wait_for swallows a cancellation that lands
         # as the awaited event is set, and the dispatcher would claim on after a stop.
         while not state.stopping.is_set():
-            await slots.acquire()
+            slot = await state.pools.take(stage)
             if stage is Stage.INIT:
                 await self._wait_for_room()
             if state.stopping.is_set():
-                slots.release()
+                slot.give_back()
                 return
             if stage is Stage.INIT and self.classes is not None:
-                if not self.classes.start_next():
-                    slots.release()
+                if not self.classes.start_next(slot):
+                    slot.give_back()
                     await self._wait_for_admission()
                 continue
-            if self._start_held(stage):
+            if self._start_held(stage, slot):
                 continue
             name = None
             if self.may_hold_work(stage, time.monotonic() - polled_at):
                 polled_at = time.monotonic()
                 name = self._claim(stage)
             if name is None:
-                slots.release()
+                slot.give_back()
                 backoff = await self._idle(stage, backoff, polled_at)
                 continue
             backoff = self.idle_backoff_floor()
-            self._start_claimed(stage, name)
+            self._start_claimed(stage, name, slot)
 
-    def _start_held(self, stage: Stage) -> bool:
-        """Start a job this worker holds in memory for `stage` (its slot is taken); False when none."""
+    def _start_held(self, stage: Stage, slot: Slot) -> bool:
+        """Start a job this worker holds in memory for `stage` on `slot`; False when none."""
         jobs, runner = self.state.jobs, self.runner
         if stage is Stage.INIT and jobs.waiting_init:   # a job of a batch claimed here
-            runner.start_waiting(holds_slot=True)
+            runner.start_waiting(slot)
             return True
         if stage is Stage.EVAL and jobs.waiting_eval:   # RUN done here: already claimed, output journaled
-            name = next(iter(jobs.waiting_eval))
-            runner.start(stage, name, holds_slot=True, ticket=jobs.waiting_eval.pop(name))
+            ticket = jobs.take_waiting_eval()
+            runner.start(stage, ticket.name, slot, ticket=ticket)
             if not jobs.waiting_eval and not self.state.claimers[stage].hinted:
                 self.state.pools.wake[stage].clear()   # it was for these jobs: no queue to ask for them
             return True
@@ -105,9 +104,9 @@ class Dispatcher:
             admission = self.state.admission
             name = next(iter(jobs.prepared)) if admission is None else admission.next_to_run(
                 jobs.prepared, (n for n, (_, s) in jobs.running.items() if s is Stage.RUN))
-            ticket = jobs.prepared.pop(name)
+            ticket = jobs.take_prepared(name)
             self.state.pools.wake[Stage.INIT].set()
-            runner.start(stage, name, holds_slot=True, ticket=ticket)
+            runner.start(stage, name, slot, ticket=ticket)
             return True
         return False
 
@@ -149,23 +148,23 @@ class Dispatcher:
                         return True
         return False
 
-    def _start_claimed(self, stage: Stage, name: str) -> None:
-        """A ticket or batch file just claimed (a slot taken for it): start it."""
+    def _start_claimed(self, stage: Stage, name: str, slot: Slot) -> None:
+        """A ticket or batch file just claimed (`slot` taken for it): start it."""
         state = self.state
         if is_batch(name):
             if stage is Stage.INIT and self.moves.take_batch(name):
-                self.runner.start_waiting(holds_slot=True)
+                self.runner.start_waiting(slot)
                 return
             # corrupt (quarantined), or a batch where only single tickets go (quarantined)
             if stage is not Stage.INIT:
                 fsops.quarantine(state.box.dir / name, state.paths.quarantine,
                                  f"a batch file in {state.claimers[stage].queue.name}: batches are queued in queue/init only")
-            state.pools.slots[stage].release()
+            slot.give_back()
             return
         if stage is Stage.RUN:
             state.run_queue_count.seen = max(0, state.run_queue_count.seen - 1)
             state.pools.wake[Stage.INIT].set()
-        self.runner.start(stage, name, holds_slot=True)
+        self.runner.start(stage, name, slot)
 
     # -- backpressure -------------------------------------------------------------------------
     async def _wait_for_room(self) -> None:
@@ -174,10 +173,10 @@ class Dispatcher:
         options = state.options
         while True:
             prepared = self._prepared_count()
-            in_progress = state.pools.busy[Stage.INIT]
+            in_progress = state.pools.busy(Stage.INIT)
             room = prepared + in_progress < int(options.max_prepared or 0) or not options.max_prepared
             if options.max_sandboxes:
-                room = room and in_progress + prepared + state.pools.busy[Stage.RUN] < options.max_sandboxes
+                room = room and in_progress + prepared + state.pools.busy(Stage.RUN) < options.max_sandboxes
             if room:
                 return
             state.pools.wake[Stage.INIT].clear()

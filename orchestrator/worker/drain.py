@@ -51,7 +51,7 @@ class Drain:
             return
         for name, ticket in list(state.jobs.written.items()):
             if ticket.stage is Stage.EVAL and fsops.rename(state.paths.eval_queue / name, state.box.dir / name):
-                self.runner.start(Stage.EVAL, name, holds_slot=False)
+                self.runner.start(Stage.EVAL, name, None)
 
     def _evaluate_waiting(self) -> None:
         """Jobs waiting here for an EVAL slot go to queue/eval with their RUN output, attempt
@@ -59,7 +59,7 @@ class Drain:
         own runs are, else by whoever claims them. Started here instead, a stop without grace
         would cancel them before their first step and charge them an attempt."""
         state = self.state
-        waiting, state.jobs.waiting_eval = state.jobs.waiting_eval, {}
+        waiting = state.jobs.take_all_waiting_eval()
         if state.lease_lost:
             return   # their claims are another worker's now
         for ticket in waiting.values():
@@ -71,7 +71,7 @@ class Drain:
         self._return_waiting()
         jobs = state.jobs
         for name in list(jobs.prepared):
-            ticket = jobs.prepared.pop(name)
+            ticket = jobs.take_prepared(name)
             self._close_in_background(ticket)
             if state.lease_lost:
                 continue  # its claim is another worker's now
@@ -79,9 +79,9 @@ class Drain:
             self.moves.move_out(ticket, state.paths.init_queue)
             state.events.emit(name, "returned", {"stage": "run", "to": "init"})
         for name in list(jobs.written):
-            ticket = jobs.written.pop(name)
-            if ticket.stage is Stage.RUN and ticket.status is None:
-                self._return_from_run_queue(ticket)
+            written = jobs.take_written(name)
+            if written is not None and written.stage is Stage.RUN and written.status is None:
+                self._return_from_run_queue(written)
 
     def _return_from_run_queue(self, ticket: Ticket) -> None:
         """A job this worker prepared and queued in the node's run queue, unless claimed meanwhile:
@@ -100,7 +100,7 @@ class Drain:
         """Jobs of held batches that never started go back unchanged: a batch none of whose jobs
         started goes back whole (one rename), the others one ticket each."""
         state = self.state
-        waiting, state.jobs.waiting_init = state.jobs.waiting_init, {}
+        waiting = state.jobs.take_all_waiting_init()
         if state.lease_lost:
             return
         by_batch: dict[str, list[Ticket]] = {}

@@ -127,9 +127,7 @@ class Worker:
         size = state.options.pool_size(Stage.RUN)
         if size == 0:
             return None   # an INIT/EVAL-only worker loads no tokenizer
-        slots = state.pools.slots[Stage.RUN]
-        for _ in range(size):
-            await slots.acquire()   # free at start: returns at once
+        held = [await state.pools.take(Stage.RUN) for _ in range(size)]   # free at start: at once
 
         async def warm_then_free() -> None:
             try:
@@ -137,8 +135,8 @@ class Worker:
             except Exception as exc:   # a failed warm-up leaves the loading to the first job, as before
                 log.warning("worker %s: warm-up failed: %s", self.state.worker_id, exc)
             finally:
-                for _ in range(size):
-                    slots.release()
+                for slot in held:
+                    slot.give_back()
 
         return asyncio.create_task(warm_then_free(), name="warm-up")
 

@@ -36,7 +36,7 @@ class Heartbeat:
 
     def record(self) -> dict[str, Any]:
         state = self.state
-        pools = {s.value: {"busy": state.pools.busy[s], "size": state.options.pool_size(s)} for s in Stage}
+        pools = {s.value: {"busy": state.pools.busy(s), "size": state.options.pool_size(s)} for s in Stage}
         jobs = state.jobs
         return {
             **state.info, "state": state.state, "pools": pools, "counters": state.counters,

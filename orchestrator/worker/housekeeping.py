@@ -132,21 +132,20 @@ class Housekeeping:
             self._sweep_cancelled_queued()
         for name, ticket in list(jobs.waiting_init.items()):
             if cancels.is_cancelled(ticket.job):   # a job of a held batch: it ends now
-                self.runner.start_waiting(holds_slot=False, name=name)
+                self.runner.start_waiting(None, name=name)
         for name, ticket in list(jobs.prepared.items()):
             if cancels.is_cancelled(ticket.job):   # it ends now, its sandbox closed
-                del jobs.prepared[name]
+                jobs.take_prepared(name)
                 state.pools.wake[Stage.INIT].set()
-                self.runner.start(Stage.RUN, name, holds_slot=False, ticket=ticket)
+                self.runner.start(Stage.RUN, name, None, ticket=ticket)
         for name, ticket in list(jobs.waiting_eval.items()):
             if cancels.is_cancelled(ticket.job):   # it ends now, without its EVAL
-                del jobs.waiting_eval[name]
-                self.runner.start(Stage.EVAL, name, holds_slot=False, ticket=ticket)
-        for job_id, (task, _) in list(jobs.running.items()):
+                jobs.take_waiting_eval(name)
+                self.runner.start(Stage.EVAL, name, None, ticket=ticket)
+        for job_id in list(jobs.running):
             in_flight = jobs.in_flight.get(job_id)
             if job_id not in jobs.user_cancelled and in_flight is not None and cancels.is_cancelled(in_flight.job):
-                jobs.user_cancelled.add(job_id)
-                task.cancel()
+                jobs.cancel_running(job_id)
 
     def _sweep_cancelled_queued(self) -> None:
         """Cancelled jobs still waiting in a queue end now, not when a slot would free up."""
@@ -165,7 +164,7 @@ class Housekeeping:
                     if is_batch(name):   # its jobs wait here; the cancelled ones end at once (poll_cancels)
                         self.moves.take_batch(name)
                     else:
-                        self.runner.start(stage, name, holds_slot=False)
+                        self.runner.start(stage, name, None)
 
     def poll_stop_request(self) -> None:
         state = self.state

@@ -26,7 +26,7 @@ from orchestrator.worker.commit import Committer
 from orchestrator.worker.full_spool import FullSpoolReturn, disk_full_error
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.stages import StageOutcome, execute_stage, final_fields
-from orchestrator.worker.state import WorkerState
+from orchestrator.worker.state import Slot, WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -45,32 +45,28 @@ class JobRunner:
         self.handlers: dict[str, AgentHandler] = {}
 
     # -- the task of a stage ------------------------------------------------------------------
-    def start(self, stage: Stage, name: str, holds_slot: bool, ticket: Ticket | None = None) -> None:
-        """Run `stage` of job `name` as a task (`holds_slot`: it releases a slot of its pool when done)."""
+    def start(self, stage: Stage, name: str, slot: Slot | None, ticket: Ticket | None = None) -> None:
+        """Run `stage` of job `name` as a task; `slot` (a slot of its pool, or None for a job that
+        only ends here) is given back when the task ends."""
         state = self.state
         state.counters["claimed"] += 1
-        state.pools.busy[stage] += 1
+        state.pools.stage_started(stage)
         task = asyncio.create_task(self._process(stage, name, ticket), name=f"{stage.value}:{name}")
-        state.jobs.running[name] = (task, stage)
-        task.add_done_callback(lambda done: self._slot_done(stage, name, holds_slot, done))
+        state.jobs.task_started(name, task, stage)
+        task.add_done_callback(lambda done: self._slot_done(stage, name, slot, done))
 
-    def start_waiting(self, holds_slot: bool, name: str | None = None) -> None:
+    def start_waiting(self, slot: Slot | None, name: str | None = None) -> None:
         """Start INIT of a job of a held batch (the oldest waiting, or `name`)."""
-        jobs = self.state.jobs
-        name = name or next(iter(jobs.waiting_init))
-        ticket = jobs.waiting_init.pop(name)
-        self.state.batches.held.mark_started(name)
-        self.start(Stage.INIT, name, holds_slot=holds_slot, ticket=ticket)
+        ticket = self.state.jobs.take_waiting_init(name)
+        self.state.batches.held.mark_started(ticket.name)
+        self.start(Stage.INIT, ticket.name, slot, ticket=ticket)
 
-    def _slot_done(self, stage: Stage, name: str, holds_slot: bool, task: asyncio.Task[None]) -> None:
+    def _slot_done(self, stage: Stage, name: str, slot: Slot | None, task: asyncio.Task[None]) -> None:
         state = self.state
-        state.pools.busy[stage] -= 1
-        if state.jobs.running.get(name, (None,))[0] is task:  # not yet handed to its next stage here
-            state.jobs.running.pop(name, None)
-            state.jobs.in_flight.pop(name, None)
-            state.jobs.user_cancelled.discard(name)
-        if holds_slot:
-            state.pools.slots[stage].release()
+        state.pools.stage_ended(stage)
+        state.jobs.task_ended(name, task)
+        if slot is not None:
+            slot.give_back()
         admission = state.admission
         if admission is not None and (stage is Stage.RUN or (
                 stage is Stage.INIT and name not in state.jobs.running and name not in state.jobs.prepared)):
@@ -114,7 +110,7 @@ class JobRunner:
         ticket = ticket or self.moves.cached(name, stage) or state.box.load(name)
         if ticket is None:
             return  # corrupt: quarantined by load()
-        state.jobs.in_flight[name] = ticket
+        state.jobs.carrying(name, ticket)
         now = time.time()
         ticket.add_queue_time(now)
         ticket.history.append({"t": now, "stage": stage.value, "worker": state.worker_id, "attempt": ticket.attempt})
@@ -224,10 +220,11 @@ class JobRunner:
 
     async def _hand_off(self, ticket: Ticket, stage: Stage) -> bool:
         """Go on with `stage` in this process when one of its slots is free (TicketMoves.take_slot)."""
-        if not await self.moves.take_slot(ticket, stage):
+        slot = await self.moves.take_slot(ticket, stage)
+        if slot is None:
             return False
         # The claim file still holds the ticket as claimed: the stage gets it from memory.
-        self.start(stage, ticket.name, holds_slot=True, ticket=ticket)
+        self.start(stage, ticket.name, slot, ticket=ticket)
         return True
 
     def _stale(self, staleness: str, run_output: dict[str, Any]) -> str | None:

@@ -16,7 +16,7 @@ from orchestrator.spool.jobs import Stage
 from orchestrator.spool.journal import JournalEntry, RecordKind
 from orchestrator.spool.recovery import requeue_claim
 from orchestrator.spool.tickets import Ticket
-from orchestrator.worker.state import WorkerState
+from orchestrator.worker.state import Slot, WorkerState
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +34,13 @@ class TicketMoves:
         A ticket that went to another worker and came back (returned to INIT, say) has another
         stage than the one we wrote, and is read from disk again.
         """
-        ticket = self.state.jobs.written.pop(name, None)
+        ticket = self.state.jobs.take_written(name)
         if ticket is None or ticket.stage is not stage or time.time() - ticket.enqueued_at > CACHE_TRUST_S:
             return None
         return ticket
 
     def expire_cache(self) -> None:
-        written = self.state.jobs.written
-        horizon = time.time() - CACHE_TRUST_S
-        for name in [n for n, t in written.items() if t.enqueued_at < horizon]:
-            del written[name]
+        self.state.jobs.forget_written_before(time.time() - CACHE_TRUST_S)
 
     # -- on to the next stage ----------------------------------------------------------------
     def advance(self, ticket: Ticket, stage: Stage) -> None:
@@ -53,7 +50,7 @@ class TicketMoves:
         self.move_out(ticket, state.queue_of(stage))
         if stage is Stage.RUN:
             state.run_queue_count.seen += 1  # counted now; the periodic listing corrects it
-        state.jobs.written[ticket.name] = ticket
+        state.jobs.remember_written(ticket)
         state.claimers[stage].hint(ticket.name)
         state.pools.wake[stage].set()
         state.pools.wake[Stage.INIT].set()
@@ -68,8 +65,8 @@ class TicketMoves:
         else:
             self.state.box.advance(ticket, queue)
 
-    async def take_slot(self, ticket: Ticket, stage: Stage) -> bool:
-        """Take a free slot of `stage` here for the ticket (False when none is free).
+    async def take_slot(self, ticket: Ticket, stage: Stage) -> Slot | None:
+        """Take a free slot of `stage` here for the ticket (None when none is free).
 
         Skips a queue round trip (a rename out, a rename back in, a race with other workers).
         INIT -> RUN needs no write at all: should this worker die, recovery sends the job back
@@ -77,18 +74,19 @@ class TicketMoves:
         ticket rewrite): a crash during EVAL then resumes at EVAL elsewhere.
         """
         state = self.state
-        slots = state.pools.slots[stage]
-        if stage not in state.options.stages or state.stopping.is_set() or slots.locked():
-            return False
-        await slots.acquire()  # free: returns at once
+        if stage not in state.options.stages or state.stopping.is_set():
+            return None
+        slot = await state.pools.take_if_free(stage)
+        if slot is None:
+            return None
         ticket.mark_enqueued(stage)
         if stage is Stage.EVAL:
             try:
                 self.journal_run_output(ticket)
             except BaseException:  # a full spool, say: the slot must not leak with the error
-                slots.release()
+                slot.give_back()
                 raise
-        return True
+        return slot
 
     def journal_run_output(self, ticket: Ticket) -> None:
         """Append what a ticket save would have written; rotate once the journal is large
@@ -120,7 +118,7 @@ class TicketMoves:
         state = self.state
         ticket.mark_enqueued(Stage.EVAL)
         self.journal_run_output(ticket)
-        state.jobs.waiting_eval[ticket.name] = ticket
+        state.jobs.wait_for_eval(ticket)
         state.pools.wake[Stage.EVAL].set()
         state.events.emit(ticket.name, "eval_waiting", {"waiting": len(state.jobs.waiting_eval)})
 
@@ -132,7 +130,7 @@ class TicketMoves:
             self.advance(ticket, Stage.RUN)   # the drain returns it from the run queue
             return
         ticket.mark_enqueued(Stage.RUN)
-        state.jobs.prepared[ticket.name] = ticket
+        state.jobs.keep_prepared(ticket)
         state.pools.wake[Stage.RUN].set()
 
     def take_batch(self, name: str) -> bool:
@@ -144,7 +142,7 @@ class TicketMoves:
             state.events.emit("-", "batch_quarantined", {"batch": name})
             return False
         for ticket in tickets:
-            state.jobs.waiting_init[ticket.name] = ticket
+            state.jobs.wait_for_init(ticket)
         state.pools.wake[Stage.INIT].set()
         return True
 
@@ -176,7 +174,7 @@ class TicketMoves:
     def _out_of_its_batch(self, name: str) -> bool:
         """A job of a held batch leaves as its own ticket first; False when that failed (retried)."""
         state = self.state
-        ticket = state.jobs.in_flight.get(name) or state.jobs.waiting_init.pop(name, None) \
+        ticket = state.jobs.in_flight.get(name) or state.jobs.forget_waiting_init(name) \
             or state.batches.held.ticket(name)
         try:
             if ticket is None:

@@ -45,18 +45,59 @@ from orchestrator.worker.options import WorkerOptions
 log = logging.getLogger(__name__)
 
 
+class Slot:
+    """One taken slot of a stage's pool, given back exactly once (a second give_back is a no-op:
+    the paths that end a stage early and the task's own end cannot both return it)."""
+
+    def __init__(self, pool: asyncio.Semaphore) -> None:
+        self._pool: asyncio.Semaphore | None = pool
+
+    def give_back(self) -> None:
+        if self._pool is not None:
+            self._pool.release()
+            self._pool = None
+
+
 @dataclass
 class Pools:
-    """Per stage: its slots (the pool size), how many stages run, and the dispatcher's wake-up."""
+    """Per stage: its slots (the pool size), how many stages run, and the dispatcher's wake-up.
 
-    slots: dict[Stage, asyncio.Semaphore]
-    busy: dict[Stage, int]
+    Slots are taken and given back only here (`take`, `take_if_free`, Slot.give_back) and the
+    busy counts change only through `stage_started`/`stage_ended`: tests/core/test_worker_memory.py."""
+
+    _slots: dict[Stage, asyncio.Semaphore]
+    _busy: dict[Stage, int]
     wake: dict[Stage, asyncio.Event]
 
     @classmethod
     def sized(cls, options: WorkerOptions) -> "Pools":
-        return cls({s: asyncio.Semaphore(options.pool_size(s)) for s in Stage}, {s: 0 for s in Stage},
+        return cls.of_sizes({s: options.pool_size(s) for s in Stage})
+
+    @classmethod
+    def of_sizes(cls, sizes: dict[Stage, int]) -> "Pools":
+        return cls({s: asyncio.Semaphore(sizes[s]) for s in Stage}, {s: 0 for s in Stage},
                    {s: asyncio.Event() for s in Stage})
+
+    async def take(self, stage: Stage) -> Slot:
+        """A slot of `stage`, once one is free."""
+        await self._slots[stage].acquire()
+        return Slot(self._slots[stage])
+
+    async def take_if_free(self, stage: Stage) -> Slot | None:
+        """A slot of `stage` when one is free now (its acquire returns at once); None otherwise."""
+        if self._slots[stage].locked():
+            return None
+        return await self.take(stage)
+
+    def busy(self, stage: Stage) -> int:
+        """Stages of `stage` running now (slot or not)."""
+        return self._busy[stage]
+
+    def stage_started(self, stage: Stage) -> None:
+        self._busy[stage] += 1
+
+    def stage_ended(self, stage: Stage) -> None:
+        self._busy[stage] -= 1
 
     def wake_all(self) -> None:
         for event in self.wake.values():
@@ -65,7 +106,10 @@ class Pools:
 
 @dataclass
 class HeldJobs:
-    """The jobs this worker carries in memory, by job id (their claims are in its claim directory)."""
+    """The jobs this worker carries in memory, by job id (their claims are in its claim directory).
+
+    Read anywhere; changed only through the methods below, one per move, so every collaborator
+    moves a job the same way (tests/core/test_worker_memory.py forbids writing the fields elsewhere)."""
 
     running: dict[str, tuple[asyncio.Task[None], Stage]] = field(default_factory=dict)
     in_flight: dict[str, Ticket] = field(default_factory=dict)   # the ticket of each running stage
@@ -90,6 +134,70 @@ class HeldJobs:
 
     def holding(self) -> bool:
         return bool(self.running or self.prepared or self.waiting_init or self.waiting_eval)
+
+    # -- a stage's task ---------------------------------------------------------------------
+    def task_started(self, name: str, task: asyncio.Task[None], stage: Stage) -> None:
+        self.running[name] = (task, stage)
+
+    def carrying(self, name: str, ticket: Ticket) -> None:
+        """The ticket a running stage of `name` works on."""
+        self.in_flight[name] = ticket
+
+    def task_ended(self, name: str, task: asyncio.Task[None]) -> None:
+        """`task` ended; forget the job unless it was handed to its next stage here meanwhile."""
+        if self.running.get(name, (None,))[0] is task:
+            del self.running[name]
+            self.in_flight.pop(name, None)
+            self.user_cancelled.discard(name)
+
+    def cancel_running(self, name: str) -> None:
+        """The user cancelled the running job `name`: its stage ends as cancelled."""
+        self.user_cancelled.add(name)
+        self.running[name][0].cancel()
+
+    # -- waiting here -------------------------------------------------------------------------
+    def keep_prepared(self, ticket: Ticket) -> None:
+        self.prepared[ticket.name] = ticket
+
+    def take_prepared(self, name: str) -> Ticket:
+        return self.prepared.pop(name)
+
+    def wait_for_eval(self, ticket: Ticket) -> None:
+        self.waiting_eval[ticket.name] = ticket
+
+    def take_waiting_eval(self, name: str | None = None) -> Ticket:
+        """`name`, or the oldest job waiting for an EVAL slot."""
+        return self.waiting_eval.pop(name or next(iter(self.waiting_eval)))
+
+    def wait_for_init(self, ticket: Ticket) -> None:
+        self.waiting_init[ticket.name] = ticket
+
+    def take_waiting_init(self, name: str | None = None) -> Ticket:
+        """`name`, or the oldest job of a held batch waiting for an INIT slot."""
+        return self.waiting_init.pop(name or next(iter(self.waiting_init)))
+
+    def forget_waiting_init(self, name: str) -> Ticket | None:
+        return self.waiting_init.pop(name, None)
+
+    def take_all_waiting_init(self) -> dict[str, Ticket]:
+        """Every job of a held batch waiting for INIT (a stopping worker gives them back)."""
+        waiting, self.waiting_init = self.waiting_init, {}
+        return waiting
+
+    def take_all_waiting_eval(self) -> dict[str, Ticket]:
+        waiting, self.waiting_eval = self.waiting_eval, {}
+        return waiting
+
+    # -- tickets this worker queued itself ----------------------------------------------------
+    def remember_written(self, ticket: Ticket) -> None:
+        self.written[ticket.name] = ticket
+
+    def take_written(self, name: str) -> Ticket | None:
+        return self.written.pop(name, None)
+
+    def forget_written_before(self, horizon: float) -> None:
+        for name in [n for n, t in self.written.items() if t.enqueued_at < horizon]:
+            del self.written[name]
 
 
 @dataclass

@@ -208,7 +208,7 @@ def test_exactly_once_under_a_mix_of_faults(tmp_path: Path, view: str) -> None:
         assert {row["status"] for j, row in by_job.items() if j not in poison} == {"ok"}
 
         # no stuck claim, no leftover reaping, no orphan process, workers alive to the end
-        assert codes == [0] * len(codes), codes
+        assert codes == [0] * len(codes), f"{codes}\n{explain(paths)}"
         assert not [p for d in paths.active.iterdir() for p in (d.iterdir() if d.is_dir() else [d])]
         left_open = WriterDirectory(paths).open()
         assert left_open == [], f"the killed and the fenced worker's writers are closed too: {left_open}\n" \

@@ -49,7 +49,7 @@ from orchestrator.llm.tokenizer import load_tokenizer
 from orchestrator.app.local_launch import start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
-from orchestrator.report.shard_read import shard_files
+from orchestrator.spool.shard_reader import shard_files
 from orchestrator.report.status import pending_count
 from orchestrator.worker.options import WorkerOptions
 

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from benchmarks.common import emit_json, parse_args, print_table
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
-from orchestrator.spool.shard_file import read_shard_table
+from orchestrator.spool.shard_reader import read_shard_table
 from orchestrator.spool.shardlog import shard_files, shard_name
 from orchestrator.trainer.replay import query_groups
 from orchestrator.trainer.replay_filter import Query

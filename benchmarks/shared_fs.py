@@ -36,7 +36,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.events import events_named
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
-from orchestrator.spool.shards import iter_rows
+from orchestrator.spool.shard_reader import iter_rows
 from orchestrator.submission.submit import submit_rows
 from tests.fsrig.rig import NFS_DEFAULTS, REPO, Rig, start_worker as start_rig_worker
 

@@ -17,7 +17,7 @@ from orchestrator.llm.registry import BackendRegistry
 from orchestrator.app.local_launch import LocalLaunch, start_local_workers
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.rundir import init_run
-from orchestrator.spool.shards import iter_rows
+from orchestrator.spool.shard_reader import iter_rows
 from orchestrator.submission.submit import submit_rows
 from orchestrator.worker.options import WorkerOptions
 

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from orchestrator.spool import fsops
 from orchestrator.report.inspect_job import inspect_job
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import read_shard_table
+from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table
 from orchestrator.report.event_read import events_of_jobs
 from orchestrator.report.figures import draw_all
 from orchestrator.report.model import RunReport, load_report
@@ -94,7 +94,7 @@ def _rows_of(shard_of: dict[str, Path]) -> dict[str, dict[str, Any]]:
         wanted = pa.array([job for job, shard in shard_of.items() if shard == path], pa.string())
         try:
             table = read_shard_table(path)
-        except (pa.ArrowException, OSError):
+        except READ_ERRORS:
             continue  # already named in the report's skipped list
         for row in table.filter(pc.is_in(table.column("job_id"), value_set=wanted)).to_pylist():
             found[row["job_id"]] = row

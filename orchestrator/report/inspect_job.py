@@ -12,10 +12,8 @@ from orchestrator.spool import fsops
 from orchestrator.spool.batches import decode_batch, is_batch, jobs_in, may_hold_job
 from orchestrator.spool.events import events_of
 from orchestrator.spool.paths import SpoolPaths, safe_name
-from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
 from orchestrator.spool.retries import read_retry_links
-from orchestrator.spool.shard_file import open_shard
-from orchestrator.spool.shards import shard_names
+from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table, shard_names, unreadable_because, warn_skipped
 from orchestrator.spool.journal import read as read_journal, resume_journaled
 from orchestrator.spool.tickets import CorruptTicket, Ticket
 
@@ -67,12 +65,12 @@ def find_row(paths: SpoolPaths, job_id: str) -> dict[str, Any] | None:
     found = None
     for name in names:   # the job id column first: a shard is read whole only when it holds the job
         try:
-            shard = open_shard(paths.shards / name)
-            if job_id not in shard.read(columns=["job_id"]).column(0).to_pylist():
+            path = paths.shards / name
+            if job_id not in read_shard_table(path, ["job_id"]).column(0).to_pylist():
                 continue
-            rows = [row for row in shard.read().to_pylist() if row["job_id"] == job_id]
+            rows = [row for row in read_shard_table(path).to_pylist() if row["job_id"] == job_id]
         except READ_ERRORS as exc:   # an unreadable shard: look through the readable ones only
-            warn_skipped(name, f"{type(exc).__name__}: {exc}")
+            warn_skipped(name, unreadable_because(exc))
             continue
         found = rows[-1] if rows else found
     return found

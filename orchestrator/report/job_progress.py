@@ -23,8 +23,7 @@ import orjson
 from orchestrator.report.tally import RowTally
 from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.quarantine import READ_ERRORS
-from orchestrator.spool.shard_file import open_shard
+from orchestrator.spool.shard_reader import READ_ERRORS, open_shard
 
 
 @dataclass(frozen=True)

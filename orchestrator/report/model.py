@@ -24,7 +24,7 @@ from orchestrator.report.outcomes import OUTCOME_COLUMNS, PassAtK, RewardGroup, 
 from orchestrator.report.shard_read import OUTPUT_TOKENS, ShardData, read_shards
 from orchestrator.report.spool_damage import missing_parts
 from orchestrator.report.spool_read import WorkerInfo, read_spool_files
-from orchestrator.spool.shardlog import shard_names
+from orchestrator.spool.shard_reader import shard_names
 
 ROW_COLUMNS = tuple(dict.fromkeys((*FINISHED_COLUMNS, *OUTCOME_COLUMNS, "worker", "tool_calls")))
 BACKEND_EVENTS = ("llm_backend_failed",)

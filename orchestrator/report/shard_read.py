@@ -2,9 +2,9 @@
 
 Only the columns asked for are decoded (Parquet is columnar: reward and status of 1e5 rows
 are a few hundred kilobytes), nested turn fields included (`turns.list.element.backend`).
-Shards are found by listing the directory and keeping the names `spool/shardlog.py:list_shards`
-accepts (the one filter of committed shard names); other *.parquet files there are named as
-skipped. A column missing from an older shard reads as nulls.
+Shards are listed, opened and decoded by orchestrator/spool/shard_reader.py (the one filter of
+committed shard names; other *.parquet files there are named as skipped). A column missing from
+an older shard reads as nulls.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import open_shard
-from orchestrator.spool.shardlog import list_shards, shard_files  # shard_files: also imported from here
+from orchestrator.spool.shard_reader import READ_ERRORS, list_shards, open_shard, unreadable_because, validated
 from orchestrator.spool.rows import SCHEMA, TURN_TYPE
 
 READ_THREADS = 4
@@ -94,10 +93,8 @@ def _read_one(path: Path, columns: list[str], turn_fields: tuple[str, ...],
               since: float | None) -> tuple[pa.Table, pa.Table] | str:
     try:
         return _decode(path, columns, turn_fields, since)
-    except FileNotFoundError:
-        return "vanished while reading (moved to quarantine?)"
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    except READ_ERRORS as exc:
+        return unreadable_because(exc)
 
 
 def _decode(path: Path, columns: list[str], turn_fields: tuple[str, ...],
@@ -108,7 +105,7 @@ def _decode(path: Path, columns: list[str], turn_fields: tuple[str, ...],
     turn_paths = {name: f"turns.list.element.{'output_ids' if name == OUTPUT_TOKENS else name}" for name in turn_fields}
     selected = [c for c in columns if c in present]
     selected += [p for p in turn_paths.values() if any(leaf.startswith(p) for leaf in leaves)]
-    table = parquet.read(columns=list(dict.fromkeys(selected)), use_threads=False)
+    table = validated(parquet.read(columns=list(dict.fromkeys(selected)), use_threads=False))
     n = table.num_rows
     arrays = []
     for name in columns:

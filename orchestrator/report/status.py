@@ -27,7 +27,7 @@ from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.backend_health import BackendHealth, backend_health
 from orchestrator.report.finished_values import DEFAULT_PASS_REWARD, FINISHED_COLUMNS, FinishedStats
 from orchestrator.report.spool_damage import missing_parts
-from orchestrator.spool.shardlog import shard_files
+from orchestrator.spool.shardlog import shard_files   # the listing shard_reader exports, without pyarrow
 
 if TYPE_CHECKING:
     from pathlib import Path

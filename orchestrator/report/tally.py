@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.spool.jobs import JobStatus
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import read_shard_table
-from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
-from orchestrator.spool.shards import shard_names
+from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table, shard_names, unreadable_because, warn_skipped
 
 # Statuses that make `launch --wait` exit non-zero (cancelled is what the user asked for).
 FAILURES = (JobStatus.FAILED.value, JobStatus.TIMEOUT.value)
@@ -40,7 +38,7 @@ class RowTally:
             try:
                 table = read_shard_table(self.paths.shards / name, ["status", "attempt"])
             except READ_ERRORS as exc:
-                warn_skipped(name, f"{type(exc).__name__}: {exc}")
+                warn_skipped(name, unreadable_because(exc))
                 continue
             self.by_status.update(table.column("status").to_pylist())
             self.retried += sum(1 for attempt in table.column("attempt").to_pylist() if (attempt or 1) > 1)

@@ -4,7 +4,8 @@ It never crashes a worker twice:
   * a row that cannot be encoded (a token id beyond int32, a value of the wrong type) becomes a
     `failed` row carrying the encoding error; the original is kept in quarantine/ as JSON;
   * a shard that cannot be read (truncated by a crash, overwritten) is moved to quarantine/
-    with a note by whoever needs its content (recovery); readers skip it with a warning.
+    with a note by whoever needs its content (recovery); readers skip it with a warning
+    (orchestrator/spool/shard_reader.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import pyarrow as pa
 
 from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import open_shard
 from orchestrator.spool.rows import SCHEMA, rows_to_table
 
 log = logging.getLogger(__name__)
@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 ENCODE_ERRORS: tuple[type[BaseException], ...] = (
     pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError, ValueError,
 )
-# What reading a damaged Parquet file raises (OSError covers a file gone or unreadable).
-READ_ERRORS: tuple[type[Exception], ...] = (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError)
 # Columns that describe the job rather than its trajectory: kept in the `failed` row of a poisoned one.
 IDENTITY_COLUMNS = (
     "job_id", "group_id", "instance_id", "sample_index", "group_size", "handler", "data_source",
@@ -92,15 +90,6 @@ def keep_aside(paths: SpoolPaths, name: str, data: bytes, reason: str) -> Path:
     return target
 
 
-def readable_shard(path: Path) -> str | None:
-    """None when the shard's footer and schema can be read, else why not."""
-    try:
-        open_shard(path).schema_arrow
-    except READ_ERRORS as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
 def quarantine_shard(paths: SpoolPaths, name: str, problem: str) -> Path | None:
     """Move an unreadable shard out of shards/ (None when it is already gone)."""
     try:
@@ -111,6 +100,3 @@ def quarantine_shard(paths: SpoolPaths, name: str, problem: str) -> Path | None:
     log.warning("shard %s is unreadable (%s): moved to %s", name, problem, target)
     return target
 
-
-def warn_skipped(name: str, problem: str) -> None:
-    log.warning("skipping unreadable shard %s: %s", name, problem)

@@ -21,8 +21,7 @@ import pyarrow as pa
 
 from orchestrator.spool import fsops
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
-from orchestrator.spool.shard_file import read_shard_table
+from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table, unreadable_because, warn_skipped
 from orchestrator.spool.shardlog import WriterDirectory, shard_exists, shard_name
 
 # The list of closed writers is re-read when its directory changes, and at least this often
@@ -100,7 +99,7 @@ class ShardFollower:
             except READ_ERRORS as exc:  # a corrupt shard must not stop the trainer
                 if not path.exists():
                     return None
-                self.skip(writer, seq, f"unreadable: {exc}")
+                self.skip(writer, seq, unreadable_because(exc))
                 return pa.table({})
         self.schema = table.schema
         self._read_ahead = (writer, seq + 1, self._executor().submit(self._decode_if_there, writer, seq + 1))

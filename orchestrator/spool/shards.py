@@ -3,7 +3,8 @@
 A shard is written as `shards/_tmp-NAME` (pyarrow.dataset skips names starting with `_`),
 then renamed to `shards/NAME`: a reader never sees a partial file. NAME is
 `<writer>-<seq>.parquet`, a per-writer sequence with no clock in it; readers follow it with
-a per-writer cursor (orchestrator/spool/shardlog.py, orchestrator/trainer/tail.py).
+a per-writer cursor (orchestrator/spool/shardlog.py, orchestrator/trainer/tail.py). Shards are
+read through orchestrator/spool/shard_reader.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -22,12 +23,9 @@ from orchestrator.errors import HpcRolloutError
 from orchestrator.spool import fsops
 from orchestrator.config import Shards
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shard_file import read_shard_table
-from orchestrator.spool.quarantine import READ_ERRORS, encode_rows, quarantine_shard, warn_skipped
-# shard_names lives in shardlog with the listing of shards/ (no pyarrow there: `status` of a run
-# without shards); it is imported here too, where callers have always found it.
-from orchestrator.spool.shardlog import (WriterDirectory, parse_shard_name, shard_exists, shard_name, shard_names,
-                                        writers_of_worker)
+from orchestrator.spool.quarantine import encode_rows, quarantine_shard
+from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table, shard_names, unreadable_because
+from orchestrator.spool.shardlog import WriterDirectory, parse_shard_name, shard_exists, shard_name, writers_of_worker
 
 
 @dataclass
@@ -221,7 +219,7 @@ def committed_job_ids(paths: SpoolPaths, worker_id: str, progress: dict[str, Any
         try:
             ids.update(read_shard_table(paths.shards / name, ["job_id"]).column(0).to_pylist())
         except READ_ERRORS as exc:
-            quarantine_shard(paths, name, f"{type(exc).__name__}: {exc}")
+            quarantine_shard(paths, name, unreadable_because(exc))
     return ids
 
 
@@ -237,21 +235,3 @@ def _shards_after(paths: SpoolPaths, writers: list[str], progress: dict[str, Any
         names.append(shard_name(writer, seq))
         seq += 1
     return names
-
-
-def read_shard(path: Path) -> list[dict[str, Any]]:
-    return read_shard_table(path).to_pylist()
-
-
-def iter_rows(paths: SpoolPaths) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(shard name, rows) of every committed shard: a whole-spool scan for tests and reports.
-
-    Trainers follow new rows with orchestrator.trainer.tail.RowReader and its lossless cursor.
-    """
-    for name in shard_names(paths):
-        try:
-            rows = read_shard(paths.shards / name)
-        except READ_ERRORS as exc:  # skipped (the cursor moves past it), never fatal to a reader
-            warn_skipped(name, f"{type(exc).__name__}: {exc}")
-            rows = []
-        yield name, rows

@@ -13,7 +13,7 @@ Two scans of the committed shards, each shard a pyarrow.dataset fragment with a 
 down (row groups whose statistics exclude it are skipped unread; rows are filtered in Arrow):
 the first keeps the rows the query selects and reads their group_id only; the second reads the
 asked columns of every row of those groups.
-Shards are found by spool/shardlog.py's listing and opened as spool/shard_file.py opens them;
+Shards are listed, opened and decoded by spool/shard_reader.py;
 one that cannot be read is named in `skipped` and in a warning (it is left where it is:
 recovery quarantines shards, docs/robustness.md), and the others are read.
 """
@@ -32,10 +32,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.quarantine import READ_ERRORS, warn_skipped
 from orchestrator.spool.rows import SCHEMA
-from orchestrator.spool.shard_file import shard_fragment
-from orchestrator.spool.shardlog import list_shards
+from orchestrator.spool.shard_reader import READ_ERRORS, list_shards, shard_fragment, unreadable_because, validated, warn_skipped
 from orchestrator.trainer.replay_filter import Query, QueryError
 from orchestrator.trainer.tail import GROUP_COLUMNS, TRAINER_COLUMNS, Row, table_rows
 
@@ -172,11 +170,9 @@ def _read_one(path: Path, schema: pa.Schema, columns: list[str],
                 return schema.empty_table(), rows
             fragment = fragment.subset(row_group_ids=holding)
             selection = selection.expression()
-        return fragment.to_table(schema=schema, columns=columns, filter=selection), rows
+        return validated(fragment.to_table(schema=schema, columns=columns, filter=selection)), rows
     except READ_ERRORS as exc:
-        if isinstance(exc, FileNotFoundError):
-            return "vanished while reading (moved to quarantine?)"
-        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return unreadable_because(exc)
 
 
 def _grouped(tables: list[pa.Table], complete: bool) -> tuple[list[list[Row]], int]:

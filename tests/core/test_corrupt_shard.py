@@ -15,9 +15,8 @@ import orjson
 from orchestrator.trainer.api import Spool
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shardlog import WriterDirectory, shard_name
-from orchestrator.spool.shards import shard_names
+from orchestrator.spool.shard_reader import iter_rows, shard_names
 from orchestrator.submission.submit import submit_file
-from orchestrator.spool.shards import iter_rows
 from tests.core.util import cli, drain_with_a_worker, make_run, rows, start_worker, stop_worker, wait_until, write_jsonl
 
 DEAD = "deadnode-1-dead"

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.spool.batches import may_hold_job
 from orchestrator.spool.launches import request_stop
-from orchestrator.spool.shards import read_shard, shard_names
+from orchestrator.spool.shard_reader import read_shard, shard_names
 from tests.core.util import make_run, write_jsonl
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None,

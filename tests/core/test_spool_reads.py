@@ -4,7 +4,7 @@ descriptor, bounded (orchestrator/safe_open.py, through orchestrator/spool/fsops
 The convention test reads the package's source: a call that opens a file by its name (open(),
 os.open, Path.read_bytes / read_text, Arrow's readers...) is allowed only in the modules listed
 below, each with the reason it never opens a spool file that way. Anything else goes through
-fsops (read_bytes, read_regular, open_regular, open_append; shards: spool/shard_file.py).
+fsops (read_bytes, read_regular, open_regular, open_append; shards: spool/shard_reader.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.spool import fsops
-from orchestrator.spool.shard_file import open_shard
+from orchestrator.spool.shard_reader import open_shard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ ALLOWED: dict[str, str] = {
     "orchestrator/spool/events.py": "wraps descriptors fsops opened (open_append, open_regular)",
     "orchestrator/report/event_read.py": "wraps descriptors fsops opened (open_regular)",
     "orchestrator/llm/history.py": "wraps a descriptor fsops opened (open_append)",
-    "orchestrator/spool/shard_file.py": "decodes the mapping of a file fsops opened",
+    "orchestrator/spool/shard_reader.py": "decodes the mapping of a file fsops opened",
     "orchestrator/app/local_launch.py": "a worker's log, in the launch directory its launcher has just created",
     "orchestrator/cli/console.py": "the terminal",
     "orchestrator/cli/core.py": "the user's cursor file, named on the command line",
@@ -104,7 +104,7 @@ def test_nothing_but_fsops_opens_spool_files() -> None:
                 continue
             offenders += [f"{relative}:{line}: {call}" for line, call in opening_calls(ast.parse(path.read_text()))]
     assert not offenders, ("files opened by name outside fsops (read spool files with fsops.read_bytes / "
-                           "open_regular, shards with spool/shard_file.py; or list the module in ALLOWED with "
+                           "open_regular, shards with spool/shard_reader.py; or list the module in ALLOWED with "
                            "the reason it never opens a spool file):\n  " + "\n  ".join(offenders))
 
 

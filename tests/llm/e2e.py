@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.llm.inflight import read_load
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.paths import SpoolPaths
-from orchestrator.spool.shards import iter_rows
+from orchestrator.spool.shard_reader import iter_rows
 from orchestrator.spool.rundir import init_run
 from orchestrator.submission.submit import submit_rows
 

@@ -124,7 +124,7 @@ def test_a_damaged_shard_is_named_and_skipped(tmp_path: Path, caplog: pytest.Log
     with caplog.at_level(logging.WARNING):
         replay = spool.query(reward_min=0.5)
     assert prompts_of(replay.groups) == {"g-1"}
-    assert len(replay.skipped) == 1 and replay.skipped[0].startswith(f"shards/{damaged.name}: unreadable")
+    assert len(replay.skipped) == 1 and replay.skipped[0].startswith(f"shards/{damaged.name}: ArrowInvalid: ")
     assert damaged.name in caplog.text
 
 

@@ -113,6 +113,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_a_run_directory_with_brackets_is_named_whole_by_every_command": "cli",
         "test_tasks_check_without_math_verify_names_the_extra_once": "python",
     },
+    "tests/core/test_damaged_shards.py": {},
     "tests/core/test_dependencies.py": {
         "test_a_command_group_that_cannot_be_imported_is_not_hidden": "cli",
         "test_every_command_group_loads_without_the_optional_extras": "python",

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import signal
 import threading
+from dataclasses import replace
+from typing import Callable
 
 from orchestrator.config import RunConfig
 from orchestrator.spool.fs_record import check_lease
 from orchestrator.spool import access
 from orchestrator.spool.paths import SpoolPaths
-from dataclasses import replace
 
 from orchestrator.worker.engine import EXIT_LEASE_LOST, Worker
 from orchestrator.worker.options import WorkerOptions
+from orchestrator.worker.periodic import wait_or_timeout
+from orchestrator.worker.state import fresh_worker_id
 from orchestrator.worker.signals import STOP_NOW_SIGNAL, STOP_SIGNALS, signals_received_early
 
 log = logging.getLogger(__name__)
 # A worker that lost its lease starts again as a new worker in the same process, this many
 # times at most: past that, something keeps stalling this process and it had better exit.
 MAX_REJOINS = 5
+# Waits between tries to register again on a spool that refuses the files (full, say).
+REGISTER_RETRY_S = (0.2, 0.5, 1.0, 2.0)
 
 
 class WorkerController:
@@ -70,15 +76,24 @@ def run_worker(
         loop = asyncio.get_running_loop()
         current: list[Worker] = []
         stop_requested: list[int] = []
+        stop_seen = asyncio.Event()
 
         def on_signal(signum: int) -> None:
             stop_requested.append(signum)
+            stop_seen.set()
             _on_signal(current[-1], signum)
 
+        def asked_to_stop() -> bool:
+            return bool(stop_requested) or (controller is not None and controller.requested)
+
         for rejoin in range(MAX_REJOINS + 1):
-            incarnation = options if rejoin == 0 or options.worker_id is None \
-                else replace(options, worker_id=f"{options.worker_id}-r{rejoin}")
-            worker = Worker(paths, config, incarnation)
+            if rejoin == 0:
+                worker = Worker(paths, config, options)
+            else:
+                rejoined = await _register_again(paths, config, _incarnation(options, rejoin), asked_to_stop, stop_seen)
+                if rejoined is None:
+                    return EXIT_LEASE_LOST   # asked to stop before the spool had room for it
+                worker = rejoined
             current.append(worker)
             if install_signal_handlers and rejoin == 0:
                 for signum in (*STOP_SIGNALS, STOP_NOW_SIGNAL):
@@ -88,13 +103,40 @@ def run_worker(
             if controller is not None:
                 controller.attach(loop, worker)
             code = await worker.serve()
-            if code != EXIT_LEASE_LOST or stop_requested or (controller is not None and controller.requested):
+            if code != EXIT_LEASE_LOST or asked_to_stop():
                 return code
             log.warning("worker %s was fenced out; re-registering as a new worker (%d/%d)",
                         worker.worker_id, rejoin + 1, MAX_REJOINS)
         return EXIT_LEASE_LOST
 
     return asyncio.run(main())
+
+
+def _incarnation(options: WorkerOptions, rejoin: int) -> WorkerOptions:
+    """The options of the `rejoin`-th new worker of this process: its own id, fixed before it
+    registers, so a registration tried again on a full spool reuses what the last try wrote."""
+    worker_id = f"{options.worker_id}-r{rejoin}" if options.worker_id is not None else fresh_worker_id()
+    return replace(options, worker_id=worker_id)
+
+
+async def _register_again(paths: SpoolPaths, config: RunConfig, options: WorkerOptions,
+                          asked_to_stop: Callable[[], bool], stop_seen: asyncio.Event) -> Worker | None:
+    """A new worker in this process once the spool lets it register; None when asked to stop first.
+
+    Registering writes a heartbeat, a claim directory, a journal: on a full (or failing) spool
+    that fails, often right after the pause that cost the lease. The process waits for room
+    rather than dying with a traceback (exit 1) while the rest of the node carries on."""
+    for attempt in itertools.count():
+        if asked_to_stop():
+            return None
+        try:
+            return Worker(paths, config, options)
+        except OSError as exc:
+            wait = REGISTER_RETRY_S[min(attempt, len(REGISTER_RETRY_S) - 1)]
+            if attempt == 0 or attempt % 20 == 0:
+                log.warning("worker %s cannot register (%s); trying again until the spool takes it", options.worker_id, exc)
+            await wait_or_timeout(stop_seen, wait)
+    return None   # unreachable: itertools.count() never ends
 
 
 def _stop(worker: Worker, grace_s: float | None, reason: str | None) -> None:

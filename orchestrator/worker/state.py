@@ -45,6 +45,11 @@ from orchestrator.worker.options import WorkerOptions
 log = logging.getLogger(__name__)
 
 
+def fresh_worker_id() -> str:
+    """NODE-PID-RANDOM: unique across the run, and says where to look for the process."""
+    return f"{current_node()}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
 class Slot:
     """One taken slot of a stage's pool, given back exactly once (a second give_back is a no-op:
     the paths that end a stage early and the task's own end cannot both return it)."""
@@ -224,7 +229,7 @@ class WorkerState:
         # Directories others could drop or swap files in are closed before anything in them is
         # read (AccessError, naming the fix, when this user cannot): docs/robustness.md.
         repaired = access.tighten(access.working_directories(paths))
-        self.worker_id = self.options.worker_id or f"{self.node}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.worker_id = self.options.worker_id or fresh_worker_id()
         self.info = base_info(self.node, self.options.launch_id)
         # A stop request is one made after this worker was launched: another identity of
         # control/stop than the one its launcher saw (its mtime is never compared with a clock).

@@ -14,6 +14,7 @@ import tomli_w
 from orchestrator.errors import HpcRolloutError
 from orchestrator.resource_class import ResourceClass, never_fits, parse_class
 from orchestrator.safe_open import UnsafeSpoolFile, read_regular
+from orchestrator.settings_spec import Declared, declarations, setting
 
 
 class Runtime(str, enum.Enum):
@@ -56,11 +57,11 @@ class ConfigError(HpcRolloutError, ValueError):
 
 @dataclass(frozen=True)
 class Pools:
-    init: int = 4            # concurrent INIT stages per worker (sandbox start, task setup)
-    run: int = 8             # concurrent agent loops per worker
-    eval: int = 4            # concurrent EVAL stages per worker
-    max_prepared: int = 4    # INIT pauses while this node's run queue holds this many jobs
-    max_sandboxes: int = 0   # cap on INIT + prepared + RUN jobs of a worker (0: no cap)
+    init: int = setting(4, "INIT stages at once (sandbox start, task setup)", bounds=(0, 4096))
+    run: int = setting(8, "agent loops (RUN stages) at once", bounds=(0, 4096))
+    eval: int = setting(4, "EVAL stages at once", bounds=(0, 4096))
+    max_prepared: int = setting(4, "INIT pauses while this node's run queue holds this many jobs", bounds=(0, 4096))
+    max_sandboxes: int = setting(0, "cap on INIT + prepared + RUN jobs of a worker (0: no cap)", bounds=(0, 65536))
 
 
 @dataclass(frozen=True)
@@ -68,63 +69,83 @@ class Node:
     # What one worker may have in use at once in its sandboxes, admitting jobs by their resource
     # class (orchestrator/worker/admission.py). 0: not counted. Either above 0, or any [classes.X],
     # puts classes in force; without, jobs are claimed first come, first served as ever.
-    memory_mb: int = 0
-    cpus: int = 0
+    memory_mb: int = setting(
+        0, "sandbox memory a worker's jobs may hold at once, by their classes (0: not counted)", bounds=(0, 1 << 30))
+    cpus: int = setting(
+        0, "sandbox CPUs a worker's jobs may hold at once, by their classes (0: not counted)", bounds=(0, 1 << 20))
 
 
 @dataclass(frozen=True)
 class Workers:
-    idle_exit_s: float = 0.0    # a worker with nothing to claim and nothing in flight this long exits (0: never)
+    idle_exit_s: float = setting(
+        0.0, "a worker with nothing to claim and nothing in flight this long exits (0: never)", bounds=(0, 30 * 86400))
 
 
 @dataclass(frozen=True)
 class Jobs:
-    timeout_s: float = 3600.0   # budget per job, counting only time inside stages
-    max_attempts: int = 3       # a claim lost with its worker counts as an attempt
+    timeout_s: float = setting(
+        3600.0, "budget per job, counting only time inside stages (not queues)", bounds=(0.001, 7 * 86400))
+    max_attempts: int = setting(3, "a job whose worker was lost this many times ends failed", bounds=(1, 100))
     # Consecutive jobs `submit` puts in one queue/init/ entry: submit, claim, ticket read and
     # unlink are paid once per batch (docs/scale.md); 1 queues one ticket per job.
-    batch_size: int = 8
+    batch_size: int = setting(
+        8, "consecutive jobs `submit` puts in one queue entry (1: one ticket per job)", bounds=(1, 256))
 
 
 @dataclass(frozen=True)
 class Leases:
     # Each beat is ~3 metadata operations (a stat, a create, a rename): with 1,000 nodes a 10 s
     # period costs the metadata server ~300 operations/s; 2 s would cost 1,500 (docs/scale.md).
-    heartbeat_s: float = 10.0   # how often a worker refreshes workers/<id>.json
-    lease_s: float = 30.0       # claims of a worker silent this long go back to their queue (>= 3 beats)
+    heartbeat_s: float = setting(10.0, "how often a worker refreshes workers/WORKER.json", bounds=(0.05, 600))
+    lease_s: float = setting(
+        30.0, "claims of a worker silent this long go back to their queue (>= 3 heartbeats)", bounds=(0.2, 86400))
 
 
 @dataclass(frozen=True)
 class Shutdown:
-    grace_s: float = 30.0       # on SIGTERM/SIGINT/SIGUSR2: time to finish running stages
+    grace_s: float = setting(
+        30.0, "time running stages get to finish on a stop; a second signal ends them at once", bounds=(0, 86400))
 
 
 @dataclass(frozen=True)
 class Shards:
     # A commit is due at either; it writes every row buffered then, so a shard may hold more
     # (rows that finished between two checks of the commit duty). Not a cap on a shard's size.
-    max_rows: int = 1000
-    max_bytes: int = 64 << 20
-    max_age_s: float = 10.0     # a row waits at most this long before its shard is committed
-    idle_flush_s: float = 0.5   # commit early when EVAL has had nothing new for this long (at once when the worker holds no job)
+    max_rows: int = setting(
+        1000, "a commit is due once this many rows wait (a shard takes every row waiting: more on a busy worker)",
+        bounds=(1, 10_000_000))
+    max_bytes: int = setting(
+        64 << 20, "a commit is due once the rows waiting reach this many bytes (as JSON, before Parquet encoding)",
+        bounds=(1024, 1 << 40))
+    max_age_s: float = setting(
+        10.0, "a finished row waits at most this long before its shard is committed", bounds=(0.01, 86400))
+    idle_flush_s: float = setting(
+        0.5, "commit early when EVAL has had nothing new for this long (at once when the worker holds no job)",
+        bounds=(0.01, 86400))
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    runtime: str = "auto"       # apptainer | bwrap | local | auto
-    image: str = ""             # default image for handlers that do not name one ("": host /usr, bwrap)
-    network: bool = False       # default network access of sandboxes
-    fakeroot: bool = False
-    total_memory_mb: int = 8192  # memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)
-    workspace_mb: int = 2048    # size of /workspace (a tmpfs in the sandbox with bubblewrap)
-    keep_workspaces: bool = False  # keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)
-    processes: int = 256        # processes per sandbox (its pids cgroup; with rlimits, per user namespace)
+    runtime: str = setting(
+        "auto", f"{' | '.join(RUNTIME_NAMES)} (auto: Apptainer when installed, else bubblewrap)", choices=RUNTIME_NAMES)
+    image: str = setting("", 'default image for handlers that name none ("": the host\'s /usr, bubblewrap)')
+    network: bool = setting(False, "default network access of sandboxes")
+    fakeroot: bool = setting(False, "run as root inside the sandbox (user namespace)")
+    total_memory_mb: int = setting(
+        8192, "memory of a whole sandbox (cgroup memory.max; else RLIMIT_AS per process)", bounds=(64, 1 << 22))
+    workspace_mb: int = setting(
+        2048, "size of /workspace (a tmpfs in the sandbox with bubblewrap)", bounds=(1, 1 << 22))
+    keep_workspaces: bool = setting(False, "keep each job's workspace after its row (jobs/XX/JOB/workspace-kept.*)")
+    processes: int = setting(
+        256, "processes per sandbox (its pids cgroup; with rlimits, per user namespace)", bounds=(8, 100_000))
     # What a job may ask for beyond the above (orchestrator/sandbox/policy.py): a task row chooses
     # only among these; anything else is refused at `submit` and when a worker starts the job.
-    allowed_images: tuple[str, ...] = ()    # images, or directories of images, a row may name besides `image`
-    allowed_binds: tuple[str, ...] = ()     # host directories whose contents a row may bind read-only
-    allowed_rw_binds: tuple[str, ...] = ()  # ... read-write (the job's own directory always may be)
-    network_handlers: tuple[str, ...] = ()  # handlers whose jobs may turn the network on (`network = true`: all)
+    allowed_images: tuple[str, ...] = setting(
+        (), "images (or directories of images) a row may name besides the run's own (never /)")
+    allowed_binds: tuple[str, ...] = setting((), "read-only bind sources a row may name must lie inside one of these")
+    allowed_rw_binds: tuple[str, ...] = setting(
+        (), "read-write bind sources a row may name (the job's own directory always)")
+    network_handlers: tuple[str, ...] = setting((), "handlers whose rows may turn the network on")
 
     def defaults(self) -> dict[str, Any]:
         """The options every sandbox of the run starts with (a handler's own options win)."""
@@ -140,11 +161,17 @@ class Sandbox:
 
 @dataclass(frozen=True)
 class Llm:
-    health_check_s: float = 30.0  # GET /health before giving a task to a backend silent this long (0: never)
-    probe_after_s: float = 15.0   # a `down` backend is probed again after this long
-    request_timeout_s: float = 120.0  # one generation request; past it the backend is marked down
-    outage_wait_s: float = 300.0  # a task waits this long for a backend to come back (within its budget)
-    view_s: float = 1.0           # runs of > 16 workers: the cluster summary is re-read at most this often (0: never used)
+    health_check_s: float = setting(
+        30.0, "GET /health before giving a task to a backend silent this long (0: never)", bounds=(0, 86400))
+    probe_after_s: float = setting(15.0, "a down backend is probed again after this long", bounds=(0, 86400))
+    request_timeout_s: float = setting(
+        120.0, "one generation request; past it the backend is marked down", bounds=(0.1, 86400))
+    outage_wait_s: float = setting(
+        300.0, "with no usable backend, a job waits this long for one (within its budget), then fails",
+        bounds=(0, 86400))
+    view_s: float = setting(
+        1.0, "runs of > 16 workers: the cluster summary is re-read at most this often (0: never used)",
+        bounds=(0, 3600))
 
 
 @dataclass(frozen=True)
@@ -153,32 +180,39 @@ class Proxy:
     # agent may cost its worker. A body over max_body_mb is refused (413) before it is read; new
     # text beyond the context's room at max_chars_per_token characters per token is refused before
     # it is tokenized.
-    max_body_mb: float = 4.0
-    max_chars_per_token: float = 16.0
+    max_body_mb: float = setting(
+        4.0, "a request body over this is refused (413) before it is read", bounds=(0.01, 1024))
+    max_chars_per_token: float = setting(
+        16.0, "new text beyond the context's room at this many characters per token is refused untokenized",
+        bounds=(1, 1000))
 
     @property
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * (1 << 20))
 
 
+WANDB_MODES = ("", "online", "offline")
+
+
 @dataclass(frozen=True)
 class Metrics:
-    prometheus_dir: str = ""      # node-exporter textfile directory ("" = off; relative: inside the run)
+    prometheus_dir: str = setting("", 'node-exporter textfile directory ("": off; relative: inside the run)')
     # Live scalars of each worker at its heartbeats (orchestrator/metrics/live.py).
-    tensorboard_dir: str = ""     # event files in DIR/<run>/<worker> ("" = off; relative: inside the run)
-    wandb_project: str = ""       # one W&B run per worker, grouped by the run ("" = off)
-    wandb_mode: str = ""          # online | offline | "": W&B's own choice (WANDB_MODE, else online)
-
-
-WANDB_MODES = ("", "online", "offline")
+    tensorboard_dir: str = setting(
+        "", 'TensorBoard event files of each worker in DIR/<run>/<worker> ("": off; relative: inside the run)')
+    wandb_project: str = setting("", 'W&B project: one run per worker, grouped by the run\'s name ("": off)')
+    wandb_mode: str = setting(
+        "", 'online | offline (then `wandb sync`) | "": W&B\'s own choice (WANDB_MODE, else online)',
+        choices=WANDB_MODES)
 
 
 @dataclass(frozen=True)
 class Access:
     # Who may read the run, and whose files workers act on (orchestrator/spool/access.py).
-    group: str = ""               # a group that may read the run (dirs 0750 + setgid, files 0640); "": owner only
-    trusted: tuple[str, ...] = ()  # users (names or uids) besides the owner and root whose tickets, batch
-                                   # and registry files workers accept; anyone else's are quarantined
+    group: str = setting("", 'a group that may read the run (dirs 0750 + setgid, files 0640; "": owner only)')
+    trusted: tuple[str, ...] = setting(
+        (), "users besides the owner and root whose tickets, batches and registries workers accept")
+    # (names or uids); anyone else's files are quarantined
 
 
 @dataclass(frozen=True)
@@ -186,46 +220,28 @@ class Rewards:
     # verl's custom reward function (its `custom_reward_function` convention), run at EVAL on the
     # workers, outside every sandbox: so the operator names the file, never a task row. A row's
     # `verl_reward: {"source": "custom"}` selects it (orchestrator/grading/verl_reward.py).
-    verl_custom_path: str = ""           # a Python file ("": none; rows asking for one fail)
-    verl_custom_name: str = "compute_score"
+    verl_custom_path: str = setting("", 'a Python file with verl\'s custom reward function, run at EVAL ("": none)')
+    verl_custom_name: str = setting("compute_score", "the function in verl_custom_path")
     # What an episode ended by a reply cut at the length limit earns (stop_reason `truncated`), in
     # the handlers that grade an answer (math, answer): it is not graded, whatever the cut kept.
-    truncated_reward: float = 0.0
+    truncated_reward: float = setting(
+        0.0, "what an answer cut at the length limit earns (stop_reason truncated; math, answer), not graded",
+        bounds=(-1e6, 1e6))
 
 
 @dataclass(frozen=True)
 class Trainer:
     # Rows sampled (in part) by a policy older than current - lag are not trained on; jobs
     # that already sampled with such a policy are cancelled (-1: no bound).
-    max_policy_lag: int = -1
-    # restart | continue: see Staleness; the default of every submission (submit --staleness).
-    staleness: str = "restart"
+    max_policy_lag: int = setting(
+        -1, "rows of policies older than current - lag are not trained on (-1: no bound)", bounds=(-1, 1_000_000))
+    # See Staleness; the default of every submission.
+    staleness: str = setting(
+        "restart", "restart | continue: a job whose policy fell behind is cancelled and resubmitted, or keeps its "
+        "turns and goes on with the new weights (submit --staleness)", choices=STALENESS_NAMES)
 
 
-# (min, max) per knob: values outside are refused with the range in the message.
-BOUNDS: dict[str, tuple[float, float]] = {
-    "pools.init": (0, 4096), "pools.run": (0, 4096), "pools.eval": (0, 4096),
-    "pools.max_prepared": (0, 4096), "pools.max_sandboxes": (0, 65536),
-    "node.memory_mb": (0, 1 << 30), "node.cpus": (0, 1 << 20),
-    "jobs.timeout_s": (0.001, 7 * 86400), "jobs.max_attempts": (1, 100),
-    "jobs.batch_size": (1, 256),
-    "leases.heartbeat_s": (0.05, 600), "leases.lease_s": (0.2, 86400),
-    "shutdown.grace_s": (0, 86400), "workers.idle_exit_s": (0, 30 * 86400),
-    "shards.max_rows": (1, 10_000_000), "shards.max_bytes": (1024, 1 << 40),
-    "shards.max_age_s": (0.01, 86400), "shards.idle_flush_s": (0.01, 86400),
-    "llm.health_check_s": (0, 86400), "llm.probe_after_s": (0, 86400),
-    "llm.request_timeout_s": (0.1, 86400), "llm.outage_wait_s": (0, 86400), "llm.view_s": (0, 3600),
-    "sandbox.total_memory_mb": (64, 1 << 22), "sandbox.workspace_mb": (1, 1 << 22),
-    "proxy.max_body_mb": (0.01, 1024), "proxy.max_chars_per_token": (1, 1000),
-    "sandbox.processes": (8, 100_000),
-    "trainer.max_policy_lag": (-1, 1_000_000),
-    "rewards.truncated_reward": (-1e6, 1e6),
-}
 RUNTIMES = RUNTIME_NAMES
-# The settings that take one of a few words: values outside are refused with the valid ones.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "sandbox.runtime": RUNTIME_NAMES, "trainer.staleness": STALENESS_NAMES, "metrics.wandb_mode": WANDB_MODES,
-}
 DATA_SOURCES = "data_sources"
 CLASSES = "classes"
 
@@ -336,6 +352,16 @@ class RunConfig:
 # The defaults, for code that needs a value before (or without) a run: a bare Router, a sandbox
 # started by hand. Everything else reads the run's own RunConfig.
 DEFAULTS = RunConfig()
+
+# Every setting's declaration by dotted name (each on its field above), and what is derived from
+# them: (min, max) per number, refused outside with the range in the message; the few words a
+# setting may take. run_toml.py's comments and the worker's options read them too.
+SETTINGS: dict[str, Declared] = {
+    f"{section.name}.{name}": spec for section in fields(RunConfig) if section.name not in (DATA_SOURCES, CLASSES)
+    for name, spec in declarations(type(getattr(DEFAULTS, section.name))).items()}
+BOUNDS: dict[str, tuple[float, float]] = {
+    dotted: (spec.low, spec.high) for dotted, spec in SETTINGS.items() if spec.low is not None and spec.high is not None}
+CHOICES: dict[str, tuple[str, ...]] = {dotted: spec.choices for dotted, spec in SETTINGS.items() if spec.choices}
 
 MIN_BEATS_PER_LEASE = 3   # one late or lost heartbeat must not cost a worker its claims
 

@@ -185,6 +185,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
     "tests/core/test_runtimes.py": {},
     "tests/core/test_scale_ops.py": {},
     "tests/core/test_scaling.py": {},
+    "tests/core/test_settings_spec.py": {},
     "tests/core/test_shards_and_handlers.py": {},
     "tests/core/test_spool_reads.py": {},
     "tests/core/test_stuck_claims.py": {
@@ -208,6 +209,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
     },
     "tests/core/test_transitions.py": {},
     "tests/core/test_worker_memory.py": {},
+    "tests/core/test_worker_settings.py": {},
     "tests/core/test_worker_stop.py": {},
     "tests/llm/test_registry.py": {
         "test_concurrent_writers_never_lose_an_entry": "python",

@@ -20,7 +20,8 @@ from orchestrator.cli.run_dir import RUN_DIR_TYPE
 from orchestrator.cli.slurm_launch import (cancel_run_arrays, describe_slurm_launch, launch_on_slurm, sbatch_flags,
                                            slurm_launch_json, slurm_launch_options, wait_and_stop_slurm)
 from orchestrator.config import ConfigError, RunConfig
-from orchestrator.settings_spec import click_decorators, declarations
+from orchestrator.settings_click import click_decorators
+from orchestrator.settings_spec import declarations
 from orchestrator.spool.launches import request_stop
 from orchestrator.spool.liveness import WorkerRecord, read_workers
 from orchestrator.spool.paths import SpoolPaths

@@ -14,7 +14,7 @@ import sys
 import click
 
 from orchestrator.errors import HpcRolloutError
-from orchestrator.settings_spec import click_options
+from orchestrator.settings_click import click_options
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.worker.main import run_worker
 from orchestrator.worker.options import WorkerOptions

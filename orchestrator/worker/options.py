@@ -14,10 +14,9 @@ from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any, Mapping
 
-from orchestrator.config import BOUNDS, CHOICES, DEFAULTS, RunConfig
+from orchestrator.config import SETTINGS, RunConfig
 from orchestrator.errors import HpcRolloutError
-from orchestrator.run_toml import HELP
-from orchestrator.settings_spec import declarations, declared, to_args
+from orchestrator.settings_spec import declarations, declared, declared_by, to_args
 from orchestrator.spool.jobs import Stage
 
 ALL_STAGES = frozenset(Stage)
@@ -48,12 +47,9 @@ def show_stages(stages: frozenset[Stage]) -> str:
 
 
 def from_run_toml(dotted: str, flag: str, metavar: str | None = None) -> Any:
-    """An option for one run.toml setting: its type, bounds, choices and help are run.toml's."""
-    section, _, key = dotted.partition(".")
-    default = getattr(getattr(DEFAULTS, section), key)
-    low, high = BOUNDS.get(dotted, (None, None))
-    return declared(None, flag=flag, help=HELP[dotted], kind=type(default), low=low, high=high,
-                    choices=CHOICES.get(dotted, ()), run_toml=dotted, metavar=metavar)
+    """An option for one run.toml setting: run.toml's declaration (type, bounds, choices, help) with a flag;
+    unset (None), it takes the run's value."""
+    return declared_by(replace(SETTINGS[dotted], flag=flag, run_toml=dotted, metavar=metavar), None)
 
 
 @dataclass(frozen=True)

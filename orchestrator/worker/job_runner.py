@@ -1,7 +1,7 @@
 """One stage of one job: its asyncio task, the checks before it, the handler call, the routing after.
 
 A stage runs as a task holding a slot of its pool. Before the handler is called the job may
-end early (its handler cannot be loaded, it was cancelled, its samples are stale); after, its
+end early (its handler cannot be loaded, or `StageGate` refuses the stage); after, its
 outcome sends it on (`TicketMoves`), ends it early, or buffers its row (`finish`). An error of
 the engine itself requeues the claim (attempt + 1): a claim must never stay with a task that died;
 a full spool gives the job back without charging it an attempt (`FullSpoolReturn`).
@@ -16,15 +16,14 @@ from typing import Any, Callable
 
 from orchestrator.handler_api.context import JobContext
 from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_handler
-from orchestrator.sandbox.policy import SandboxPolicyError
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import JobStatus, Stage, StageError
 from orchestrator.spool.rows import build_row
-from orchestrator.spool.staleness import STALE_KIND, job_stale_reason
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.commit import Committer
 from orchestrator.worker.full_spool import FullSpoolReturn, disk_full_error
 from orchestrator.worker.moves import TicketMoves
+from orchestrator.worker.stage_gate import StageGate
 from orchestrator.worker.stages import StageOutcome, execute_stage, final_fields
 from orchestrator.worker.state import Slot, WorkerState
 
@@ -42,6 +41,7 @@ class JobRunner:
         self.committer = committer
         self.lose_lease = lose_lease
         self.full_spool = FullSpoolReturn(state, moves)
+        self.gate = StageGate(state)
         self.handlers: dict[str, AgentHandler] = {}
 
     # -- the task of a stage ------------------------------------------------------------------
@@ -126,44 +126,17 @@ class JobRunner:
 
     async def _handler_if_worth_it(self, ticket: Ticket, ctx: JobContext) -> AgentHandler | None:
         """The job's handler, or None once the job has ended early: its handler cannot be loaded,
-        it was cancelled, or (before EVAL) the policy that sampled it is too old."""
-        stage = ctx.stage
+        or the gate refused the stage (worker/stage_gate.py)."""
         try:
             handler = self.handler(ticket.job.handler)
         except HandlerError as exc:
-            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "HandlerError", str(exc)), {})
+            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(ctx.stage.value, "HandlerError", str(exc)), {})
             return None
-        if self.state.cancels.is_cancelled(ticket.job):
-            await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, "cancelled", "cancelled before it started"), {})
-            return None
-        if stage is Stage.INIT and (refusal := self._class_refusal(ticket)):
-            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "ResourceClassError", refusal), {})
-            return None
-        if stage is Stage.INIT and (refusal := self._sandbox_refusal(handler, ticket)):
-            await self.end_early(ticket, ctx, JobStatus.FAILED, StageError(stage.value, "SandboxPolicyError", refusal), {})
-            return None
-        if stage is Stage.EVAL and (stale := self._stale(ticket.job.staleness, _previous_output(ticket, stage))):
-            await self.end_early(ticket, ctx, JobStatus.CANCELLED, StageError(stage.value, STALE_KIND, stale), {})
+        refused = self.gate.refusal(handler, ticket, ctx.stage, _previous_output(ticket, ctx.stage))
+        if refused is not None:
+            await self.end_early(ticket, ctx, refused.status, refused.error, {})
             return None
         return handler
-
-    def _class_refusal(self, ticket: Ticket) -> str | None:
-        """Why the job's resource class can never start on this worker (its budget too small); None: it can."""
-        admission = self.state.admission
-        return None if admission is None else admission.refusal(admission.class_of(ticket.job))
-
-    def _sandbox_refusal(self, handler: AgentHandler, ticket: Ticket) -> str | None:
-        """Why the run's sandbox policy refuses what the job's row asks for, before INIT runs any of
-        it (a ticket planted without `submit`); None: allowed, or left to INIT, which checks again."""
-        services = self.state.services
-        try:
-            services.sandbox_policy.decide(services.sandbox_defaults, handler.sandbox_request(ticket.job.instance),
-                                           handler=ticket.job.handler, job_dir=self.state.paths.job_dir(ticket.name))
-        except SandboxPolicyError as exc:
-            return str(exc)
-        except Exception:  # a row the handler cannot read: INIT fails with the handler's own reason  # noqa: BLE001
-            return None
-        return None
 
     async def _execute(self, handler: AgentHandler, ticket: Ticket, ctx: JobContext) -> StageOutcome:
         """Call the handler within the job's remaining budget; record its output and timings."""
@@ -226,18 +199,6 @@ class JobRunner:
         # The claim file still holds the ticket as claimed: the stage gets it from memory.
         self.start(stage, ticket.name, slot, ticket=ticket)
         return True
-
-    def _stale(self, staleness: str, run_output: dict[str, Any]) -> str | None:
-        """Why evaluating this RUN output is pointless: the trainer would train on none of its
-        samples (restart: its oldest is too old; continue: even its newest is). None: go on."""
-        oldest, newest = run_output.get("policy_version_min"), run_output.get("policy_version_max")
-        if not isinstance(oldest, int):
-            return None
-        try:
-            floor = self.state.registry.read().min_policy_version
-        except Exception:  # an unreadable registry must not stop evaluation  # noqa: BLE001
-            return None
-        return job_stale_reason(staleness, oldest, newest if isinstance(newest, int) else oldest, floor)
 
     # -- ends ---------------------------------------------------------------------------------
     async def end_early(self, ticket: Ticket, ctx: JobContext, status: JobStatus, error: StageError | None,

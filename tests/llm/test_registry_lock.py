@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.llm import registry
+from orchestrator.llm import registry, registry_file
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.spool.lease import release_any, try_lock
 from orchestrator.spool.paths import SpoolPaths
@@ -22,7 +22,7 @@ def add_backend(root: str, index: int, start: "multiprocessing.synchronize.Barri
 
 
 def test_concurrent_writers_breaking_a_stale_lock_lose_no_update(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "STALE_LOCK_S", 0.3)   # the writers (forked) judge the dead one's lock quickly
+    monkeypatch.setattr(registry_file, "STALE_LOCK_S", 0.3)   # the writers (forked) judge the dead one's lock quickly
     context = multiprocessing.get_context("fork")
     lost = []
     for round_ in range(ROUNDS):

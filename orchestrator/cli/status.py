@@ -16,7 +16,7 @@ from orchestrator.cli.core import _dumps, _open
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.report.finished_values import DEFAULT_PASS_REWARD
 from orchestrator.slurm.adapt_status import slurm_section, slurm_section_lines
-from orchestrator.report.status import STATUS_SAMPLE_SHARDS, Snapshot, snapshot
+from orchestrator.report.status import STATUS_SAMPLE_SHARDS, RunStatus, snapshot
 from orchestrator.slurm.queries import slurm_warnings
 
 
@@ -24,7 +24,7 @@ def _number(value: float | None, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: dict[str, Any] | None = None) -> Group:
+def render_status(snap: RunStatus, paths: SpoolPaths, run_dir: str, slurm_part: dict[str, Any] | None = None) -> Group:
     parts: list[Any] = [Text(f"run {paths.root}   ({time.strftime('%H:%M:%S')})")]
     jobs = Table()
     jobs.add_column("where")
@@ -88,7 +88,7 @@ def render_status(snap: Snapshot, paths: SpoolPaths, run_dir: str, slurm_part: d
     return Group(*parts)
 
 
-def _backend_parts(snap: Snapshot) -> list[Any]:
+def _backend_parts(snap: RunStatus) -> list[Any]:
     """The LLM backends (none registered: nothing) and, while none is usable, the outage line."""
     health = snap.backends
     parts: list[Any] = []
@@ -131,7 +131,7 @@ def status_cmd(run_dir: str, as_json: bool, watch: bool, interval: float, pass_r
     """
     paths, config = _open(run_dir)
 
-    def take() -> tuple[Snapshot, dict[str, Any]]:
+    def take() -> tuple[RunStatus, dict[str, Any]]:
         return snapshot(paths, config, pass_reward=pass_reward, exact=exact, scheduler_warnings=slurm_warnings), slurm_section(paths)
 
     def draw() -> Group:

@@ -25,7 +25,7 @@ SENTINEL = "\u2063HPC_ROLLOUT_SENTINEL\u2063"
 VERIFY_EVERY = 32
 
 
-class TemplateError(HpcRolloutError, ValueError):
+class ChatTemplateError(HpcRolloutError, ValueError):
     """The chat template cannot be extended by a delta (it rewrites earlier turns)."""
 
 
@@ -204,7 +204,7 @@ class Conversation:
         before = self.render(stub, generation_prompt=False)
         after = self.render(stub + new, generation_prompt=True)
         if not after.startswith(before):
-            raise TemplateError(
+            raise ChatTemplateError(
                 "the chat template renders earlier messages differently once new ones are added, "
                 "so a delta cannot be computed; use a template that appends turns"
             )

@@ -40,7 +40,7 @@ LATEST_SUBMISSIONS = 3   # their job ranges are shown (where `inspect` and `canc
 
 
 @dataclass
-class Snapshot:
+class RunStatus:
     queued: dict[str, int] = field(default_factory=dict)       # queue name -> tickets
     claimed: dict[str, int] = field(default_factory=dict)      # worker -> tickets claimed
     finished: dict[str, int] = field(default_factory=dict)     # status -> rows
@@ -108,13 +108,13 @@ def _claim_dirs(paths: SpoolPaths) -> list[Any]:
 def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
              pass_reward: float = DEFAULT_PASS_REWARD, exact: bool = False,
              sample_shards: int = STATUS_SAMPLE_SHARDS,
-             scheduler_warnings: Callable[[list[dict[str, Any]]], list[str]] | None = None) -> Snapshot:
+             scheduler_warnings: Callable[[list[dict[str, Any]]], list[str]] | None = None) -> RunStatus:
     """The run's figures; finished-job figures from at most `sample_shards` shards unless `exact`.
 
     `scheduler_warnings(workers)`: what the batch scheduler says of these workers (the callers
     above this layer pass `slurm.queries.slurm_warnings`); its failure becomes a warning too.
     """
-    snap = Snapshot()
+    snap = RunStatus()
     snap.queued["init"] = count_jobs(fsops.list_names(paths.init_queue))   # jobs, batches counted by name
     for queue in paths.run_queues():
         snap.queued[queue.name] = len(fsops.list_names(queue))
@@ -158,7 +158,7 @@ def snapshot(paths: SpoolPaths, config: RunConfig, with_rows: bool = True,
     return snap
 
 
-def _read_finished(snap: Snapshot, paths: SpoolPaths, files: list[Path], pass_reward: float, exact: bool,
+def _read_finished(snap: RunStatus, paths: SpoolPaths, files: list[Path], pass_reward: float, exact: bool,
                    sample_shards: int) -> None:
     """The finished-job figures of `snap`, from every shard or a sample of them."""
     import numpy as np

@@ -60,7 +60,7 @@ Identity = tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class WorkerState:
+class WorkerSummary:
     """One worker as its heartbeat said at the last rebuild."""
 
     alive: bool
@@ -75,7 +75,7 @@ class Summary:
     """`control/cluster.json`: what one rebuild found."""
 
     built_at: float                         # the rebuilder's clock: shown, never compared with another
-    workers: dict[str, WorkerState]
+    workers: dict[str, WorkerSummary]
     generation: int = 0                     # with `builder`: what says this is another summary
     builder: str = ""
     cancel_names: tuple[str, ...] = ()      # the names in cancel/
@@ -122,7 +122,7 @@ class Summary:
         key, stop_key = data.get("registry_key"), data.get("stop_key")
         return cls(
             built_at=float(data["built_at"]),
-            workers={str(w): WorkerState(bool(s.get("alive")), str(s.get("node", "")), _int_counts(s.get("inflight")),
+            workers={str(w): WorkerSummary(bool(s.get("alive")), str(s.get("node", "")), _int_counts(s.get("inflight")),
                                          _int_counts(s.get("assigned")), bool(s.get("fills_run_queue")))
                      for w, s in (data.get("workers") or {}).items()},
             generation=int(data.get("generation") or 0), builder=str(data.get("builder") or ""),
@@ -201,7 +201,7 @@ def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None 
 
     Never raises on a heartbeat's content: a damaged one would otherwise stop every rebuilder in turn."""
     judge = judge or CarriedJudge(paths.root, SIGHTINGS, {}, 0.0)
-    workers: dict[str, WorkerState] = {}
+    workers: dict[str, WorkerSummary] = {}
     dead: dict[str, dict | None] = {}
     try:
         entries = [e for e in os.scandir(paths.workers) if e.name.endswith(".json") and not e.name.startswith(".")]
@@ -220,7 +220,7 @@ def build_summary(paths: SpoolPaths, lease_s: float, judge: CarriedJudge | None 
         raw_load, raw_pools = info.get("load"), info.get("pools")
         load: dict[str, Any] = raw_load if isinstance(raw_load, dict) else {}
         pools: dict[str, Any] = raw_pools if isinstance(raw_pools, dict) else {}
-        workers[worker] = WorkerState(
+        workers[worker] = WorkerSummary(
             alive, str(info.get("node", "")), _counts(load.get("inflight")), _counts(load.get("assigned")),
             _size(pools, "run") == 0 and _size(pools, "init") > 0,
         )

@@ -94,21 +94,21 @@ class ShardWriter:
             raise
         return batch.tickets
 
-    def take(self) -> "Batch | None":
+    def take(self) -> "ShardBatch | None":
         """Empty the buffer into a batch to write (possibly from another thread)."""
         if not self._rows:
             return None
-        batch = Batch(self._rows, self._tickets, self._bytes, self._first_at)
+        batch = ShardBatch(self._rows, self._tickets, self._bytes, self._first_at)
         self._rows, self._tickets, self._bytes = [], [], 0
         return batch
 
-    def put_back(self, batch: "Batch") -> None:
+    def put_back(self, batch: "ShardBatch") -> None:
         """A batch that could not be written goes back to the head of the buffer."""
         self._rows[:0], self._tickets[:0] = batch.rows, batch.tickets
         self._bytes += batch.bytes
         self._first_at = batch.first_at  # older than anything added meanwhile
 
-    def write(self, batch: "Batch", staging: Path | None = None) -> str:
+    def write(self, batch: "ShardBatch", staging: Path | None = None) -> str:
         """Write one batch as a shard and return its name.
 
         `staging` is the worker's claim directory: the shard is written there and renamed into
@@ -161,7 +161,7 @@ class ShardWriter:
 
 
 @dataclass(frozen=True)
-class Batch:
+class ShardBatch:
     rows: list[dict[str, Any]]
     tickets: list[str]
     bytes: int

@@ -20,7 +20,7 @@ from orchestrator.config import RunConfig
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.trainer.cursor import Cursor
 from orchestrator.spool.rundir import init_run, open_run
-from orchestrator.report.status import Snapshot, snapshot
+from orchestrator.report.status import RunStatus, snapshot
 from orchestrator.slurm.queries import slurm_warnings
 from orchestrator.submission.submit import SubmitReport, submit_file, submit_rows
 from orchestrator.trainer.tail import RowReader
@@ -112,6 +112,6 @@ class Spool:
         share = DEFAULT_MIN_SERVING if min_serving is None else min_serving
         return swap_weights(self.paths, checkpoint, version, lag, abort, rolling, share)
 
-    def status(self, exact: bool = False) -> Snapshot:
+    def status(self, exact: bool = False) -> RunStatus:
         """The run's figures; finished-job figures from a bounded sample of shards unless `exact`."""
         return snapshot(self.paths, self.config, exact=exact, scheduler_warnings=slurm_warnings)

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.spool.claims import ClaimBox
 from orchestrator.spool import fsops
 from orchestrator.spool.cluster_summary import (LARGE_RUN_WORKERS, CarriedJudge, ClusterView, Rebuild, Summary,
-                                                WorkerState, build_summary)
+                                                WorkerSummary, build_summary)
 from orchestrator.spool.jobs import JobSpec, Stage
 from orchestrator.spool.lease import Sightings, break_if_stale, try_lock
 from orchestrator.spool.paths import SpoolPaths
@@ -149,7 +149,7 @@ def view_with_clock(paths: SpoolPaths) -> tuple[ClusterView, FakeClock]:
 
 def large_summary_dated(built_at: float, generation: int = 7) -> bytes:
     """A summary of a large run (PEERS live workers) stamped `built_at`."""
-    workers = {f"peer{i:02d}-1-beef": WorkerState(True, f"peer{i:02d}", {}, {}, False) for i in range(PEERS)}
+    workers = {f"peer{i:02d}-1-beef": WorkerSummary(True, f"peer{i:02d}", {}, {}, False) for i in range(PEERS)}
     return orjson.dumps(Summary(built_at=built_at, workers=workers, generation=generation, builder="b").to_json())
 
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from orchestrator.llm.conversation import Conversation, TemplateError
+from orchestrator.llm.conversation import Conversation, ChatTemplateError
 from orchestrator.devserver.generation import Engine
 from orchestrator.devserver.sampling import GenRequest
 from orchestrator.devserver.tiny_model import tiny_model_dir
@@ -100,7 +100,7 @@ def test_template_that_rewrites_history_is_named() -> None:
     original = tok.chat_template
     try:  # a template that only ever shows the last message cannot be extended by a delta
         tok.chat_template = "{{ messages[-1]['content'] }}{% if add_generation_prompt %}>{% endif %}"
-        with pytest.raises(TemplateError, match="earlier messages differently"):
+        with pytest.raises(ChatTemplateError, match="earlier messages differently"):
             conversation.add_messages([{"role": "user", "content": "x"}])
     finally:
         tok.chat_template = original

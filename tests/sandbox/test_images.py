@@ -13,7 +13,7 @@ from spython.main.parse.parsers import SingularityParser
 
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.images.builder import build_image
-from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
+from orchestrator.sandbox.images.cache import BuildAction, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import (
     Rendered, available, find_template, header_fields, render, sections,
 )
@@ -70,19 +70,19 @@ def test_cache_keys_follow_their_inputs() -> None:
 
 
 @pytest.mark.parametrize("mode,present,action,base", [
-    (Mode.VERSIONED, {"versioned"}, Action.REUSE, None),
-    (Mode.VERSIONED, set(), Action.SCRATCH, None),
-    (Mode.LOCK, {"lock", "versioned"}, Action.REUSE, None),
-    (Mode.LOCK, {"versioned"}, Action.FROM_VERSIONED, "versioned"),
-    (Mode.LOCK, set(), Action.SCRATCH, None),
-    (Mode.SOURCE, {"source", "lock"}, Action.REUSE, None),
-    (Mode.SOURCE, {"lock", "versioned"}, Action.FROM_LOCK, "lock"),
-    (Mode.SOURCE, {"versioned"}, Action.FROM_VERSIONED, "versioned"),
-    (Mode.SOURCE, set(), Action.SCRATCH, None),
-    (Mode.SCRATCH, {"versioned", "lock", "source", "scratch"}, Action.SCRATCH, None),
+    (Mode.VERSIONED, {"versioned"}, BuildAction.REUSE, None),
+    (Mode.VERSIONED, set(), BuildAction.SCRATCH, None),
+    (Mode.LOCK, {"lock", "versioned"}, BuildAction.REUSE, None),
+    (Mode.LOCK, {"versioned"}, BuildAction.FROM_VERSIONED, "versioned"),
+    (Mode.LOCK, set(), BuildAction.SCRATCH, None),
+    (Mode.SOURCE, {"source", "lock"}, BuildAction.REUSE, None),
+    (Mode.SOURCE, {"lock", "versioned"}, BuildAction.FROM_LOCK, "lock"),
+    (Mode.SOURCE, {"versioned"}, BuildAction.FROM_VERSIONED, "versioned"),
+    (Mode.SOURCE, set(), BuildAction.SCRATCH, None),
+    (Mode.SCRATCH, {"versioned", "lock", "source", "scratch"}, BuildAction.SCRATCH, None),
 ])
 def test_plan_decides_reuse_layering_or_scratch(
-    mode: Mode, present: set[str], action: Action, base: str | None, tmp_path: Path
+    mode: Mode, present: set[str], action: BuildAction, base: str | None, tmp_path: Path
 ) -> None:
     keys = CacheKeys("swe", "v1", "l1", "s1", "x1")
     existing = {tmp_path / f"swe-{name}-{getattr(keys, name)}.sif" for name in present}
@@ -111,7 +111,7 @@ def test_builder_reuses_and_layers_lock_on_versioned(tmp_path: Path) -> None:
                           backend=_fake_backend(log))
     assert (first.built, again.built, layered.built) == (True, False, True)
     assert again.path == first.path and first.path.name.startswith("math-versioned-")
-    assert layered.plan.action is Action.FROM_VERSIONED
+    assert layered.plan.action is BuildAction.FROM_VERSIONED
     text = layered.path.read_text()
     assert "Bootstrap: localimage" in text and f"From: {first.path}" in text
     assert "sympy==1.12" in text and "apt-get install" not in text   # only the layer's work
@@ -213,7 +213,7 @@ def test_dir_image_layer_runs_post_in_a_copy_of_the_base(tmp_path: Path) -> None
     base = out / keys.name(Mode.VERSIONED)
     _tiny_rootfs(base)            # stands in for a versioned image built earlier
     outcome = build_image(template, mode="lock", variables=variables, fmt="dir", out_dir=out, lock_file=lock)
-    assert outcome.built and outcome.plan.action is Action.FROM_VERSIONED
+    assert outcome.built and outcome.plan.action is BuildAction.FROM_VERSIONED
     assert (outcome.path / "layer.txt").read_text() == "layer for 7\n"
     assert (outcome.path / "workspace").is_dir() and (outcome.path / "usr" / "bin" / "sh").exists()
     assert not (base / "layer.txt").exists()                      # the base is untouched
@@ -244,7 +244,7 @@ def test_dir_image_on_a_local_directory_image_runs_setup_on_the_host_then_post(t
     out = tmp_path / "out"
     outcome = build_image(template, fmt="dir", out_dir=out,
                           variables={"bootstrap": "localimage", "from_image": str(base), "framework_version": "1"})
-    assert outcome.built and outcome.plan.action is Action.SCRATCH
+    assert outcome.built and outcome.plan.action is BuildAction.SCRATCH
     assert (outcome.path / "seen-in-post.txt").read_text() == "fetched on the host\n"   # %setup's file, read by %post
     assert (outcome.path / "usr" / "bin" / "sh").exists() and not (base / "fetched.txt").exists()
     with pytest.raises(SandboxConfigError, match="needs --set from_image=DIR"):

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 
 from orchestrator.sandbox.errors import SandboxConfigError, SandboxError
-from orchestrator.sandbox.images.cache import Action, BuildPlan, CacheKeys, Mode, plan_build
+from orchestrator.sandbox.images.cache import BuildAction, BuildPlan, CacheKeys, Mode, plan_build
 from orchestrator.sandbox.images.templates import Rendered, render
 from orchestrator.spool.lease import Lock, LockTimeout, acquire
 
@@ -75,11 +75,11 @@ def default_backend(fmt: str) -> Backend:
 
 def _definition_for(plan: BuildPlan, template: Path, variables: dict[str, Any],
                     source: Path | None) -> Rendered:
-    if plan.action in (Action.FROM_LOCK, Action.FROM_VERSIONED):
+    if plan.action in (BuildAction.FROM_LOCK, BuildAction.FROM_VERSIONED):
         assert plan.base is not None
         variables = {**variables, "bootstrap": "localimage", "from_image": str(plan.base),
                      "layer_only": True}
-        if plan.action is Action.FROM_LOCK:
+        if plan.action is BuildAction.FROM_LOCK:
             variables["lock_text"] = ""   # the lock image already has the dependencies
     rendered = render(template, variables)
     if source is not None:
@@ -117,7 +117,7 @@ def build_image(
     keys = CacheKeys.compute(full.name, full.variables, full.text, lock_text, source)
     suffix = ".sif" if fmt == "sif" else ""
     plan = plan_build(mode, keys, out_dir, suffix)
-    if plan.action is Action.REUSE:
+    if plan.action is BuildAction.REUSE:
         return BuildOutcome(plan, plan.target, False, time.monotonic() - started, None)
     build = backend or default_backend(fmt)
     lock = _acquire(out_dir / f".{plan.target.name}.lock", lock_timeout)
@@ -132,7 +132,7 @@ def _build_locked(plan: BuildPlan, mode: Mode, keys: CacheKeys, out_dir: Path, s
                   variables: dict[str, Any], source: Path | None, build: Backend, started: float) -> BuildOutcome:
     # Another node may have finished this image while we waited for the lock.
     plan = plan_build(mode, keys, out_dir, suffix)
-    if plan.action is Action.REUSE:
+    if plan.action is BuildAction.REUSE:
         return BuildOutcome(plan, plan.target, False, time.monotonic() - started, None)
     rendered = _definition_for(plan, template, variables, source)
     definition = out_dir / f"{plan.target.name}.def"
@@ -143,7 +143,7 @@ def _build_locked(plan: BuildPlan, mode: Mode, keys: CacheKeys, out_dir: Path, s
         build(rendered, definition, tmp, plan)
         if not tmp.exists():
             raise ImageBuildError(f"the build of {plan.target.name} produced nothing at {tmp}")
-        if plan.action is Action.SCRATCH and plan.target.exists():
+        if plan.action is BuildAction.SCRATCH and plan.target.exists():
             _remove(plan.target)   # scratch mode replaces an earlier scratch build
         os.rename(tmp, plan.target)
     finally:

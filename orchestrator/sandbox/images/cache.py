@@ -25,7 +25,7 @@ class Mode(str, enum.Enum):
     SOURCE = "source"
 
 
-class Action(str, enum.Enum):
+class BuildAction(str, enum.Enum):
     REUSE = "reuse"
     FROM_LOCK = "from_lock"
     FROM_VERSIONED = "from_versioned"
@@ -91,7 +91,7 @@ class CacheKeys:
 @dataclass(frozen=True)
 class BuildPlan:
     mode: Mode
-    action: Action
+    action: BuildAction
     target: Path
     base: Path | None = None      # the image layered on (FROM_LOCK / FROM_VERSIONED)
 
@@ -102,15 +102,15 @@ def plan_build(
 ) -> BuildPlan:
     target = out_dir / (keys.name(mode) + suffix)
     if mode is Mode.SCRATCH:
-        return BuildPlan(mode, Action.SCRATCH, target)
+        return BuildPlan(mode, BuildAction.SCRATCH, target)
     if exists(target):
-        return BuildPlan(mode, Action.REUSE, target)
+        return BuildPlan(mode, BuildAction.REUSE, target)
     if mode is Mode.SOURCE and keys.lock is not None:
         lock_image = out_dir / (keys.name(Mode.LOCK) + suffix)
         if exists(lock_image):
-            return BuildPlan(mode, Action.FROM_LOCK, target, lock_image)
+            return BuildPlan(mode, BuildAction.FROM_LOCK, target, lock_image)
     if mode in (Mode.LOCK, Mode.SOURCE):
         versioned = out_dir / (keys.name(Mode.VERSIONED) + suffix)
         if exists(versioned):
-            return BuildPlan(mode, Action.FROM_VERSIONED, target, versioned)
-    return BuildPlan(mode, Action.SCRATCH, target)
+            return BuildPlan(mode, BuildAction.FROM_VERSIONED, target, versioned)
+    return BuildPlan(mode, BuildAction.SCRATCH, target)

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from orchestrator.sandbox.errors import SandboxConfigError
-from orchestrator.sandbox.images.cache import Action, BuildPlan
+from orchestrator.sandbox.images.cache import BuildAction, BuildPlan
 from orchestrator.sandbox.images.templates import Rendered, sections
 
 
@@ -108,7 +108,7 @@ def clean_rootfs(root: Path) -> None:
 
 
 def build_dir_image(rendered: Rendered, definition: Path, output: Path, plan: BuildPlan) -> None:
-    if plan.action in (Action.FROM_LOCK, Action.FROM_VERSIONED):
+    if plan.action in (BuildAction.FROM_LOCK, BuildAction.FROM_VERSIONED):
         assert plan.base is not None
         _run(["cp", "-a", "--reflink=auto", str(plan.base), str(output)], "copying the base image")
     else:

@@ -67,7 +67,7 @@ MULTI_MODAL_INPUTS = "multi_modal_inputs"   # a non-tensor of verl's layout: `{}
 
 
 @dataclass
-class Placement:
+class BatchPlacement:
     """Where the samples of one verl batch went: spool (group, sample) -> verl row."""
 
     rows_of_group: dict[str, list[int]] = field(default_factory=dict)   # group id -> verl row per sample
@@ -195,7 +195,7 @@ class SpoolLoopManager:
             params.pop("top_k", None)
         return params
 
-    def _submit(self, prompts: Any, meta: Mapping[str, Any]) -> Placement:
+    def _submit(self, prompts: Any, meta: Mapping[str, Any]) -> BatchPlacement:
         batch = prompts.non_tensor_batch
         size = len(prompts)
         uids = list(batch[keys.UID]) if keys.UID in batch else [f"row-{i}" for i in range(size)]
@@ -204,7 +204,7 @@ class SpoolLoopManager:
         for i in range(size):
             is_greedy = greedy is not None and not bool(greedy[i])
             groups.setdefault((uids[i], is_greedy), []).append(i)
-        placement = Placement(uids=uids, prompts=[_plain(batch.get("raw_prompt", batch.get("prompt", [None] * size))[i])
+        placement = BatchPlacement(uids=uids, prompts=[_plain(batch.get("raw_prompt", batch.get("prompt", [None] * size))[i])
                                                   for i in range(size)])
         # One submit per (group size, greedy): a submit gives all its tasks the same samples count.
         buckets: dict[tuple[int, bool], list[list[int]]] = {}
@@ -231,7 +231,7 @@ class SpoolLoopManager:
             task["verl_reward"] = reward_spec
         return task
 
-    def _collect(self, placement: Placement, started: float) -> tuple[list[Mapping[str, Any] | None], float]:
+    def _collect(self, placement: BatchPlacement, started: float) -> tuple[list[Mapping[str, Any] | None], float]:
         """The row of every verl sample (None: none came), and the seconds waited; what the time limit
         cut is kept in `self.cut` (orchestrator/trainer/time_limit.py)."""
         slots, self.cut = collect(self.reader, placement, len(placement.uids), self.spool.paths,
@@ -239,7 +239,7 @@ class SpoolLoopManager:
                                   self.settings.cancel_grace_s, self.settings.poll_s, started)
         return slots, time.monotonic() - started
 
-    def _fallback_prompts(self, slots: Sequence[Mapping[str, Any] | None], placement: Placement) -> list[list[int]]:
+    def _fallback_prompts(self, slots: Sequence[Mapping[str, Any] | None], placement: BatchPlacement) -> list[list[int]]:
         """Prompt ids for samples whose row has none: a sibling's, else the tokenizer's rendering."""
         out: list[list[int]] = [[] for _ in slots]
         for rows in placement.rows_of_group.values():

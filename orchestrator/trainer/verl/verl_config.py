@@ -49,26 +49,26 @@ class Overlong:
 
 
 @dataclass(frozen=True)
-class Setting:
+class ConfigValue:
     name: str        # the key as the user wrote it (legacy or reward.*)
     value: Any
 
 
-def reward_setting(config: Mapping[str, Any], path: str, legacy: str | None = None) -> Setting:
+def reward_setting(config: Mapping[str, Any], path: str, legacy: str | None = None) -> ConfigValue:
     """`reward.<path>`, or its legacy key when that is set (verl's migration: the legacy value wins)."""
     if legacy is not None:
         old = dig(config, *legacy.split("."))
         if old is not None:
-            return Setting(legacy, old)
-    return Setting(f"reward.{path}", dig(config, "reward", *path.split(".")))
+            return ConfigValue(legacy, old)
+    return ConfigValue(f"reward.{path}", dig(config, "reward", *path.split(".")))
 
 
-def custom_reward_function(config: Mapping[str, Any]) -> Setting:
+def custom_reward_function(config: Mapping[str, Any]) -> ConfigValue:
     """reward.custom_reward_function, or the legacy top-level one when any of its fields is set."""
     legacy = config.get("custom_reward_function")
     if isinstance(legacy, Mapping) and any(v is not None for v in legacy.values()):
-        return Setting("custom_reward_function", legacy)
-    return Setting("reward.custom_reward_function", dig(config, "reward", "custom_reward_function") or {})
+        return ConfigValue("custom_reward_function", legacy)
+    return ConfigValue("reward.custom_reward_function", dig(config, "reward", "custom_reward_function") or {})
 
 
 def adopts_custom_function(config: Mapping[str, Any], reward: Any) -> bool:
@@ -136,7 +136,7 @@ def _manager_refusal(config: Mapping[str, Any], reward: Any) -> str | None:
             f"(naive and dapo are); {SCORER_REPLACEMENT}")
 
 
-def _reward_kwargs(config: Mapping[str, Any]) -> Setting:
+def _reward_kwargs(config: Mapping[str, Any]) -> ConfigValue:
     return reward_setting(config, "reward_kwargs", "reward_model.reward_kwargs")
 
 

@@ -103,6 +103,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
     "tests/core/test_cluster_summary.py": {
         "test_cancel_stop_and_dead_workers_reach_a_large_run_through_the_summary": "worker",
     },
+    "tests/core/test_code_shape.py": {},
     "tests/core/test_config.py": {},
     "tests/core/test_config_source.py": {
         "test_submit_and_a_worker_refuse_it_with_the_same_words": "worker",

@@ -49,7 +49,9 @@ class Declared:
             value = self.kind(text)
         except ValueError:
             raise ValueError(f"{text!r} is not {'a whole number' if self.kind is int else 'a number'}") from None
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+        low = -float("inf") if self.low is None else self.low
+        high = float("inf") if self.high is None else self.high
+        if not low <= value <= high:   # NaN too
             raise ValueError(f"{text} is outside [{_number(self.low)}, {_number(self.high)}]")
         return value
 

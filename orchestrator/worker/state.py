@@ -64,7 +64,7 @@ class Slot:
 
 
 @dataclass
-class Pools:
+class StagePools:
     """Per stage: its slots (the pool size), how many stages run, and the dispatcher's wake-up.
 
     Slots are taken and given back only here (`take`, `take_if_free`, Slot.give_back) and the
@@ -75,11 +75,11 @@ class Pools:
     wake: dict[Stage, asyncio.Event]
 
     @classmethod
-    def sized(cls, options: WorkerOptions) -> "Pools":
+    def sized(cls, options: WorkerOptions) -> "StagePools":
         return cls.of_sizes({s: options.pool_size(s) for s in Stage})
 
     @classmethod
-    def of_sizes(cls, sizes: dict[Stage, int]) -> "Pools":
+    def of_sizes(cls, sizes: dict[Stage, int]) -> "StagePools":
         return cls({s: asyncio.Semaphore(sizes[s]) for s in Stage}, {s: 0 for s in Stage},
                    {s: asyncio.Event() for s in Stage})
 
@@ -264,7 +264,7 @@ class WorkerState:
         for registry in (self.registry, *([self.services.llm_router.registry] if self.services.llm_router else [])):
             registry.quarantine_unusable = True      # an unusable registry goes to quarantine/: an outage, not a crash
             registry.on_quarantine = self.registry_quarantined
-        self.pools = Pools.sized(self.options)
+        self.pools = StagePools.sized(self.options)
         # Where run.toml declares resource classes: what this worker's sandboxes hold, and which job
         # goes next (worker/admission.py); None: first come, first served.
         self.admission = Admission.of(config, on_admit=lambda name, fields: self.events.emit(name, "admitted", fields))

@@ -21,7 +21,6 @@ ROOTS = ("orchestrator", "handlers")
 # Names two classes still share, with why: each side is code other engineers are changing, or a
 # name user code imports (the handler API). Rename one of the pair, then remove it from here.
 SHARED_NAMES = {
-    "Pools": "config.py's run.toml section and worker/state.py's slots: both files under other work (issue 38)",
     "Sandbox": "config.py's run.toml section (under other work) and sandbox/base.py's runtime, named by handlers",
     "Kind": "handler_api/schema.py's, imported by users' handlers; slurm/templates.py's is under other work",
 }

@@ -1,5 +1,5 @@
 """The worker's memory is owned like tickets are (issue 38, item 2): the jobs it carries
-(`HeldJobs`) and its pools' slots (`Pools`, `Slot`) change only through their own methods in
+(`HeldJobs`) and its pools' slots (`StagePools`, `Slot`) change only through their own methods in
 orchestrator/worker/state.py, one per move. Anywhere else in the package, writing a held-job
 field, taking or giving back a slot by hand, or changing a busy count fails this test with the
 line to change.
@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 
 from orchestrator.spool.jobs import Stage
-from orchestrator.worker.state import HeldJobs, Pools
+from orchestrator.worker.state import HeldJobs, StagePools
 
 REPO = Path(__file__).resolve().parents[2]
 OWNER = REPO / "orchestrator" / "worker" / "state.py"
@@ -58,7 +58,7 @@ def violations(source: str, where: str) -> list[str]:
                 and _held_field(node.func.value):
             found.append(f"{line}: changes a HeldJobs field with .{node.func.attr}(): use its methods (worker/state.py)")
         if isinstance(node, ast.Attribute) and node.attr in POOL_INSIDES | {"slots"} and _pools(node.value):
-            found.append(f"{line}: reaches into the pools ({node.attr}): take a Slot with Pools.take / take_if_free")
+            found.append(f"{line}: reaches into the pools ({node.attr}): take a Slot with StagePools.take / take_if_free")
     return found
 
 
@@ -97,7 +97,7 @@ slot.give_back()
 
 def test_a_slot_is_given_back_once_and_pools_count_busy_stages() -> None:
     async def scenario() -> None:
-        pools = Pools.of_sizes({Stage.INIT: 1, Stage.RUN: 2, Stage.EVAL: 1})
+        pools = StagePools.of_sizes({Stage.INIT: 1, Stage.RUN: 2, Stage.EVAL: 1})
         first = await pools.take(Stage.RUN)
         second = await pools.take_if_free(Stage.RUN)
         assert second is not None and await pools.take_if_free(Stage.RUN) is None

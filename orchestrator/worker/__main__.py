@@ -16,6 +16,7 @@ import click
 from orchestrator.errors import HpcRolloutError
 from orchestrator.settings_click import click_options
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.worker.full_spool import disk_full_error
 from orchestrator.worker.main import run_worker
 from orchestrator.worker.options import WorkerOptions
 
@@ -38,6 +39,15 @@ def main(run_dir: str, verbose: int, **options: object) -> None:
         code = run_worker(SpoolPaths.of(run_dir), WorkerOptions.from_params(options))
     except HpcRolloutError as exc:   # a run directory without run.toml, metrics that cannot start, ...
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        if disk_full_error(exc) is None:
+            raise
+        # Registering (a heartbeat, a claim directory, a journal) is the first write: no job is
+        # held yet. A running worker waits out a full spool instead (worker/full_spool.py).
+        raise click.ClickException(
+            f"the filesystem holding {run_dir} is full ({exc.strerror}): this worker could not register and "
+            f"holds no job. See what fills it (df -h {run_dir}; du -sh {run_dir}/* | sort -h), free space "
+            "or raise the quota, then start the worker again") from None
     sys.exit(code)
 
 

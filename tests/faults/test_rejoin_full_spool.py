@@ -92,3 +92,21 @@ def test_a_worker_fenced_on_a_full_spool_rejoins_once_there_is_room(tmp_path: Pa
         assert codes == [0, 0], f"{codes}\n{log.read_text(errors='replace')[-3000:]}"
         counts = Counter(row["job_id"] for row in rows(paths))
         assert len(counts) == submitted.jobs and max(counts.values()) == 1
+
+
+def test_a_worker_started_on_a_full_spool_says_so_and_claims_nothing(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", 8) as disk:
+        paths = make_run(disk / "run", **SETTINGS)
+        submit_file(paths, write_jsonl(tmp_path / "t.jsonl", [{"handler": "sleep", "instance": {}}] * 4))
+        queued = sorted(p.name for p in paths.init_queue.iterdir())
+        filler = fill_disk(disk)
+        try:
+            done = subprocess.run([sys.executable, "-m", "orchestrator.worker", str(paths.root)],
+                                  capture_output=True, text=True, timeout=120)
+        finally:
+            filler.unlink()
+        assert done.returncode == 1
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "No space left on device" in done.stderr and str(disk) in done.stderr, done.stderr
+        assert "df -h" in done.stderr, "it says how to see what fills the filesystem"
+        assert sorted(p.name for p in paths.init_queue.iterdir()) == queued, "nothing was claimed"

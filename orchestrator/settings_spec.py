@@ -4,11 +4,16 @@ A field declared with `declared(...)` carries a `Declared` in its metadata: the 
 text becomes a value (type, bounds, choices or a parser) and back, and the run.toml key whose value
 an unset option takes. Click options, argument lists and template checks are all generated from
 it (docs/architecture.md, "Settings declared once"; the click options in settings_click.py), so two
-entry points cannot disagree on a flag. run.toml's settings are declared the same way, without a flag.
+entry points cannot disagree on a flag. run.toml's settings are declared the same way, without a flag,
+and so are the settings a mapping carries (sandbox limits, the agent's and context's policies, verl's
+`hpc_rollout` block): `checked` tests such a mapping against its dataclass's declarations.
 """
 
 from __future__ import annotations
 
+import difflib
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
@@ -65,10 +70,17 @@ def declared_by(spec: Declared, default: Any) -> Any:
     return field(default=default, metadata={SPEC: spec})
 
 
-def setting(default: Any, help: str, bounds: tuple[float, float] | None = None, choices: tuple[str, ...] = ()) -> Any:
-    """A run.toml setting's field: its default, help (the comment above it in run.toml), bounds and choices."""
+def setting(default: Any, help: str, bounds: tuple[float, float] | None = None, choices: tuple[str, ...] = (),
+            kind: type | None = None) -> Any:
+    """A setting's field: its default, help (the comment above it in run.toml), bounds and choices.
+
+    `kind` is the default's type unless given (a setting whose default is None: unset). An enum's
+    kind takes its values as choices; `object` is a value `checked` passes on for its owner to read."""
     low, high = bounds if bounds is not None else (None, None)
-    return declared_by(Declared(help=help, kind=type(default), low=low, high=high, choices=choices), default)
+    kind = kind or type(default)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        choices = choices or tuple(member.value for member in kind)
+    return declared_by(Declared(help=help, kind=kind, low=low, high=high, choices=choices), default)
 
 
 def declarations(cls: type) -> dict[str, Declared]:
@@ -84,6 +96,89 @@ def to_args(instance: Any) -> list[str]:
         if value is not None and value != "":
             args += [spec.flag, spec.show(value)]
     return args
+
+
+class Numbers(enum.Enum):
+    """What a family's numbers accept: each family keeps what it always took, so no row that ran is refused."""
+
+    EXACT = "exact"         # int or float (a whole number: int only); never a bool
+    TRUNCATE = "truncate"   # int or float, never a bool; a whole number keeps int(value)
+    TEXT = "text"           # whatever float() reads, text too; a whole number keeps int(value)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family of settings is named in its errors: `label` names a key as its user writes it."""
+
+    noun: str                               # "context setting": unknown context setting 'keep'; valid: ...
+    label: str = "{key}"                    # "context {key}", "hpc_rollout.{key}"
+    error: type[Exception] = ValueError
+    numbers: Numbers = Numbers.EXACT
+    out_of_range: str = "{name}={value!r} must be {kind} in [{low}, {high}]{about}"
+    not_a_number: str = ""                  # "": worded as out_of_range
+    not_a_choice: str = "{name} {value!r}: choose one of {choices}"
+    show_help: bool = False                 # the declaration's help, in parentheses after the range
+
+    def fail(self, template: str, key: str, value: Any, spec: Declared) -> Exception:
+        return self.error(template.format(
+            name=self.label.format(key=key), value=value, kind="a whole number" if spec.kind is int else "a number",
+            low=_number(spec.low), high=_number(spec.high), choices=", ".join(spec.choices),
+            about=f" ({spec.help})" if self.show_help else ""))
+
+
+def checked(cls: type, values: Mapping[str, Any], family: Family) -> dict[str, Any]:
+    """`values` checked against `cls`'s declared fields: each value as its field holds it, or
+    `family.error` naming the key, the value and what it may be (an unknown key: the valid ones)."""
+    specs = declarations(cls)
+    unknown = [key for key in values if key not in specs]
+    if unknown:
+        prefix = family.label.format(key="")
+        named = ", ".join(f"{prefix}{key}" if prefix.endswith(".") else repr(key) for key in unknown)
+        close = difflib.get_close_matches(str(unknown[0]), specs, n=1)
+        raise family.error(f"unknown {family.noun}{'s' if len(unknown) > 1 else ''} {named}; valid: "
+                           f"{', '.join(specs)}" + (f" (did you mean {close[0]}?)" if close else ""))
+    unset = {f.name for f in fields(cls) if f.default is None}   # None: the setting stays unset
+    return {key: None if value is None and key in unset else _checked_value(key, value, specs[key], family)
+            for key, value in values.items()}
+
+
+def _checked_value(key: str, value: Any, spec: Declared, family: Family) -> Any:
+    if spec.kind is object:
+        return value
+    if spec.kind is bool:
+        if not isinstance(value, bool):
+            raise family.error(f"{family.label.format(key=key)} must be true or false, got {value!r}")
+        return value
+    if spec.choices:
+        if isinstance(value, bool) or value not in spec.choices:
+            raise family.fail(family.not_a_choice, key, value, spec)
+        return spec.kind(value)
+    if spec.kind in (int, float):
+        number = _as_number(value, spec.kind, family.numbers)
+        if number is None:
+            raise family.fail(family.not_a_number or family.out_of_range, key, value, spec)
+        low = -float("inf") if spec.low is None else spec.low
+        high = float("inf") if spec.high is None else spec.high
+        if not low <= number <= high:   # NaN too
+            raise family.fail(family.out_of_range, key, value, spec)
+        return spec.kind(number)
+    if not isinstance(value, spec.kind):
+        raise family.error(f"{family.label.format(key=key)} must be {spec.kind.__name__}, got {value!r}")
+    return value
+
+
+def _as_number(value: Any, kind: type, numbers: Numbers) -> float | None:
+    """`value` as a number under `numbers`' rule, or None when it is not one."""
+    if numbers is Numbers.TEXT:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if numbers is Numbers.EXACT and kind is int and not isinstance(value, int):
+        return None
+    return value
 
 
 def _number(value: float | None) -> str:

@@ -97,6 +97,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_sigkill_of_a_worker_holding_a_partly_committed_batch_ends_every_job_once": "worker",
         "test_submit_queues_batches_status_counts_jobs_and_inspect_finds_a_batched_job": "cli",
     },
+    "tests/core/test_checked_settings.py": {},
     "tests/core/test_cli_help.py": {
         "test_bash_completion_completes_commands_and_options": "cli",
     },

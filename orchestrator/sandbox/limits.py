@@ -12,43 +12,40 @@ their sum. `workspace_mb` is the size of /workspace, a tmpfs of that size (bubbl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from orchestrator.config import DEFAULTS
+from orchestrator.config import DEFAULTS, SETTINGS
 from orchestrator.sandbox.errors import SandboxConfigError
+from orchestrator.settings_spec import Family, Numbers, checked, setting
 
 MiB = 1 << 20
+# Numbers as text too ("4096"), whole ones truncated: what limits always took.
+LIMITS = Family("sandbox limit", "limit {key}", SandboxConfigError, Numbers.TEXT, show_help=True,
+                out_of_range="{name}={value!r} is outside [{low}, {high}]{about}",
+                not_a_number="{name}={value!r} is not a number{about}")
 
-# name: (default, minimum, maximum, unit)
-_BOUNDS: dict[str, tuple[float, float, float, str]] = {
-    "memory_mb": (4096, 64, 1 << 20, "MiB of address space per process"),
-    "total_memory_mb": (8192, 64, 1 << 22, "MiB of memory for the whole sandbox"),
-    "workspace_mb": (2048, 1, 1 << 22, "MiB of /workspace"),
-    "cpu_seconds": (900, 1, 7 * 86400, "CPU seconds per process"),
-    "file_size_mb": (1024, 1, 1 << 22, "MiB per written file"),
-    "processes": (256, 8, 100_000, "processes in the sandbox"),
-    "open_files": (4096, 64, 20_000, "open files per process"),
-    "tmp_mb": (512, 1, 1 << 20, "MiB of private /tmp"),
-    "wall_clock_s": (4 * 3600, 1, 30 * 86400, "seconds the sandbox may live"),
-    "command_timeout_s": (120, 0.1, 86400, "seconds per tool call, by default"),
-}
 
-FLOAT_LIMITS = {"wall_clock_s", "command_timeout_s"}
+def _run_toml(key: str) -> tuple[float, float]:
+    """The bounds of a limit that run.toml's [sandbox] also sets: one declaration, there."""
+    spec = SETTINGS[f"sandbox.{key}"]
+    assert spec.low is not None and spec.high is not None
+    return spec.low, spec.high
 
 
 @dataclass(frozen=True)
 class Limits:
-    memory_mb: int = 4096
-    total_memory_mb: int = DEFAULTS.sandbox.total_memory_mb
-    workspace_mb: int = DEFAULTS.sandbox.workspace_mb
-    cpu_seconds: int = 900
-    file_size_mb: int = 1024
-    processes: int = DEFAULTS.sandbox.processes
-    open_files: int = 4096
-    tmp_mb: int = 512
-    wall_clock_s: float = 4 * 3600.0
-    command_timeout_s: float = 120.0
+    memory_mb: int = setting(4096, "MiB of address space per process", bounds=(64, 1 << 20))
+    total_memory_mb: int = setting(DEFAULTS.sandbox.total_memory_mb, "MiB of memory for the whole sandbox",
+                                   bounds=_run_toml("total_memory_mb"))
+    workspace_mb: int = setting(DEFAULTS.sandbox.workspace_mb, "MiB of /workspace", bounds=_run_toml("workspace_mb"))
+    cpu_seconds: int = setting(900, "CPU seconds per process", bounds=(1, 7 * 86400))
+    file_size_mb: int = setting(1024, "MiB per written file", bounds=(1, 1 << 22))
+    processes: int = setting(DEFAULTS.sandbox.processes, "processes in the sandbox", bounds=_run_toml("processes"))
+    open_files: int = setting(4096, "open files per process", bounds=(64, 20_000))
+    tmp_mb: int = setting(512, "MiB of private /tmp", bounds=(1, 1 << 20))
+    wall_clock_s: float = setting(4 * 3600.0, "seconds the sandbox may live", bounds=(1, 30 * 86400))
+    command_timeout_s: float = setting(120.0, "seconds per tool call, by default", bounds=(0.1, 86400))
 
     @classmethod
     def parse(cls, value: "Limits | dict[str, Any] | None", **overrides: Any) -> "Limits":
@@ -56,25 +53,7 @@ class Limits:
         base = value if isinstance(value, Limits) else cls()
         data = dict(value) if isinstance(value, dict) else {}
         data.update({k: v for k, v in overrides.items() if v is not None})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SandboxConfigError(
-                f"unknown sandbox limit(s) {unknown}; valid: {', '.join(sorted(known))}"
-            )
-        checked: dict[str, Any] = {}
-        for name, raw in data.items():
-            _, low, high, unit = _BOUNDS[name]
-            try:
-                number = float(raw)
-            except (TypeError, ValueError):
-                raise SandboxConfigError(f"limit {name}={raw!r} is not a number ({unit})") from None
-            if not low <= number <= high:
-                raise SandboxConfigError(
-                    f"limit {name}={raw!r} is outside [{low:g}, {high:g}] ({unit})"
-                )
-            checked[name] = number if name in FLOAT_LIMITS else int(number)
-        return replace(base, **checked)
+        return replace(base, **checked(cls, data, LIMITS))
 
     def rlimits(self, memory_cgroup: bool = False) -> dict[str, int]:
         """What the execution server applies to itself (names of the `resource` module).

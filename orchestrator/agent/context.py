@@ -26,8 +26,10 @@ orchestrator.proxy.trajectory.samples_of or trainer/segments.py).
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from orchestrator.settings_spec import Family, checked, setting
 
 if TYPE_CHECKING:
     from orchestrator.llm.conversation import Conversation
@@ -44,15 +46,17 @@ class ContextMode(str, enum.Enum):
     SUMMARIZE = "summarize"  # old turns replaced by a summary the policy writes
 
 
+CONTEXT = Family("context setting", "context {key}", show_help=True)
+
+
 @dataclass(frozen=True)
 class ContextPolicy:
-    mode: ContextMode = ContextMode.NONE
-    budget_tokens: int = 0         # compact when the next request would pass this (0: max_context_tokens)
-    keep_turns: int = 4            # the most recent turns always kept as they are
-    summary_tokens: int = 256      # summarize: the summary's token budget
-    summarize_tool: bool = False   # offer the model the `summarize` tool
-
-    BOUNDS = {"budget_tokens": (0, 10_000_000), "keep_turns": (0, 1000), "summary_tokens": (8, 100_000)}
+    mode: ContextMode = setting(ContextMode.NONE, "what happens once the context passes its budget")
+    budget_tokens: int = setting(
+        0, "compact when the next request would pass this many tokens (0: max_context_tokens)", bounds=(0, 10_000_000))
+    keep_turns: int = setting(4, "the most recent turns always kept as they are", bounds=(0, 1000))
+    summary_tokens: int = setting(256, "summarize: the summary's token budget", bounds=(8, 100_000))
+    summarize_tool: bool = setting(False, "offer the model the `summarize` tool")
 
     @property
     def active(self) -> bool:
@@ -74,26 +78,7 @@ class ContextPolicy:
         if not isinstance(overrides, dict):
             raise ValueError(f"context must be an object such as {{\"mode\": \"drop\", \"keep_turns\": 4}}, "
                              f"got {overrides!r}")
-        values = asdict(base)
-        for key, value in overrides.items():
-            if key not in values:
-                raise ValueError(f"unknown context setting {key!r}; valid: {', '.join(values)}")
-            if key == "mode":
-                try:
-                    values[key] = ContextMode(value)
-                except ValueError:
-                    raise ValueError(f"context mode {value!r}: choose one of "
-                                     f"{', '.join(m.value for m in ContextMode)}") from None
-            elif key == "summarize_tool":
-                if not isinstance(value, bool):
-                    raise ValueError(f"context summarize_tool must be true or false, got {value!r}")
-                values[key] = value
-            else:
-                low, high = cls.BOUNDS[key]
-                if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                    raise ValueError(f"context {key}={value!r} must be a whole number in [{low}, {high}]")
-                values[key] = value
-        return cls(**values)
+        return replace(base, **checked(cls, overrides, CONTEXT))
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "mode": self.mode.value}

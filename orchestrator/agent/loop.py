@@ -17,7 +17,7 @@ import asyncio
 import enum
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from orchestrator.agent.calls import ParsedReply
@@ -28,6 +28,7 @@ from orchestrator.agent.messages import (
     assistant_message, error_message, nudge_message, reply_text, tool_message, with_call_ids,
 )
 from orchestrator.agent.toolbox import ToolOutcome
+from orchestrator.settings_spec import Family, Numbers, checked, setting
 
 if TYPE_CHECKING:
     from orchestrator.llm.conversation import Conversation
@@ -52,39 +53,25 @@ class TextReply(str, enum.Enum):
     NUDGE = "nudge"     # a slip: remind the model to use a tool (code, swe)
 
 
+# Any int or float (a whole number's field keeps int(value)), never a bool: what the agent always took.
+AGENT = Family("agent setting", "agent {key}", numbers=Numbers.TRUNCATE, show_help=True)
+
+
 @dataclass(frozen=True)
 class AgentLimits:
-    max_turns: int = 20
-    max_context_tokens: int = 8192
-    max_wall_s: float = 1800.0
-    tool_timeout_s: float = 60.0
-    max_tokens_per_turn: int = 1024
-    max_observation_chars: int = 8000   # a tool's output beyond this is cut in the middle
-    text_reply: TextReply = TextReply.FINISH
-
-    BOUNDS = {"max_turns": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_wall_s": (0.1, 7 * 86400),
-              "tool_timeout_s": (0.1, 86400), "max_tokens_per_turn": (1, 1_000_000),
-              "max_observation_chars": (64, 10_000_000)}
+    max_turns: int = setting(20, "LLM calls at most", bounds=(1, 10_000))
+    max_context_tokens: int = setting(8192, "prompt + reply tokens at most", bounds=(16, 10_000_000))
+    max_wall_s: float = setting(1800.0, "seconds of RUN at most", bounds=(0.1, 7 * 86400))
+    tool_timeout_s: float = setting(60.0, "seconds per tool call", bounds=(0.1, 86400))
+    max_tokens_per_turn: int = setting(1024, "tokens sampled per call at most", bounds=(1, 1_000_000))
+    max_observation_chars: int = setting(
+        8000, "a tool's output beyond this is cut in the middle", bounds=(64, 10_000_000))
+    text_reply: TextReply = setting(TextReply.FINISH, "what a reply without a tool call means")
 
     @classmethod
     def parse(cls, base: "AgentLimits", overrides: dict[str, Any] | None) -> "AgentLimits":
         """`base` with `overrides` (from a task's "agent" object), each checked."""
-        values = asdict(base)
-        for key, value in (overrides or {}).items():
-            if key not in values:
-                raise ValueError(f"unknown agent setting {key!r}; valid: {', '.join(values)}")
-            if key == "text_reply":
-                try:
-                    values[key] = TextReply(value)
-                except ValueError:
-                    raise ValueError(f"agent text_reply {value!r}: choose one of "
-                                     f"{', '.join(t.value for t in TextReply)}") from None
-                continue
-            low, high = cls.BOUNDS[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                raise ValueError(f"agent {key}={value!r} is outside [{low:g}, {high:g}]")
-            values[key] = type(getattr(base, key))(value)
-        return cls(**values)
+        return replace(base, **checked(cls, overrides or {}, AGENT))
 
 
 @dataclass(frozen=True)

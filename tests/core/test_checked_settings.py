@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.agent.context import ContextPolicy
+from orchestrator.agent.loop import AgentLimits
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
 from orchestrator.settings_spec import Declared, Family, checked, declarations, setting
@@ -26,6 +28,8 @@ ROOTS = ("orchestrator", "handlers")
 # family: (its dataclass, how its owner parses a mapping of it, the error that refuses one)
 FAMILIES: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]]] = {
     "sandbox limits": (Limits, Limits.parse, SandboxConfigError),
+    "agent limits": (AgentLimits, lambda values: AgentLimits.parse(AgentLimits(), values), ValueError),
+    "context policy": (ContextPolicy, lambda values: ContextPolicy.parse(ContextPolicy(), values), ValueError),
 }
 
 
@@ -89,8 +93,6 @@ KNOWN_TABLES = {
     "orchestrator/resource_class.py:CLASS_BOUNDS": "[classes.NAME] figures, parsed with run.toml by config.py",
     "orchestrator/submission/sampling.py:RANGES": "sampling parameters: a rule per key, not bounds",
     "handlers/harness_task.py:BOUNDS": "the harness handler's instance keys (a handler, not the engine)",
-    "orchestrator/agent/loop.py:BOUNDS": "AgentLimits: the next step",
-    "orchestrator/agent/context.py:BOUNDS": "ContextPolicy: the next step",
 }
 
 

@@ -20,11 +20,13 @@ import os
 import ssl
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import certifi
 import orjson
+
+if TYPE_CHECKING:
+    import aiohttp
 
 from orchestrator.errors import HpcRolloutError
 
@@ -79,6 +81,8 @@ class BackendHttp:
         if self.closed:
             raise RuntimeError("this BackendHttp is closed: open a new one")
         if self._session is None:
+            import aiohttp   # at first use: its import builds TLS contexts (~0.1-0.3 s of every worker's start)
+
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=self.keepalive_s, ssl=shared_tls())
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
@@ -87,6 +91,8 @@ class BackendHttp:
                       timeout_s: float | None = None, connect_timeout_s: float | None = None) -> HttpAnswer:
         """One exchange, its whole body read. TimeoutError when `timeout_s` (the whole exchange,
         not one read) passes; HttpFailure when the connection fails."""
+        import aiohttp   # loaded by _opened() below already, or now
+
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s, connect=connect_timeout_s)
         data = None if body is None else orjson.dumps(body)
         try:

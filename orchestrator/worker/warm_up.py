@@ -1,4 +1,5 @@
-"""The worker's warm-up, before it claims a job: the policy's tokenizers loaded, transformers imported.
+"""The worker's warm-up, before it claims a job: the policy's tokenizers loaded, transformers and the
+HTTP client (aiohttp) imported.
 
 Loading a tokenizer (and importing transformers, the first time) took seconds, up to ~30 s on a
 loaded node; done by the first job that needed it, it counted in that job's RUN time and budget
@@ -12,6 +13,7 @@ answer is left to the first job, as before. A stop request ends the warm-up at o
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 from typing import Any
@@ -40,6 +42,8 @@ async def warm_up(paths: SpoolPaths, stopping: asyncio.Event) -> dict[str, Any]:
         resolved = tokenizer_directory(path) if path else None
         if resolved is not None and resolved not in directories:
             directories.append(resolved)
+    if backends:   # the HTTP client's import (TLS contexts built): here, not in the first job's RUN
+        await asyncio.to_thread(importlib.import_module, "aiohttp")
     loaded = 0
     for directory in directories:
         load = asyncio.ensure_future(asyncio.to_thread(cached_tokenizer, directory))

@@ -80,11 +80,13 @@ def test_a_run_without_shards_has_the_figures_of_no_rows(pass_reward: float) -> 
     assert FinishedStats.of_no_rows(pass_reward) == finished_stats(empty, pass_reward)
 
 
-def test_a_worker_starts_without_pandas_or_pyarrow_dataset() -> None:
+def test_a_worker_starts_without_pandas_pyarrow_dataset_or_aiohttp() -> None:
     """Every worker process (a Slurm task, a local worker, thousands in the test suite) imports its
-    engine: pyarrow.dataset pulls pandas in, ~0.5 s of CPU a start that no worker stage uses."""
+    engine: pyarrow.dataset pulls pandas in, ~0.5 s of CPU a start that no worker stage uses;
+    aiohttp builds two TLS contexts as it is imported (0.1-0.3 s): loaded by the warm-up of a
+    worker whose run has backends, or by its first request, not by a worker of sleep or shell jobs."""
     code = ("import json, sys\nimport orchestrator.worker.engine\n"
-            "print(json.dumps(sorted(m for m in ('pandas', 'pyarrow.dataset') if m in sys.modules)))\n")
+            "print(json.dumps(sorted(m for m in ('pandas', 'pyarrow.dataset', 'aiohttp') if m in sys.modules)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []

@@ -133,10 +133,10 @@ def checked(cls: type, values: Mapping[str, Any], family: Family) -> dict[str, A
     unknown = [key for key in values if key not in specs]
     if unknown:
         prefix = family.label.format(key="")
-        named = ", ".join(f"{prefix}{key}" if prefix.endswith(".") else repr(key) for key in unknown)
+        named = (lambda key: f"{prefix}{key}") if prefix.endswith(".") else repr   # a dotted path, or a quoted key
         close = difflib.get_close_matches(str(unknown[0]), specs, n=1)
-        raise family.error(f"unknown {family.noun}{'s' if len(unknown) > 1 else ''} {named}; valid: "
-                           f"{', '.join(specs)}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise family.error(f"unknown {family.noun}{'s' if len(unknown) > 1 else ''} {', '.join(map(named, unknown))}; "
+                           f"valid: {', '.join(specs)}" + (f" (did you mean {named(close[0])}?)" if close else ""))
     unset = {f.name for f in fields(cls) if f.default is None}   # None: the setting stays unset
     return {key: None if value is None and key in unset else _checked_value(key, value, specs[key], family)
             for key, value in values.items()}

@@ -33,16 +33,16 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.errors import HpcRolloutError
 from orchestrator.grading.verl_reward import VerlRewardError, check_reward_kwargs
 from orchestrator.llm.errors import RegistryError
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
+from orchestrator.settings_spec import Family, checked, declarations, setting
 from orchestrator.trainer.verl.verl_config import (
     Overlong, adopts_custom_function, custom_reward_function, overlong_of, refusal,
 )
@@ -52,6 +52,7 @@ BLOCK = "hpc_rollout"
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0
 MAX_CANCEL_GRACE_S = 3600.0
 MAX_LENGTH = 1 << 20
+T = TypeVar("T")
 
 
 class VerlConfigError(HpcRolloutError, ValueError):
@@ -70,9 +71,9 @@ class RewardSource(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    temperature: float = setting(1.0, "sampling temperature", bounds=(0.0, 100.0))
+    top_p: float = setting(1.0, "nucleus sampling's probability mass", bounds=(0.0, 1.0))
+    top_k: int = setting(-1, "the most likely tokens sampled from (-1 or null: all)", bounds=(-1, 1 << 31))
 
     def params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p}
@@ -126,9 +127,46 @@ class ManagerSettings:
         return None
 
 
-KNOWN_KEYS = ("spool", "handler", "source_handlers", "time_limit_s", "cancel_grace_s", "warm_up_s", "max_policy_lag",
-              "poll_s",
-              "reward", "register_servers", "sampling")
+@dataclass(frozen=True)
+class Block:
+    """The `hpc_rollout` block as written (the table above); `object` keys are read by parse_settings."""
+
+    spool: Any = setting(None, "run directory (created when missing)", kind=object)
+    handler: Any = setting(None, "handler for rows whose data_source names none", kind=object)
+    source_handlers: Any = setting(None, "{data_source: handler}, over run.toml's [data_sources]", kind=object)
+    time_limit_s: float | None = setting(
+        None, "generate_sequences returns at this limit with what finished", bounds=(0.001, MAX_TIME_LIMIT_S), kind=float)
+    cancel_grace_s: float = setting(
+        30.0, "after the limit, how long the cancelled jobs get to be gone", bounds=(0.0, MAX_CANCEL_GRACE_S))
+    warm_up_s: float = setting(
+        120.0, "create() warms fresh workers for at most this long (0: no warm-up)", bounds=(0.0, MAX_CANCEL_GRACE_S))
+    max_policy_lag: int | None = setting(
+        None, "samples older than the current policy - lag are stale (-1: none)", bounds=(-1, 1_000_000), kind=int)
+    poll_s: float = setting(0.05, "how often the shards are polled", bounds=(0.001, 60.0))
+    reward: RewardSource = setting(RewardSource.HANDLER, "who scores a job")
+    register_servers: bool = setting(True, "register verl's own rollout servers in the spool's registry")
+    sampling: Any = setting(None, "extra sampling parameters for every job", kind=object)
+
+
+@dataclass(frozen=True)
+class RolloutShape:
+    """What the manager reads of verl's actor_rollout_ref.rollout besides sampling (its other keys are verl's)."""
+
+    n: int = setting(1, "samples per prompt", bounds=(1, 100_000))
+    prompt_length: int = setting(512, "prompt tokens (the padding)", bounds=(1, MAX_LENGTH))
+    response_length: int = setting(512, "response tokens (the padding)", bounds=(1, MAX_LENGTH))
+
+
+# Numbers as verl's config writes them (never text, never a bool); errors name the key as a command line sets it.
+VERL = Family("key", BLOCK + ".{key}", VerlConfigError,
+              out_of_range="{name} must be {kind} in [{low}, {high}], got {value!r}",
+              not_a_choice="{name} {value!r} is not valid; use one of {choices}")
+
+
+def read_declared(cls: type[T], section: Mapping[str, Any], where: str) -> T:
+    """`cls` from the keys of `section` it declares, each checked (a verl section's other keys are verl's)."""
+    values = {key: section[key] for key in declarations(cls) if key in section}
+    return cls(**checked(cls, values, replace(VERL, label=where + ".{key}")))
 
 
 def to_plain(config: Any) -> Any:
@@ -151,15 +189,12 @@ def parse_settings(config: Any) -> ManagerSettings:
     block = plain.get(BLOCK)
     if not isinstance(block, Mapping):
         raise VerlConfigError(f"the verl config has no `{BLOCK}` block: add at least `+{BLOCK}.spool=RUN_DIR`")
-    unknown = sorted(set(block) - set(KNOWN_KEYS))
-    if unknown:
-        raise VerlConfigError(f"unknown key(s) {', '.join(f'{BLOCK}.{k}' for k in unknown)}; "
-                              f"valid: {', '.join(KNOWN_KEYS)}")
+    written = Block(**checked(Block, block, VERL))
     rollout = _mapping(_dig(plain, "actor_rollout_ref", "rollout"), "actor_rollout_ref.rollout")
     spool = block.get("spool")
     if not isinstance(spool, str) or not spool.strip():
         raise VerlConfigError(f"{BLOCK}.spool must be the run directory's path (e.g. /scratch/spool/run1)")
-    reward = _choice(RewardSource, block.get("reward", "handler"), f"{BLOCK}.reward")
+    reward = written.reward
     problem = refusal(plain, block.get("reward"))   # verl settings this manager would otherwise ignore
     if problem:
         raise VerlConfigError(problem)
@@ -184,23 +219,23 @@ def parse_settings(config: Any) -> ManagerSettings:
     if not isinstance(extra, Mapping):
         raise VerlConfigError(f"{BLOCK}.sampling must be a mapping of sampling parameters, e.g. {{max_tokens: 256}}")
     model_path = _dig(plain, "actor_rollout_ref", "model", "path")
+    shape = read_declared(RolloutShape, rollout, "actor_rollout_ref.rollout")
     return ManagerSettings(
         spool=Path(spool).expanduser(),
         handler=handler,
         source_handlers=dict(sources),
-        time_limit_s=_optional_seconds(block.get("time_limit_s"), f"{BLOCK}.time_limit_s"),
-        cancel_grace_s=_seconds(block.get("cancel_grace_s", 30.0), f"{BLOCK}.cancel_grace_s", 0.0, MAX_CANCEL_GRACE_S),
-        warm_up_s=_seconds(block.get("warm_up_s", 120.0), f"{BLOCK}.warm_up_s", 0.0, MAX_CANCEL_GRACE_S),
-        max_policy_lag=_optional_int(block.get("max_policy_lag"), f"{BLOCK}.max_policy_lag", -1, 1_000_000),
-        poll_s=_seconds(block.get("poll_s", 0.05), f"{BLOCK}.poll_s", 0.001, 60.0),
+        time_limit_s=written.time_limit_s,
+        cancel_grace_s=written.cancel_grace_s,
+        warm_up_s=written.warm_up_s,
+        max_policy_lag=written.max_policy_lag,
+        poll_s=written.poll_s,
         reward=reward,
         custom_reward=custom,
-        register_servers=_flag(block.get("register_servers", True), f"{BLOCK}.register_servers"),
+        register_servers=written.register_servers,
         extra_sampling=dict(extra),
-        samples=_int(rollout.get("n", 1), "actor_rollout_ref.rollout.n", 1, 100_000),
-        prompt_length=_int(rollout.get("prompt_length", 512), "actor_rollout_ref.rollout.prompt_length", 1, MAX_LENGTH),
-        response_length=_int(rollout.get("response_length", 512), "actor_rollout_ref.rollout.response_length",
-                             1, MAX_LENGTH),
+        samples=shape.n,
+        prompt_length=shape.prompt_length,
+        response_length=shape.response_length,
         sampling=_sampling(rollout, "actor_rollout_ref.rollout"),
         validation_sampling=_sampling(_mapping(rollout.get("val_kwargs") or {}, "rollout.val_kwargs"),
                                       "actor_rollout_ref.rollout.val_kwargs"),
@@ -232,11 +267,9 @@ def _custom_reward(plain: Mapping[str, Any]) -> CustomReward:
 
 
 def _sampling(section: Mapping[str, Any], where: str) -> Sampling:
-    return Sampling(
-        temperature=_number(section.get("temperature", 1.0), f"{where}.temperature", 0.0, 100.0),
-        top_p=_number(section.get("top_p", 1.0), f"{where}.top_p", 0.0, 1.0),
-        top_k=_int(section.get("top_k", -1) if section.get("top_k") is not None else -1, f"{where}.top_k", -1, 1 << 31),
-    )
+    if "top_k" in section and section["top_k"] is None:   # verl's null: no top-k
+        section = {key: value for key, value in section.items() if key != "top_k"}
+    return read_declared(Sampling, section, where)
 
 
 def _dig(data: Mapping[str, Any], *keys: str) -> Any:
@@ -252,42 +285,4 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise VerlConfigError(f"{where} must be a mapping")
-    return value
-
-
-def _choice(kind: type[enum.Enum], value: Any, where: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        raise VerlConfigError(f"{where} {value!r} is not valid; use one of {', '.join(m.value for m in kind)}") from None
-
-
-def _number(value: Any, where: str, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise VerlConfigError(f"{where} must be a number in [{low:g}, {high:g}], got {value!r}")
-    return float(value)
-
-
-def _int(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise VerlConfigError(f"{where} must be an integer in [{low}, {high}], got {value!r}")
-    return value
-
-
-def _optional_int(value: Any, where: str, low: int, high: int) -> int | None:
-    return None if value is None else _int(value, where, low, high)
-
-
-def _seconds(value: Any, where: str, low: float, high: float) -> float:
-    return _number(value, where, low, high)
-
-
-def _optional_seconds(value: Any, where: str) -> float | None:
-    return None if value is None else _seconds(value, where, 0.001, MAX_TIME_LIMIT_S)
-
-
-def _flag(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise VerlConfigError(f"{where} must be true or false, got {value!r}")
     return value

@@ -28,7 +28,7 @@ from orchestrator.worker.options import WorkerOptions
 SUFFIX = ".sbatch.j2"
 
 
-class Kind(enum.Enum):
+class ValueKind(enum.Enum):
     INT = "int"              # positive integer (0 allowed where the default is 0: "off")
     BOOL = "bool"            # true/false/1/0/yes/no
     TIME = "time"            # Slurm time limit, normalised to D-HH:MM:SS
@@ -47,12 +47,12 @@ class Raw(str):
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: Kind
+    kind: ValueKind
     default: Any
     help: str
     choices: tuple[str, ...] = ()
     required: bool = False
-    check: Callable[[str], Any] | None = None   # Kind.WORKER: the declaration's own check
+    check: Callable[[str], Any] | None = None   # ValueKind.WORKER: the declaration's own check
 
 
 _WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,:=+@/%-]*$")
@@ -63,32 +63,32 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 def _common(job_name: str) -> tuple[Setting, ...]:
     return (
-        Setting("run_dir", Kind.TEXT, "spool/run1", "run directory (the spool) on the shared filesystem"),
-        Setting("job_name", Kind.WORD, job_name, "Slurm job name (%x in log names)"),
-        Setting("partition", Kind.WORD, None, "partition; omitted: the site default"),
-        Setting("account", Kind.WORD, None, "account to charge"),
-        Setting("qos", Kind.WORD, None, "quality of service"),
-        Setting("time", Kind.TIME, DEFAULT_TIME, f"time limit ({FORMATS})"),
-        Setting("mem", Kind.WORD, None, "memory per node, e.g. 64G; omitted: the site default"),
-        Setting("signal", Kind.WORD, DEFAULT_SIGNAL, "warning signal before preemption/time limit", ("USR1", "USR2", "TERM", "INT", "HUP")),
-        Setting("signal_delay_s", Kind.INT, DEFAULT_SIGNAL_DELAY_S, "seconds between the warning signal and the end"),
-        Setting("python", Kind.COMMAND, "python3", "command that runs Python (e.g. inside a container)"),
-        Setting("setup", Kind.COMMANDS, (), "shell lines run before the main command (repeatable)"),
-        Setting("log_dir", Kind.TEXT, None, "folder for the logs; default RUN_DIR/logs (must exist)"),
+        Setting("run_dir", ValueKind.TEXT, "spool/run1", "run directory (the spool) on the shared filesystem"),
+        Setting("job_name", ValueKind.WORD, job_name, "Slurm job name (%x in log names)"),
+        Setting("partition", ValueKind.WORD, None, "partition; omitted: the site default"),
+        Setting("account", ValueKind.WORD, None, "account to charge"),
+        Setting("qos", ValueKind.WORD, None, "quality of service"),
+        Setting("time", ValueKind.TIME, DEFAULT_TIME, f"time limit ({FORMATS})"),
+        Setting("mem", ValueKind.WORD, None, "memory per node, e.g. 64G; omitted: the site default"),
+        Setting("signal", ValueKind.WORD, DEFAULT_SIGNAL, "warning signal before preemption/time limit", ("USR1", "USR2", "TERM", "INT", "HUP")),
+        Setting("signal_delay_s", ValueKind.INT, DEFAULT_SIGNAL_DELAY_S, "seconds between the warning signal and the end"),
+        Setting("python", ValueKind.COMMAND, "python3", "command that runs Python (e.g. inside a container)"),
+        Setting("setup", ValueKind.COMMANDS, (), "shell lines run before the main command (repeatable)"),
+        Setting("log_dir", ValueKind.TEXT, None, "folder for the logs; default RUN_DIR/logs (must exist)"),
     )
 
 
 def _worker_settings(job_name: str, stages: str, exclusive: bool) -> tuple[Setting, ...]:
     return _common(job_name) + (
-        Setting("nodes", Kind.INT, 1, "array tasks, one node worker each"),
-        Setting("array_parallelism", Kind.INT, 0, "at most this many tasks at once (0: no limit)"),
-        Setting("cpus_per_node", Kind.INT, 0, "CPUs per task (0: the site default)"),
-        Setting("gpus_per_node", Kind.INT, 0, "GPUs per task (0: none)"),
-        Setting("exclusive", Kind.BOOL, exclusive, "whole nodes: one worker per node"),
+        Setting("nodes", ValueKind.INT, 1, "array tasks, one node worker each"),
+        Setting("array_parallelism", ValueKind.INT, 0, "at most this many tasks at once (0: no limit)"),
+        Setting("cpus_per_node", ValueKind.INT, 0, "CPUs per task (0: the site default)"),
+        Setting("gpus_per_node", ValueKind.INT, 0, "GPUs per task (0: none)"),
+        Setting("exclusive", ValueKind.BOOL, exclusive, "whole nodes: one worker per node"),
     ) + tuple(
         # Every worker option a user sets, from its declaration: unset ones stay off the command line
         # (the worker takes run.toml's), a number is the number (0 slots is 0 slots).
-        Setting(name, Kind.WORKER, stages if name == "stages" else None, spec.full_help, spec.choices, check=spec.check)
+        Setting(name, ValueKind.WORKER, stages if name == "stages" else None, spec.full_help, spec.choices, check=spec.check)
         for name, spec in declarations(WorkerOptions).items() if not spec.by_launcher)
 
 
@@ -97,15 +97,15 @@ SETTINGS: dict[str, tuple[Setting, ...]] = {
     "worker": _worker_settings("hpc-rollout-worker", "init,run,eval", LaunchOptions.exclusive),
     "eval": _worker_settings("hpc-rollout-eval", "eval", False),
     "vllm": _common("hpc-rollout-vllm") + (
-        Setting("model", Kind.TEXT, None, "model path or hub name to serve", required=True),
-        Setting("protocol", Kind.WORD, "vllm", "server to start", ("vllm", "sglang")),
-        Setting("gpus", Kind.INT, 1, "GPUs on the node (tensor parallel size)"),
-        Setting("cpus", Kind.INT, 0, "CPUs for the server (0: the site default)"),
-        Setting("port", Kind.INT, 8000, "HTTP port of the server"),
-        Setting("served_model_name", Kind.TEXT, None, "name clients ask for; default: the model"),
-        Setting("extra_args", Kind.ARGS, (), "more server arguments, shell-split and quoted"),
-        Setting("health_timeout_s", Kind.INT, 1800, "give up if no token is completed by then (seconds)"),
-        Setting("hpc_rollout", Kind.COMMAND, "hpc-rollout", "command that runs the hpc-rollout CLI"),
+        Setting("model", ValueKind.TEXT, None, "model path or hub name to serve", required=True),
+        Setting("protocol", ValueKind.WORD, "vllm", "server to start", ("vllm", "sglang")),
+        Setting("gpus", ValueKind.INT, 1, "GPUs on the node (tensor parallel size)"),
+        Setting("cpus", ValueKind.INT, 0, "CPUs for the server (0: the site default)"),
+        Setting("port", ValueKind.INT, 8000, "HTTP port of the server"),
+        Setting("served_model_name", ValueKind.TEXT, None, "name clients ask for; default: the model"),
+        Setting("extra_args", ValueKind.ARGS, (), "more server arguments, shell-split and quoted"),
+        Setting("health_timeout_s", ValueKind.INT, 1800, "give up if no token is completed by then (seconds)"),
+        Setting("hpc_rollout", ValueKind.COMMAND, "hpc-rollout", "command that runs the hpc-rollout CLI"),
     ),
 }
 
@@ -155,18 +155,18 @@ def _load_source(name: str) -> str:
 
 def _convert(template: str, setting: Setting, raw: Any) -> Any:
     where = f"{template}: setting {setting.name}"
-    if setting.kind is Kind.WORKER and setting.check is not None and not isinstance(raw, (list, tuple)):
+    if setting.kind is ValueKind.WORKER and setting.check is not None and not isinstance(raw, (list, tuple)):
         try:
             return setting.check(str(raw))
         except ValueError as exc:
             raise TemplateError(f"{where}: {exc}") from None
-    if setting.kind is Kind.COMMANDS:
+    if setting.kind is ValueKind.COMMANDS:
         items = [raw] if isinstance(raw, str) else list(raw)
         for item in items:
             if _CONTROL.search(item):
                 raise TemplateError(f"{where}: each command must be one line")
         return tuple(Raw(item) for item in items)
-    if setting.kind is Kind.ARGS:
+    if setting.kind is ValueKind.ARGS:
         words = shlex.split(raw) if isinstance(raw, str) else [str(w) for w in raw]
         if any(_CONTROL.search(w) for w in words):
             raise TemplateError(f"{where}: arguments must not contain control characters")
@@ -176,27 +176,27 @@ def _convert(template: str, setting: Setting, raw: Any) -> Any:
     text = str(raw)
     if _CONTROL.search(text):
         raise TemplateError(f"{where}: newlines and control characters are not allowed")
-    if setting.kind is Kind.INT:
+    if setting.kind is ValueKind.INT:
         if isinstance(raw, bool) or not re.fullmatch(r"\d+", text.strip()):
             raise TemplateError(f"{where} must be a whole number >= 0, got {text!r}")
         return int(text)
-    if setting.kind is Kind.BOOL:
+    if setting.kind is ValueKind.BOOL:
         if isinstance(raw, bool):
             return raw
         low = text.strip().lower()
         if low not in _TRUE | _FALSE:
             raise TemplateError(f"{where} must be one of true, false, 1, 0, yes, no; got {text!r}")
         return low in _TRUE
-    if setting.kind is Kind.TIME:
+    if setting.kind is ValueKind.TIME:
         try:
             return format_minutes(parse_minutes(text))
         except ValueError as exc:
             raise TemplateError(f"{where}: {exc}") from exc
     if setting.choices and text not in setting.choices:
         raise TemplateError(f"{where} must be one of {', '.join(setting.choices)}; got {text!r}")
-    if setting.kind is Kind.WORD and not _WORD.match(text):
+    if setting.kind is ValueKind.WORD and not _WORD.match(text):
         raise TemplateError(f"{where} must be one word of letters, digits and _.,:=+@/%-; got {text!r}")
-    if setting.kind is Kind.COMMAND:
+    if setting.kind is ValueKind.COMMAND:
         return Raw(text)
     return text
 
@@ -220,7 +220,7 @@ def resolve(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
             context[setting.name] = _convert(name, setting, setting.default)
     if context.get("log_dir") is None:
         context["log_dir"] = context["run_dir"].rstrip("/") + "/logs"
-    worker = {s.name: context[s.name] for s in settings if s.kind is Kind.WORKER and context[s.name] is not None}
+    worker = {s.name: context[s.name] for s in settings if s.kind is ValueKind.WORKER and context[s.name] is not None}
     if worker:   # the node task's worker arguments, as `launch` would pass them
         context["worker_args"] = WorkerOptions(**worker).to_args()
     return context

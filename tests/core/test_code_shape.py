@@ -18,11 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_CLASS_LINES = 250
 MAX_FUNCTION_LINES = 80
 ROOTS = ("orchestrator", "handlers")
-# Names two classes still share, with why: each side is code other engineers are changing, or a
-# name user code imports (the handler API). Rename one of the pair, then remove it from here.
+# Names two classes still share, with why: a name user code imports (the handler API) beside one
+# that follows a naming rule of its own. Rename one of the pair, then remove it from here.
 SHARED_NAMES = {
-    "Sandbox": "config.py's run.toml section (under other work) and sandbox/base.py's runtime, named by handlers",
-    "Kind": "handler_api/schema.py's, imported by users' handlers; slurm/templates.py's is under other work",
+    "Sandbox": "config.py's [sandbox] section (each section class is named after its run.toml section) and "
+               "sandbox/base.py's runtime, which users' handlers name",
 }
 
 Definition = tuple[str, str, int]   # "path:line", name, lines

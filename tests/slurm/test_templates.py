@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from orchestrator.cli import cli
 from orchestrator.slurm.errors import TemplateError, UnknownSetting, UnknownTemplate
-from orchestrator.slurm.templates import SUFFIX, Kind, environment, render, settings_of, template_names
+from orchestrator.slurm.templates import SUFFIX, ValueKind, environment, render, settings_of, template_names
 from tests.slurm.cases import CASES
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -82,7 +82,7 @@ def test_every_setting_is_used_by_its_template_and_nothing_else_is_read() -> Non
             used |= jinja2.meta.find_undeclared_variables(env.parse(env.loader.get_source(env, parent)[0]))  # type: ignore[union-attr]
         declared = {s.name for s in settings_of(name)}
         if "worker_args" in used:   # the worker options, rendered together as the node task's arguments
-            used = used - {"worker_args"} | {s.name for s in settings_of(name) if s.kind is Kind.WORKER}
+            used = used - {"worker_args"} | {s.name for s in settings_of(name) if s.kind is ValueKind.WORKER}
         assert used <= declared, f"{name} reads undeclared {used - declared}"
         unused = declared - used
         assert not unused, f"{name} declares unused settings {unused}"

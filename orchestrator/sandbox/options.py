@@ -10,6 +10,7 @@ from typing import Any
 from orchestrator.config import DEFAULTS
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
+from orchestrator.settings_spec import Family, Numbers, checked, setting
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Paths reserved inside every sandbox.
@@ -56,6 +57,29 @@ def bind_parts(value: "Bind | str | dict[str, Any]") -> tuple[str, str, bool]:
     return str(source), str(target), read_only
 
 
+# A number as text too ("30"): what start_timeout_s always took.
+OPTIONS = Family("sandbox option", "sandbox option {key}", SandboxConfigError, Numbers.TEXT, show_help=True)
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """The options a sandbox is asked for, as written; `object` ones are read by SandboxOptions.parse
+    (flags as bool(value), as ever) or, for the limits, by Limits.parse."""
+
+    image: Any = setting(None, "an image directory or .sif (None: the host's /usr, bubblewrap)", kind=object)
+    network: Any = setting(False, "network access", kind=object)
+    binds: Any = setting(None, "SRC[:DST[:ro|rw]] or {source, target, read_only}, each", kind=object)
+    env: Any = setting(None, "environment variables by name", kind=object)
+    limits: Any = setting(None, "resource limits (orchestrator/sandbox/limits.py)", kind=object)
+    fakeroot: Any = setting(False, "root inside the sandbox (user namespace)", kind=object)
+    workspace: Any = setting(None, "a host directory bound as /workspace", kind=object)
+    keep_workspace: Any = setting(False, "keep the workspace after the job", kind=object)
+    start_timeout_s: float = setting(30.0, "seconds a sandbox may take to start", bounds=(0.001, 86400))
+    cgroup: Any = setting(True, "use a cgroup for the process limit when one is writable", kind=object)
+    wall_clock_s: Any = setting(None, "the limit of that name, over limits'", kind=object)
+    command_timeout_s: Any = setting(None, "the limit of that name, over limits'", kind=object)
+
+
 @dataclass(frozen=True)
 class SandboxOptions:
     image: Path | None = None
@@ -71,41 +95,27 @@ class SandboxOptions:
 
     @classmethod
     def parse(cls, **options: Any) -> "SandboxOptions":
-        known = {
-            "image", "network", "binds", "env", "limits", "fakeroot", "workspace", "keep_workspace",
-            "start_timeout_s", "cgroup", "wall_clock_s", "command_timeout_s",
-        }
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise SandboxConfigError(
-                f"unknown sandbox option(s) {unknown}; valid: {', '.join(sorted(known))}"
-            )
-        image = options.get("image")
-        image_path = Path(image).absolute() if image else None
+        asked = SandboxRequest(**checked(SandboxRequest, options, OPTIONS))
+        image_path = Path(asked.image).absolute() if asked.image else None
         if image_path is not None and not image_path.exists():
             raise SandboxConfigError(
                 f"image {image_path} does not exist; build it with `hpc-rollout image build` "
                 "or omit --image to use the host's /usr read-only (bubblewrap)"
             )
-        env = dict(options.get("env") or {})
+        env = dict(asked.env or {})
         for name in env:
             if not ENV_NAME.match(str(name)):
                 raise SandboxConfigError(f"environment variable name {name!r} is not valid")
-        limits = Limits.parse(
-            options.get("limits"),
-            wall_clock_s=options.get("wall_clock_s"),
-            command_timeout_s=options.get("command_timeout_s"),
-        )
-        workspace = options.get("workspace")
+        limits = Limits.parse(asked.limits, wall_clock_s=asked.wall_clock_s, command_timeout_s=asked.command_timeout_s)
         return cls(
             image=image_path,
-            network=bool(options.get("network", False)),
-            binds=tuple(Bind.parse(b) for b in options.get("binds") or ()),
+            network=bool(asked.network),
+            binds=tuple(Bind.parse(b) for b in asked.binds or ()),
             env=tuple(sorted((str(k), str(v)) for k, v in env.items())),
             limits=limits,
-            fakeroot=bool(options.get("fakeroot", False)),
-            workspace=Path(workspace).absolute() if workspace else None,
-            keep_workspace=bool(options.get("keep_workspace", False)),
-            start_timeout_s=float(options.get("start_timeout_s", 30.0)),
-            cgroup=bool(options.get("cgroup", True)),
+            fakeroot=bool(asked.fakeroot),
+            workspace=Path(asked.workspace).absolute() if asked.workspace else None,
+            keep_workspace=bool(asked.keep_workspace),
+            start_timeout_s=asked.start_timeout_s,
+            cgroup=bool(asked.cgroup),
         )

@@ -1,6 +1,8 @@
-"""Settings that arrive as a mapping (sandbox limits, ...) are declared on their dataclass's fields
-with `setting(...)` and checked by one helper, `settings_spec.checked`: every family refuses a
-value beyond a declared bound and an unknown key, naming the key, the value and what is valid.
+"""Settings that arrive as a mapping (sandbox limits and options, the agent's limits, the context
+policy, verl's hpc_rollout block and what the manager reads of verl's rollout section) are
+declared on their dataclass's fields with `setting(...)` and checked by one helper,
+`settings_spec.checked`: every family refuses a value beyond a declared bound and an unknown key,
+naming the key, the value and what is valid.
 And no module writes its own table of bounds beside its dataclass (issue 38, item 1).
 
 In-process and static (the convention test reads sources with ast).
@@ -20,6 +22,7 @@ from orchestrator.agent.context import ContextPolicy
 from orchestrator.agent.loop import AgentLimits
 from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
+from orchestrator.sandbox.options import SandboxOptions, SandboxRequest
 from orchestrator.settings_spec import Declared, Family, checked, declarations, setting
 from orchestrator.trainer.verl.settings import Block, RolloutShape, Sampling, VerlConfigError, parse_settings
 
@@ -29,6 +32,7 @@ ROOTS = ("orchestrator", "handlers")
 # family: (its dataclass, how its owner parses a mapping of it, the error that refuses one)
 FAMILIES: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]]] = {
     "sandbox limits": (Limits, Limits.parse, SandboxConfigError),
+    "sandbox options": (SandboxRequest, lambda values: SandboxOptions.parse(**values), SandboxConfigError),
     "agent limits": (AgentLimits, lambda values: AgentLimits.parse(AgentLimits(), values), ValueError),
     "context policy": (ContextPolicy, lambda values: ContextPolicy.parse(ContextPolicy(), values), ValueError),
     "verl hpc_rollout block": (Block, lambda values: parse_settings(verl_config(block=values)), VerlConfigError),

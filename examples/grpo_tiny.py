@@ -130,17 +130,18 @@ def main() -> int:
     return 0
 
 
-def report_run(history: list[dict], out: Path, started: float) -> None:
-    """OUT/rewards.jsonl, OUT/reward.png and the closing line: the reward of the first and last 10 steps."""
+def report_run(history: list[dict], out: Path, started: float, reference: tuple[float, str] | None = None) -> None:
+    """OUT/rewards.jsonl, OUT/reward.png and the closing line: the reward of the first and last 10 steps.
+    `reference`: a (reward, label) level drawn across the plot (e.g. what a constant answer earns)."""
     (out / "rewards.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    plot(history, out / "reward.png")
+    plot(history, out / "reward.png", reference)
     first = sum(h["reward"] for h in history[:10]) / max(1, len(history[:10]))
     last = sum(h["reward"] for h in history[-10:]) / max(1, len(history[-10:]))
     print(f"done: {len(history)} steps in {time.monotonic() - started:.0f}s, mean reward of the first 10 steps "
           f"{first:.3f}, of the last 10 {last:.3f}; plot: {out / 'reward.png'}", flush=True)
 
 
-def plot(history: list[dict], path: Path) -> None:
+def plot(history: list[dict], path: Path, reference: tuple[float, str] | None = None) -> None:
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib.pyplot as plt
 
@@ -150,6 +151,8 @@ def plot(history: list[dict], path: Path) -> None:
     figure, axis = plt.subplots(figsize=(7, 4))
     axis.plot(steps, rewards, ".", alpha=0.4, label="mean reward of the step")
     axis.plot(steps, smooth, "-", label="10-step mean")
+    if reference is not None:
+        axis.axhline(reference[0], linestyle="--", color="gray", label=reference[1])
     axis.set_xlabel("GRPO step")
     axis.set_ylabel("reward")
     axis.set_ylim(-0.02, 1.02)

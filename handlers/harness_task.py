@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 import shutil
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,6 +49,7 @@ from orchestrator.agent.tool_handler import DEFAULT_PARSER, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
 from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
+from orchestrator.settings_spec import SPEC, Declared, Family, Numbers, checked, declarations, setting
 from orchestrator.spool.jobs import StageError
 from orchestrator.proxy.trajectory import Builder, trajectory_fields
 
@@ -62,26 +63,32 @@ LOG_TAIL_CHARS = 4000
 FAMILIES: dict[str, type[ToolAgentHandler]] = {"swe": SweHandler, "code": CodeHandler, "math": MathHandler}
 
 
+# A whole number's field keeps int(value) of any int or float, never a bool: what the harness always took.
+HARNESS = Family("harness setting", "harness {key}", numbers=Numbers.TRUNCATE, show_help=True)
+
+
 @dataclass(frozen=True)
 class HarnessSettings:
-    command: str                       # "" with a cli: the preset's command line
-    family: str
-    cli: str = ""                      # a CLI known by name (harness_clis.py), or "" for a command of yours
-    builder: Builder = Builder.PREFIX_MERGING
-    parser: str = DEFAULT_PARSER
-    model_name: str = "policy"
-    max_calls: int = 30
-    max_context_tokens: int = 16384
-    max_tokens_per_call: int = 1024
-    max_wall_s: float = 1800.0
-    env: dict[str, str] = field(default_factory=dict)
-    binds: tuple[str, ...] = ()        # SRC:DST[:ro|rw], e.g. a harness installed on the shared filesystem
-    reward: RewardSource = RewardSource.FAMILY
-    reward_range: tuple[float, float] = (0.0, 1.0)   # what a reported reward must lie in
-
-    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
-        "max_calls": (1, 10_000), "max_context_tokens": (16, 10_000_000), "max_tokens_per_call": (1, 1_000_000),
-        "max_wall_s": (1, 7 * 86400)}
+    command: str = setting("", "the harness's shell command, run in the sandbox")   # "" with a cli: the preset's
+    # Checked below, naming the families (absent or empty: the row's); verifiers_task.py adds its own.
+    family: str = setting("", f"task family whose INIT and EVAL are used: {', '.join(FAMILIES)} (default: from the row)",
+                          kind=object)
+    cli: str = setting("", "a CLI known by name (harness_clis.py), instead of a command")
+    builder: Builder = setting(Builder.PREFIX_MERGING, "how rows are built from the calls: prefix_merging | per_request")
+    parser: str = setting(DEFAULT_PARSER, "tool-call parser of the policy's replies")
+    # Any value, read as text (what the harness always took).
+    model_name: str = setting("policy", "the model id /v1/models names", kind=object)
+    # Unset in a row: the family's agent limits (max_turns, max_context_tokens, ...).
+    max_calls: int = setting(30, "LLM calls at most", bounds=(1, 10_000))
+    max_context_tokens: int = setting(16384, "prompt + reply tokens per call at most", bounds=(16, 10_000_000))
+    max_tokens_per_call: int = setting(1024, "tokens sampled per call at most", bounds=(1, 1_000_000))
+    max_wall_s: float = setting(1800.0, "seconds the command may run", bounds=(1, 7 * 86400))
+    env: dict[str, str] = field(default_factory=dict, metadata={SPEC: Declared(
+        "extra environment variables for the command", kind=object)})
+    binds: tuple[str, ...] = setting((), "SRC:DST[:ro|rw] mounts into the sandbox", kind=object)
+    reward: RewardSource = setting(RewardSource.FAMILY, "family (the task family's grading) | reported (what the "
+                                   "harness writes to $HPC_ROLLOUT_REWARD_FILE)")
+    reward_range: tuple[float, float] = setting((0.0, 1.0), "[low, high] a reported reward must lie in", kind=object)
 
     @classmethod
     def parse(cls, instance: dict[str, Any]) -> "HarnessSettings":
@@ -94,28 +101,16 @@ class HarnessSettings:
                              '(or submit --set harness.command=... / --set harness.cli=claude-code)')
         if "cli" in given:
             preset(str(given["cli"]))
-        valid = [f.name for f in fields(cls)]
-        unknown = sorted(set(given) - set(valid))
-        if unknown:
-            raise ValueError(f"unknown harness setting(s) {unknown}; valid: {', '.join(valid)}")
+        values = checked(cls, given, HARNESS)
         family = given.get("family") or infer_family(instance)
         if family not in FAMILIES:
             raise ValueError(f"harness family {family!r}: choose one of {', '.join(FAMILIES)}")
         limits = FAMILIES[family].limits
-        values: dict[str, Any] = {"command": command, "family": family, "cli": str(given.get("cli") or ""),
-                                  "max_calls": limits.max_turns, "max_context_tokens": limits.max_context_tokens,
-                                  "max_tokens_per_call": limits.max_tokens_per_turn, "max_wall_s": limits.max_wall_s}
-        for key, (low, high) in cls.BOUNDS.items():
-            if key in given:
-                value = given[key]
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                    raise ValueError(f"harness {key}={value!r} is outside [{low:g}, {high:g}]")
-                values[key] = type(values[key])(value)
-        if "builder" in given:
-            values["builder"] = Builder.parse(given["builder"])
+        defaults = {"max_calls": limits.max_turns, "max_context_tokens": limits.max_context_tokens,
+                    "max_tokens_per_call": limits.max_tokens_per_turn, "max_wall_s": limits.max_wall_s}
+        values = {**defaults, **values, "command": command, "family": family, "cli": str(given.get("cli") or "")}
         if "parser" in given:
-            get_parser(str(given["parser"]))
-            values["parser"] = str(given["parser"])
+            get_parser(values["parser"])
         if "model_name" in given:
             values["model_name"] = str(given["model_name"])
         env = given.get("env") or {}
@@ -126,12 +121,6 @@ class HarnessSettings:
         if not isinstance(binds, list) or not all(isinstance(b, str) and ":" in b for b in binds):
             raise ValueError('harness binds must be a list of "SRC:DST[:ro|rw]" strings')
         values["binds"] = tuple(binds)
-        if "reward" in given:
-            try:
-                values["reward"] = RewardSource(given["reward"])
-            except ValueError:
-                raise ValueError(f"harness reward {given['reward']!r}: choose one of "
-                                 f"{', '.join(r.value for r in RewardSource)}") from None
         if "reward_range" in given:
             values["reward_range"] = parse_reward_range(given["reward_range"])
         return cls(**values)
@@ -159,24 +148,12 @@ class HarnessSettings:
         return chosen.files(self.cli_settings()) if chosen else {}
 
 
-SETTING_MEANINGS = {
-    "command": "the harness's shell command, run in the sandbox",
-    "family": f"task family whose INIT and EVAL are used: {', '.join(FAMILIES)} (default: from the row)",
-    "builder": "how rows are built from the calls: prefix_merging | per_request",
-    "parser": "tool-call parser of the policy's replies",
-    "model_name": "the model id /v1/models names",
-    "max_calls": "LLM calls at most", "max_context_tokens": "prompt + reply tokens per call at most",
-    "max_tokens_per_call": "tokens sampled per call at most", "max_wall_s": "seconds the command may run",
-    "env": "extra environment variables for the command", "binds": "SRC:DST[:ro|rw] mounts into the sandbox",
-    "reward": "family (the task family's grading) | reported (what the harness writes to $HPC_ROLLOUT_REWARD_FILE)",
-    "reward_range": "[low, high] a reported reward must lie in",
-}
 _SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUMBER, "reward_range": Kind.LIST}
 # The harness settings as the dataclass has them (a new setting is a new key here, with no second list).
 SETTINGS = InstanceSchema(tuple(
-    instance_key(f.name, _SETTING_KINDS.get(f.name, Kind.INTEGER if f.name.startswith("max_") else Kind.STRING),
-        SETTING_MEANINGS.get(f.name, f.name.replace("_", " ")))   # command or cli: validate_instance says which
-    for f in fields(HarnessSettings)))
+    instance_key(name, _SETTING_KINDS.get(name, Kind.INTEGER if name.startswith("max_") else Kind.STRING),
+        spec.help)   # command or cli: validate_instance says which
+    for name, spec in declarations(HarnessSettings).items()))
 # The row of its family (swe, code or math) plus the harness settings.
 # `harness` is checked by validate_instance, whose message names both ways to give it (command or cli).
 SCHEMA = InstanceSchema((instance_key("harness", Kind.OBJECT, "how to run the harness (or submit --set harness.KEY=VALUE)",

@@ -1,5 +1,5 @@
 """Settings that arrive as a mapping (sandbox limits and options, the agent's limits, the context
-policy, verl's hpc_rollout block and what the manager reads of verl's rollout section) are
+policy, the harness handler's settings, verl's hpc_rollout block and what the manager reads of verl's rollout section) are
 declared on their dataclass's fields with `setting(...)` and checked by one helper,
 `settings_spec.checked`: every family refuses a value beyond a declared bound and an unknown key,
 naming the key, the value and what is valid.
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from hpc_rollout.handlers.harness_task import HarnessSettings
 from orchestrator.agent.context import ContextPolicy
 from orchestrator.agent.loop import AgentLimits
 from orchestrator.sandbox.errors import SandboxConfigError
@@ -36,6 +37,7 @@ FAMILIES: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]
     "agent limits": (AgentLimits, lambda values: AgentLimits.parse(AgentLimits(), values), ValueError),
     "context policy": (ContextPolicy, lambda values: ContextPolicy.parse(ContextPolicy(), values), ValueError),
     "verl hpc_rollout block": (Block, lambda values: parse_settings(verl_config(block=values)), VerlConfigError),
+    "harness settings": (HarnessSettings, lambda values: HarnessSettings.parse(harness_row(values)), ValueError),
 }
 # verl's own sections, of which the manager reads (and bounds) a few keys and leaves the rest to verl.
 SECTIONS: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]]] = {
@@ -47,6 +49,10 @@ SECTIONS: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]
 def verl_config(block: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"actor_rollout_ref": {"rollout": {"n": 2, **(rollout or {})}, "model": {"path": "/models/tiny"}},
             "hpc_rollout": {"spool": "/scratch/run1", **(block or {})}}
+
+
+def harness_row(settings: dict[str, Any]) -> dict[str, Any]:
+    return {"problem": "1 + 1?", "answer": "2", "harness": {"command": "true", **settings}}
 
 
 def beyond(spec: Declared) -> Any:
@@ -111,7 +117,6 @@ TABLE_NAMES = ("BOUNDS", "RANGES")
 KNOWN_TABLES = {
     "orchestrator/resource_class.py:CLASS_BOUNDS": "[classes.NAME] figures, parsed with run.toml by config.py",
     "orchestrator/submission/sampling.py:RANGES": "sampling parameters: a rule per key, not bounds",
-    "handlers/harness_task.py:BOUNDS": "the harness handler's instance keys (a handler, not the engine)",
 }
 
 

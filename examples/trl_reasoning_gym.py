@@ -23,6 +23,7 @@ OUT/reward.png, and the rows in OUT/spool.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -127,9 +128,9 @@ def main() -> int:
     answer, share = best_constant_answer(args.size, args.seed)
     print(f"{DATASET} {OPTIONS}: {len(tasks)} distinct questions; always answering {answer!r} earns {share:.3f}",
           flush=True)
-    model_dir = warm_start(tiny_digits_model_dir(), args.out / "warm", list(tasks), args.warm_steps, args.seed,
-                           started)
-    history = train_through_spool(args, model_dir, list(tasks), lambda question: tasks[question], started,
+    warm = functools.partial(warm_start, tiny_digits_model_dir(), args.out / "warm", list(tasks), args.warm_steps,
+                             args.seed, started)   # run while the worker starts
+    history = train_through_spool(args, warm, list(tasks), lambda question: tasks[question], started,
                                   max_completion_length=COMPLETION_TOKENS)
     report_run(history, args.out, started, reference=(share, f"always {answer!r}"))
     print(f"always answering {answer!r} would earn {share:.3f}; {answers_of_the_last_steps(args.out / 'spool', 10)}",

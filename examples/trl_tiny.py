@@ -77,11 +77,12 @@ def history_callback(history: list[dict], stop_at: float, started: float) -> Any
     return RewardLog()
 
 
-def train_through_spool(args: argparse.Namespace, model_dir: Path, prompts: list[str], task_of: Callable[[str], dict],
-                        started: float, max_completion_length: int,
+def train_through_spool(args: argparse.Namespace, model: Path | Callable[[], Path], prompts: list[str],
+                        task_of: Callable[[str], dict], started: float, max_completion_length: int,
                         source_handlers: dict[str, str] | None = None) -> list[dict]:
     """GRPOTrainer on `prompts` (cycled), every rollout a job of a fresh spool in args.out/spool run by a
-    local worker against serve-llm serving `model_dir`; returns one {step, reward, loss, t} per step."""
+    local worker against serve-llm serving `model` (a callable making it runs while the worker starts);
+    returns one {step, reward, loss, t} per step."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -94,6 +95,7 @@ def train_through_spool(args: argparse.Namespace, model_dir: Path, prompts: list
     server = None
     history: list[dict] = []
     try:
+        model_dir = model() if callable(model) else model
         server = start_server(tiny=False, model_dir=model_dir, log_path=args.out / "serve-llm.log",
                               extra_args=["--max-batch", "64"])
         BackendRegistry(spool.paths).add(server.url, version=0)

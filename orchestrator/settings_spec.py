@@ -27,6 +27,7 @@ class Declared:
     kind: type = str                            # int, float or str; `parse` overrides it
     low: float | None = None                    # bounds (inclusive); None: unbounded on that side
     high: float | None = None
+    low_excluded: bool = False                  # the low bound itself is refused: (low, high]
     choices: tuple[str, ...] = ()
     parse: Callable[[str], Any] | None = None   # text -> value; ValueError naming what is valid
     show: Callable[[Any], str] = str            # value -> text that `parse` reads back
@@ -54,11 +55,29 @@ class Declared:
             value = self.kind(text)
         except ValueError:
             raise ValueError(f"{text!r} is not {'a whole number' if self.kind is int else 'a number'}") from None
+        if not self.within(value):
+            raise ValueError(f"{text} is outside {self.interval}")
+        return value
+
+    def within(self, value: float) -> bool:
+        """Whether `value` lies in the bounds (NaN never does)."""
         low = -float("inf") if self.low is None else self.low
         high = float("inf") if self.high is None else self.high
-        if not low <= value <= high:   # NaN too
-            raise ValueError(f"{text} is outside [{_number(self.low)}, {_number(self.high)}]")
-        return value
+        return (low < value if self.low_excluded else low <= value) and value <= high
+
+    @property
+    def interval(self) -> str:
+        """The bounds as an interval: "[0, 10]", "(0, 1]", "[1, ...]"."""
+        return f"{'(' if self.low_excluded else '['}{_number(self.low)}, {_number(self.high)}]"
+
+    @property
+    def range_words(self) -> str:
+        """The bounds as people say them: ">= 0", "in (0, 1]", "of any size"."""
+        if self.low is not None and self.high is not None:
+            return f"in {self.interval}"
+        if self.low is not None:
+            return f"{'>' if self.low_excluded else '>='} {_number(self.low)}"
+        return "of any size" if self.high is None else f"<= {_number(self.high)}"
 
 
 def declared(default: Any, **spec: Any) -> Any:
@@ -70,17 +89,19 @@ def declared_by(spec: Declared, default: Any) -> Any:
     return field(default=default, metadata={SPEC: spec})
 
 
-def setting(default: Any, help: str, bounds: tuple[float, float] | None = None, choices: tuple[str, ...] = (),
-            kind: type | None = None) -> Any:
+def setting(default: Any, help: str, bounds: tuple[float | None, float | None] | None = None,
+            choices: tuple[str, ...] = (), kind: type | None = None, low_excluded: bool = False) -> Any:
     """A setting's field: its default, help (the comment above it in run.toml), bounds and choices.
 
     `kind` is the default's type unless given (a setting whose default is None: unset). An enum's
-    kind takes its values as choices; `object` is a value `checked` passes on for its owner to read."""
+    kind takes its values as choices; `object` is a value `checked` passes on for its owner to read.
+    A bound of None leaves that side open; `low_excluded` refuses the low bound itself."""
     low, high = bounds if bounds is not None else (None, None)
     kind = kind or type(default)
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         choices = choices or tuple(member.value for member in kind)
-    return declared_by(Declared(help=help, kind=kind, low=low, high=high, choices=choices), default)
+    return declared_by(Declared(help=help, kind=kind, low=low, high=high, low_excluded=low_excluded, choices=choices),
+                       default)
 
 
 def declarations(cls: type) -> dict[str, Declared]:
@@ -114,16 +135,18 @@ class Family:
     label: str = "{key}"                    # "context {key}", "hpc_rollout.{key}"
     error: type[Exception] = ValueError
     numbers: Numbers = Numbers.EXACT
-    out_of_range: str = "{name}={value!r} must be {kind} in [{low}, {high}]{about}"
+    # {interval}: "[0, 10]" or "(0, 1]"; {range}: "in [0, 10]", ">= 0"; {low}, {high}: the bounds alone
+    out_of_range: str = "{name}={value!r} must be {kind} in {interval}{about}"
     not_a_number: str = ""                  # "": worded as out_of_range
     not_a_choice: str = "{name} {value!r}: choose one of {choices}"
     show_help: bool = False                 # the declaration's help, in parentheses after the range
+    none_is_unset: bool = True              # None for a setting whose default is None leaves it unset
 
     def fail(self, template: str, key: str, value: Any, spec: Declared) -> Exception:
         return self.error(template.format(
             name=self.label.format(key=key), value=value, kind="a whole number" if spec.kind is int else "a number",
-            low=_number(spec.low), high=_number(spec.high), choices=", ".join(spec.choices),
-            about=f" ({spec.help})" if self.show_help else ""))
+            low=_number(spec.low), high=_number(spec.high), interval=spec.interval, range=spec.range_words,
+            choices=", ".join(spec.choices), about=f" ({spec.help})" if self.show_help else ""))
 
 
 def checked(cls: type, values: Mapping[str, Any], family: Family) -> dict[str, Any]:
@@ -137,7 +160,7 @@ def checked(cls: type, values: Mapping[str, Any], family: Family) -> dict[str, A
         close = difflib.get_close_matches(str(unknown[0]), specs, n=1)
         raise family.error(f"unknown {family.noun}{'s' if len(unknown) > 1 else ''} {', '.join(map(named, unknown))}; "
                            f"valid: {', '.join(specs)}" + (f" (did you mean {named(close[0])}?)" if close else ""))
-    unset = {f.name for f in fields(cls) if f.default is None}   # None: the setting stays unset
+    unset = {f.name for f in fields(cls) if f.default is None and family.none_is_unset}   # None: it stays unset
     return {key: None if value is None and key in unset else _checked_value(key, value, specs[key], family)
             for key, value in values.items()}
 
@@ -157,9 +180,7 @@ def _checked_value(key: str, value: Any, spec: Declared, family: Family) -> Any:
         number = _as_number(value, spec.kind, family.numbers)
         if number is None:
             raise family.fail(family.not_a_number or family.out_of_range, key, value, spec)
-        low = -float("inf") if spec.low is None else spec.low
-        high = float("inf") if spec.high is None else spec.high
-        if not low <= number <= high:   # NaN too
+        if not spec.within(number):   # NaN too
             raise family.fail(family.out_of_range, key, value, spec)
         return spec.kind(number)
     if not isinstance(value, spec.kind):

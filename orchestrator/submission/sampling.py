@@ -4,7 +4,10 @@ the server), values in range. Unknown names pass only when asked (`--sampling-un
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.settings_spec import Family, checked, declarations, setting
 
 # vLLM SamplingParams and its OpenAI completions layer, and SGLang's sampling_params.
 KNOWN = frozenset({
@@ -17,16 +20,28 @@ KNOWN = frozenset({
     "max_new_tokens", "min_new_tokens", "json_schema", "regex", "ebnf", "no_stop_trim", "custom_params",
 })
 
-# name -> (whole numbers only, the range as people read it, the check of a number)
-RANGES: dict[str, tuple[bool, str, Callable[[float], bool]]] = {
-    "temperature": (False, ">= 0", lambda v: v >= 0),
-    "top_p": (False, "in (0, 1]", lambda v: 0 < v <= 1),
-    "top_k": (True, ">= -1", lambda v: v >= -1),
-    "min_p": (False, "in [0, 1]", lambda v: 0 <= v <= 1),
-    "max_tokens": (True, ">= 1", lambda v: v >= 1),
-    "max_new_tokens": (True, ">= 1", lambda v: v >= 1),
-    "seed": (True, "any whole number", lambda v: True),
-}
+
+
+@dataclass(frozen=True)
+class RangedSampling:
+    """The parameters whose values are checked here (the rest are the server's to read)."""
+
+    temperature: float = setting(1.0, "randomness of sampling; 0: greedy", bounds=(0, None))
+    top_p: float = setting(1.0, "sample from the likeliest tokens whose probabilities add up to this",
+                           bounds=(0, 1), low_excluded=True)
+    top_k: int = setting(-1, "sample among this many likeliest tokens; -1: all", bounds=(-1, None))
+    min_p: float = setting(0.0, "leave out tokens below this fraction of the likeliest one's probability",
+                           bounds=(0, 1))
+    max_tokens: int = setting(16, "tokens sampled at most (vLLM)", bounds=(1, None))
+    max_new_tokens: int = setting(128, "tokens sampled at most (SGLang)", bounds=(1, None))
+    seed: int | None = setting(None, "the seed of the server's sampling", kind=int)
+
+
+# An int or float (a whole number's: an int), never a bool, never None: what a submission always took.
+SAMPLING = Family("sampling parameter", none_is_unset=False,
+                  out_of_range="sampling parameter {name}={value!r} is out of range: {name} must be {range}",
+                  not_a_number="sampling parameter {name}={value!r} is not {kind}: give one {range}")
+RANGED = declarations(RangedSampling)
 
 
 def sampling_problem(params: dict[str, Any], unchecked: bool = False) -> str | None:
@@ -37,21 +52,9 @@ def sampling_problem(params: dict[str, Any], unchecked: bool = False) -> str | N
             hint = f"did you mean '{close[0]}'? " if close else ""
             return (f"unknown sampling parameter '{key}': {hint}valid: {', '.join(sorted(KNOWN))} "
                     "(a parameter your server takes that is not listed passes with --sampling-unchecked)")
-        problem = _value_problem(key, value)
-        if problem:
-            return problem
-    return None
-
-
-def _value_problem(key: str, value: Any) -> str | None:
-    rule = RANGES.get(key)
-    if rule is None:
-        return None
-    whole, shown, within = rule
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"sampling parameter {key}={value!r} is not a number: give {'a whole number' if whole else 'a number'} {shown}"
-    if whole and not isinstance(value, int):
-        return f"sampling parameter {key}={value!r} is not a whole number: give one {shown}"
-    if not within(value):
-        return f"sampling parameter {key}={value!r} is out of range: {key} must be {shown}"
+        if key in RANGED:
+            try:
+                checked(RangedSampling, {key: value}, SAMPLING)
+            except ValueError as refused:
+                return str(refused)
     return None

@@ -1,5 +1,5 @@
 """Settings that arrive as a mapping (sandbox limits and options, the agent's limits, the context
-policy, the harness handler's settings, verl's hpc_rollout block and what the manager reads of verl's rollout section) are
+policy, the harness handler's settings, a submission's sampling parameters, verl's hpc_rollout block and what the manager reads of verl's rollout section) are
 declared on their dataclass's fields with `setting(...)` and checked by one helper,
 `settings_spec.checked`: every family refuses a value beyond a declared bound and an unknown key,
 naming the key, the value and what is valid.
@@ -25,6 +25,7 @@ from orchestrator.sandbox.errors import SandboxConfigError
 from orchestrator.sandbox.limits import Limits
 from orchestrator.sandbox.options import SandboxOptions, SandboxRequest
 from orchestrator.settings_spec import Declared, Family, checked, declarations, setting
+from orchestrator.submission.sampling import RangedSampling, sampling_problem
 from orchestrator.trainer.verl.settings import Block, RolloutShape, Sampling, VerlConfigError, parse_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +39,7 @@ FAMILIES: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]
     "context policy": (ContextPolicy, lambda values: ContextPolicy.parse(ContextPolicy(), values), ValueError),
     "verl hpc_rollout block": (Block, lambda values: parse_settings(verl_config(block=values)), VerlConfigError),
     "harness settings": (HarnessSettings, lambda values: HarnessSettings.parse(harness_row(values)), ValueError),
+    "submission sampling": (RangedSampling, lambda values: refuse(sampling_problem(values)), ValueError),
 }
 # verl's own sections, of which the manager reads (and bounds) a few keys and leaves the rest to verl.
 SECTIONS: dict[str, tuple[type, Callable[[dict[str, Any]], Any], type[Exception]]] = {
@@ -53,6 +55,11 @@ def verl_config(block: dict[str, Any] | None = None, rollout: dict[str, Any] | N
 
 def harness_row(settings: dict[str, Any]) -> dict[str, Any]:
     return {"problem": "1 + 1?", "answer": "2", "harness": {"command": "true", **settings}}
+
+
+def refuse(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def beyond(spec: Declared) -> Any:
@@ -78,11 +85,11 @@ def test_every_family_declares_each_field_and_refuses_a_value_beyond_its_bounds_
             parse({key: value})
         message = str(refused.value)
         assert f"{key}={value!r}" in message or (key in message and f"got {value!r}" in message), message
-        assert f"[{shown(spec.low)}, {shown(spec.high)}]" in message, message
+        assert f"[{shown(spec.low)}, {shown(spec.high)}]" in message or spec.range_words in message, message
     if family in SECTIONS:
         assert parse({"no_such_key": 1}) is not None   # verl's key, not ours
         return
-    with pytest.raises(error, match=r"unknown .*no_such_key'?; valid: " + next(iter(declared))):
+    with pytest.raises(error, match=r"unknown .*no_such_key'?[;:] .*valid: .*" + next(iter(declared))):
         parse({"no_such_key": 1})
 
 
@@ -108,6 +115,25 @@ def test_the_helper_names_the_key_the_value_and_the_range_and_keeps_each_familys
             checked(Knobs, values, family)
 
 
+def test_an_open_bound_an_excluded_low_and_a_none_that_is_not_unset_are_worded_as_people_read_them() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Dial:
+        share: float = setting(1.0, "a share", bounds=(0, 1), low_excluded=True)
+        count: int = setting(1, "a count", bounds=(1, None))
+        seed: int | None = setting(None, "a seed", kind=int)
+
+    family = Family("dial", none_is_unset=False, out_of_range="{name}={value!r}: {range}",
+                    not_a_number="{name}={value!r} is not {kind}: give one {range}")
+    assert checked(Dial, {"share": 1, "count": 10**9, "seed": -5}, family) == {"share": 1.0, "count": 10**9, "seed": -5}
+    for values, message in (({"share": 0}, r"share=0: in \(0, 1\]"), ({"count": 0}, "count=0: >= 1"),
+                            ({"seed": None}, "seed=None is not a whole number: give one of any size"),
+                            ({"seed": 1.5}, "seed=1.5 is not a whole number")):
+        with pytest.raises(ValueError, match=message):
+            checked(Dial, values, family)
+
+
 # A hand-written table of bounds: a dict literal of names to tuples that start with numbers, or a
 # dict literal named like one (BOUNDS, _BOUNDS, CLASS_BOUNDS, RANGES). A table derived from the
 # declarations (a comprehension, as config.py's BOUNDS) is not one.
@@ -116,7 +142,6 @@ TABLE_NAMES = ("BOUNDS", "RANGES")
 # `setting(...)`, check them with `checked`, then remove the line: the test fails until you do.
 KNOWN_TABLES = {
     "orchestrator/resource_class.py:CLASS_BOUNDS": "[classes.NAME] figures, parsed with run.toml by config.py",
-    "orchestrator/submission/sampling.py:RANGES": "sampling parameters: a rule per key, not bounds",
 }
 
 

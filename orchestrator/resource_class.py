@@ -23,23 +23,23 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-# (min, max) per figure: a value outside is refused with the range in the message.
-CLASS_BOUNDS: dict[str, tuple[float, float]] = {
-    "memory_mb": (1, 1 << 22), "cpus": (0, 4096), "expected_s": (0, 7 * 86400),
-    "weight": (0.01, 1000), "max_jobs": (0, 65536),
-}
+from orchestrator.settings_spec import Family, Numbers, checked, setting
+
 DEFAULT_CLASS = "default"   # the class of a job that names none, where classes are in force
 
 
 @dataclass(frozen=True)
 class ResourceClass:
-    name: str
-    memory_mb: int = 1024
-    cpus: int = 1
-    expected_s: float = 60.0
-    weight: float = 1.0
-    max_jobs: int = 0
-    handlers: tuple[str, ...] = ()
+    name: str   # its table's name, [classes.NAME]: not a setting
+    memory_mb: int = setting(1024, "MB of sandbox memory one job holds, from its INIT to the end of its RUN",
+                             bounds=(1, 1 << 22))
+    cpus: int = setting(1, "sandbox CPUs one job holds", bounds=(0, 4096))
+    expected_s: float = setting(60.0, "how long a job runs, for the reader (and `status`)", bounds=(0, 7 * 86400))
+    weight: float = setting(1.0, "its share when classes compete for slots", bounds=(0.01, 1000))
+    max_jobs: int = setting(0, "at most this many of its jobs per worker at once (0: no limit)", bounds=(0, 65536))
+    # Checked by parse_class: a list of handler names.
+    handlers: tuple[str, ...] = setting((), "jobs of these handlers are of this class unless `submit --class` says "
+                                            "otherwise", kind=object)
 
     def to_json(self) -> dict[str, Any]:
         """What a job carries in its ticket (the handlers it covers stay in run.toml)."""
@@ -59,24 +59,15 @@ def parse_class(name: str, values: dict[str, Any], where: str = "classes") -> Re
     """One class from its table; ValueError naming the key and the valid range or keys."""
     if not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"{where}: class name {name!r} must be letters, digits, '_' or '-', e.g. [classes.swe]")
-    known = {f.name: f for f in fields(ResourceClass) if f.name != "name"}
-    figures: dict[str, Any] = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ValueError(f"{where}.{name}: unknown key {key!r}; valid: {', '.join(known)}")
-        if key == "handlers":
-            if not isinstance(value, (list, tuple)) or not all(isinstance(h, str) and h for h in value):
-                raise ValueError(f"{where}.{name}.handlers must be a list of handler names, got {value!r}")
-            figures[key] = tuple(value)
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where}.{name}.{key} must be a number, got {value!r}")
-        if known[key].type in ("int", int) and not float(value).is_integer():
-            raise ValueError(f"{where}.{name}.{key} must be a whole number, got {value!r}")
-        low, high = CLASS_BOUNDS[key]
-        if not low <= value <= high:
-            raise ValueError(f"{where}.{name}.{key} = {value} is outside [{low:g}, {high:g}]")
-        figures[key] = int(value) if known[key].type in ("int", int) else float(value)
+    # A figure: an int or float, never a bool; a whole number's without a fraction (what run.toml always took).
+    family = Family("key", f"{where}.{name}.{{key}}", scope=f"{where}.{name}", numbers=Numbers.WHOLE,
+                    out_of_range="{name} = {value} is outside {interval}", not_a_number="{name} must be {kind}, got {value!r}")
+    figures = checked(ResourceClass, values, family)
+    if "handlers" in figures:
+        handlers = figures["handlers"]
+        if not isinstance(handlers, (list, tuple)) or not all(isinstance(h, str) and h for h in handlers):
+            raise ValueError(f"{where}.{name}.handlers must be a list of handler names, got {handlers!r}")
+        figures["handlers"] = tuple(handlers)
     return ResourceClass(name, **figures)
 
 

@@ -125,6 +125,7 @@ class Numbers(enum.Enum):
     EXACT = "exact"         # int or float (a whole number: int only); never a bool
     TRUNCATE = "truncate"   # int or float, never a bool; a whole number keeps int(value)
     TEXT = "text"           # whatever float() reads, text too; a whole number keeps int(value)
+    WHOLE = "whole"         # int or float, never a bool; a whole number's without a fraction (4.0: 4)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Family:
     not_a_choice: str = "{name} {value!r}: choose one of {choices}"
     show_help: bool = False                 # the declaration's help, in parentheses after the range
     none_is_unset: bool = True              # None for a setting whose default is None leaves it unset
+    scope: str = ""                         # said before an unknown key: "classes.long: unknown key 'x'"
 
     def fail(self, template: str, key: str, value: Any, spec: Declared) -> Exception:
         return self.error(template.format(
@@ -156,9 +158,10 @@ def checked(cls: type, values: Mapping[str, Any], family: Family) -> dict[str, A
     unknown = [key for key in values if key not in specs]
     if unknown:
         prefix = family.label.format(key="")
-        named = (lambda key: f"{prefix}{key}") if prefix.endswith(".") else repr   # a dotted path, or a quoted key
+        dotted = prefix.endswith(".") and not family.scope
+        named = (lambda key: f"{prefix}{key}") if dotted else repr   # a dotted path, or a quoted key
         close = difflib.get_close_matches(str(unknown[0]), specs, n=1)
-        raise family.error(f"unknown {family.noun}{'s' if len(unknown) > 1 else ''} {', '.join(map(named, unknown))}; "
+        raise family.error(f"{family.scope + ': ' if family.scope else ''}unknown {family.noun}{'s' if len(unknown) > 1 else ''} {', '.join(map(named, unknown))}; "
                            f"valid: {', '.join(specs)}" + (f" (did you mean {named(close[0])}?)" if close else ""))
     unset = {f.name for f in fields(cls) if f.default is None and family.none_is_unset}   # None: it stays unset
     return {key: None if value is None and key in unset else _checked_value(key, value, specs[key], family)
@@ -198,6 +201,8 @@ def _as_number(value: Any, kind: type, numbers: Numbers) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if numbers is Numbers.EXACT and kind is int and not isinstance(value, int):
+        return None
+    if numbers is Numbers.WHOLE and kind is int and not float(value).is_integer():
         return None
     return value
 

@@ -45,7 +45,7 @@ from hpc_rollout.handlers.harness_reward import (
 from hpc_rollout.handlers.math_task import MathHandler
 from hpc_rollout.handlers.swe_task import SweHandler
 from hpc_rollout.handlers.task_rows import flatten
-from orchestrator.agent.tool_handler import DEFAULT_PARSER, ToolAgentHandler
+from orchestrator.agent.tool_handler import DEFAULT_PARSER, KINDS, ToolAgentHandler
 from orchestrator.agent.parsers import get_parser
 from orchestrator.handler_api.reward_rule import RewardRule
 from orchestrator.handler_api.schema import InstanceSchema, Kind, instance_key
@@ -148,10 +148,10 @@ class HarnessSettings:
         return chosen.files(self.cli_settings()) if chosen else {}
 
 
-_SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "max_wall_s": Kind.NUMBER, "reward_range": Kind.LIST}
+_SETTING_KINDS = {"env": Kind.OBJECT, "binds": Kind.LIST, "reward_range": Kind.LIST}   # read by parse
 # The harness settings as the dataclass has them (a new setting is a new key here, with no second list).
 SETTINGS = InstanceSchema(tuple(
-    instance_key(name, _SETTING_KINDS.get(name, Kind.INTEGER if name.startswith("max_") else Kind.STRING),
+    instance_key(name, _SETTING_KINDS.get(name, KINDS.get(spec.kind, Kind.STRING)),
         spec.help)   # command or cli: validate_instance says which
     for name, spec in declarations(HarnessSettings).items()))
 # The row of its family (swe, code or math) plus the harness settings.

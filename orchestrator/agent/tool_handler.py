@@ -28,13 +28,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.agent.context import ContextMode, ContextPolicy
-from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, TextReply, ToolCallRecord, run_agent
+from orchestrator.agent.context import ContextPolicy
+from orchestrator.agent.loop import AgentLimits, AgentRun, StopReason, ToolCallRecord, run_agent
 from orchestrator.agent.parsers import PARSERS, get_parser
 from orchestrator.agent.toolbox import SandboxToolbox, ToolOutcome
 from orchestrator.agent.tools import ToolSpec, openai_tools, tool_specs
 from orchestrator.handler_api.contract import AgentHandler
 from orchestrator.handler_api.schema import InstanceSchema, Key, Kind, instance_key
+from orchestrator.settings_spec import declarations
 from orchestrator.spool.jobs import StageError
 
 if TYPE_CHECKING:
@@ -44,30 +45,19 @@ if TYPE_CHECKING:
 DEFAULT_PARSER = "hermes"
 RENDER_WINDOW = 2   # observations are rendered after the last 2 messages (checked: Conversation.window)
 
-LIMIT_MEANINGS = {
-    "max_turns": "LLM calls at most", "max_context_tokens": "prompt + reply tokens at most",
-    "max_wall_s": "seconds of RUN at most", "tool_timeout_s": "seconds per tool call",
-    "max_tokens_per_turn": "tokens sampled per call at most",
-    "max_observation_chars": "a tool's output beyond this is cut in the middle",
-    "text_reply": f"what a reply without a tool call means: {', '.join(t.value for t in TextReply)}",
-}
-AGENT_LIMITS = InstanceSchema(tuple(
-    instance_key(name, Kind.STRING if name == "text_reply" else (Kind.NUMBER if name.endswith("_s") else Kind.INTEGER),
-        LIMIT_MEANINGS.get(name, name.replace("_", " ")))
-    for name in AgentLimits.__dataclass_fields__))
+KINDS = {int: Kind.INTEGER, float: Kind.NUMBER, bool: Kind.BOOLEAN}   # any other (text, an enum): a string
 
 
-CONTEXT_MEANINGS = {
-    "mode": f"{' | '.join(m.value for m in ContextMode)}: what happens once the context passes its budget",
-    "budget_tokens": "compact when the next request would pass this many tokens (0: max_context_tokens)",
-    "keep_turns": "the most recent turns always kept as they are",
-    "summary_tokens": "summarize: the summary's token budget",
-    "summarize_tool": "offer the model the `summarize` tool",
-}
-CONTEXT_KEYS = InstanceSchema(tuple(
-    instance_key(name, Kind.STRING if name == "mode" else (Kind.BOOLEAN if name == "summarize_tool" else Kind.INTEGER),
-        CONTEXT_MEANINGS.get(name, name.replace("_", " ")))
-    for name in ContextPolicy.__dataclass_fields__))
+def declared_keys(cls: type) -> InstanceSchema:
+    """The instance keys of a dataclass's declared settings: each its kind and its help (with the choices)."""
+    return InstanceSchema(tuple(
+        instance_key(name, KINDS.get(spec.kind, Kind.STRING),
+                     f"{spec.help}: {', '.join(spec.choices)}" if spec.choices else spec.help)
+        for name, spec in declarations(cls).items()))
+
+
+AGENT_LIMITS = declared_keys(AgentLimits)
+CONTEXT_KEYS = declared_keys(ContextPolicy)
 
 
 def agent_task_keys(limits: AgentLimits) -> tuple[Key, ...]:

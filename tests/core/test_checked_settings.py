@@ -196,3 +196,15 @@ def test_the_convention_check_finds_each_way_a_table_is_written() -> None:
     assert sorted(caught) == ["m.py:BOUNDS", "m.py:LIMITS", "m.py:RANGES"]
     assert list(bounds_tables('BOUNDS = {k: (s.low, s.high) for k, s in SPECS.items()}\nNAMES = {"a": "b"}\n',
                               "m.py")) == []
+
+
+def test_the_instance_keys_of_a_declared_family_are_its_declarations_with_their_help() -> None:
+    from hpc_rollout.handlers.harness_task import SETTINGS
+    from orchestrator.agent.tool_handler import AGENT_LIMITS, CONTEXT_KEYS
+
+    for schema, cls in ((AGENT_LIMITS, AgentLimits), (CONTEXT_KEYS, ContextPolicy), (SETTINGS, HarnessSettings)):
+        described = {name: about for name, _, _, about in schema.rows()}
+        assert list(described) == list(declarations(cls))
+        for name, spec in declarations(cls).items():
+            assert described[name].startswith(spec.help) and all(choice in described[name] for choice in spec.choices)
+    assert dict((name, kind) for name, kind, _, _ in AGENT_LIMITS.rows())["max_wall_s"] == "number"

@@ -125,7 +125,10 @@ def test_the_servers_metrics_count_its_steps_and_the_rows_they_carried(tmp_path)
         seen = counters(url)
     # 4 requests x 6 tokens: each row goes through the model 6 times (its prompt, then 5 sampled tokens)
     assert seen["step_rows_total"] == 24
-    assert 6 <= seen["steps_total"] <= 24 and seen["step_seconds_total"] >= seen["step_cpu_seconds_total"] * 0.5 > 0
+    # A request takes 7 steps: its prompt's forward pass, then 6 samplings, the last with no forward
+    # pass after it (the row has left): 7 steps when the four run together, 28 when a loaded
+    # machine lets them in one after the other (seen in a CI-like run at load 8).
+    assert 7 <= seen["steps_total"] <= 28 and seen["step_seconds_total"] >= seen["step_cpu_seconds_total"] * 0.5 > 0
 
 
 def test_the_model_steps_on_while_the_servers_event_loop_is_busy() -> None:

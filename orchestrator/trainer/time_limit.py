@@ -4,9 +4,11 @@ At `time_limit_s` the step's unfinished groups are cancelled (cancel/group-G, wh
 polls every 0.5 s). A cancelled job ends at once: its LLM request is aborted with it (the closed
 connection aborts it on vLLM and serve-llm, SGLang is also sent /abort_request: llm/client.py),
 its sandbox is closed, and it leaves a `cancelled` row. The step then waits, for `cancel_grace_s`
-at most, until every cut job is really gone: each sample has its row, and no queue entry or claim
-of the step's submissions is left (a claim is dropped right after its row is committed). So when
-generate_sequences returns, verl may put its servers to sleep: nothing of the step generates.
+at most, until every cut job is really gone: each sample has its row, no queue entry or claim of
+the step's submissions is left (a claim is dropped right after its row is committed), and the
+backends' own gauges count no request (a server aborts a closed request only at its next step:
+orchestrator/llm/busy.py). So when generate_sequences returns, verl may put its servers to sleep:
+nothing of the step generates.
 
 What the limit cut is returned as a `Cut` (meta_info["hpc_rollout"]["time_limit"]), including
 anything still there when the grace ran out. Nothing here imports verl.
@@ -68,22 +70,24 @@ class Cut:
     gone_after_s: float | None = None    # the cancel to the last cut job gone; None: the grace ran out first
     missing: int = 0                     # samples still without a row at the return
     left_behind: list[str] = field(default_factory=list)   # queue entries and claims of the step at the return
+    still_generating: list[str] = field(default_factory=list)   # backends counting a request at the return
 
     def to_json(self) -> dict[str, Any]:
         return {"limit_s": self.limit_s, "grace_s": self.grace_s, "cancelled_groups": self.groups,
                 "cancelled_samples": self.samples,
                 "gone_after_s": None if self.gone_after_s is None else round(self.gone_after_s, 3),
-                "missing": self.missing, "left_behind": list(self.left_behind)}
+                "missing": self.missing, "left_behind": list(self.left_behind),
+                "still_generating": list(self.still_generating)}
 
 
 def collect(reader: RowSource, placement: Placement, size: int, paths: SpoolPaths,
             cancel: Callable[[list[str]], object], limit_s: float | None, grace_s: float, poll_s: float,
-            started: float) -> tuple[list[Row | None], Cut | None]:
+            started: float, busy: Callable[[], list[str]] | None = None) -> tuple[list[Row | None], Cut | None]:
     """The row of every slot (None: none came) and what the limit cut (None: nothing).
 
     Rows are followed until every slot has one; with `limit_s`, at `started + limit_s` the groups
     still open are cancelled with `cancel(groups)`, and the wait goes on until the cut jobs are
-    gone or `grace_s` has passed."""
+    gone and `busy()` names no backend (orchestrator/llm/busy.py), or `grace_s` has passed."""
     slots: list[Row | None] = [None] * size
     left = size
     cut: Cut | None = None
@@ -107,15 +111,18 @@ def collect(reader: RowSource, placement: Placement, size: int, paths: SpoolPath
         else:
             # Every slot has its row: the cut jobs ended; their claims go right after their rows.
             left_behind = step_entries(paths, _submissions(placement)) if not left else None
-            if left_behind == []:
+            # Only once the spool side is gone: a backend still counting then has an abort to come.
+            generating = busy() if left_behind == [] and busy is not None else []
+            if left_behind == [] and not generating:
                 cut.gone_after_s = now - cut_at
                 return slots, cut
             if now - cut_at >= grace_s:
                 cut.missing = left
                 cut.left_behind = step_entries(paths, _submissions(placement)) if left_behind is None else left_behind
+                cut.still_generating = generating
                 log.warning("the cut jobs were not all gone within cancel_grace_s %.0f s: %d sample(s) without a row "
-                            "(masked as missing); still queued or claimed: %s", grace_s, left,
-                            ", ".join(cut.left_behind) or "nothing")
+                            "(masked as missing); still queued or claimed: %s; backends still counting a request: %s",
+                            grace_s, left, ", ".join(cut.left_behind) or "nothing", ", ".join(generating) or "none")
                 return slots, cut
         time.sleep(poll_s)
 

@@ -36,3 +36,4 @@ def test_a_step_cut_at_its_limit_leaves_nothing_running_on_stock_vllm(tmp_path: 
     assert cut["cancelled"] == 8 and cut["missing"] == 0 and cut["seconds"] < LIMIT_S + 3.0
     said = cut["time_limit"]
     assert (said["cancelled_samples"], said["missing"], said["left_behind"], said["grace_s"]) == (8, 0, [], GRACE_S)
+    assert said["still_generating"] == [], "the step waited for vLLM's own count of requests, not ours"

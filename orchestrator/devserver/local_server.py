@@ -10,6 +10,7 @@ SIGKILL after a grace period. Nothing is ever stopped by name.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ class LocalServer:
     url: str
     log_path: Path | None = None
     temp_log: bool = False
+    scratch: Path | None = None     # a directory of the server's own, removed once it stopped
     _stopped: bool = field(default=False, repr=False)
 
     @property
@@ -61,6 +63,8 @@ class LocalServer:
             self.process.stdout.close()
         if self.temp_log and self.log_path is not None:
             self.log_path.unlink(missing_ok=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def kill(self) -> None:
         """Crash it now (SIGKILL), as a failing backend would."""

@@ -114,7 +114,11 @@ def start_vllm(
         handle, name = tempfile.mkstemp(prefix="vllm-", suffix=".log")
         os.close(handle)
         log_path = Path(name)
-    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}), **(env or {})}
+    # vLLM's engine sockets (ZMQ ipc://, uuid-named) go to VLLM_RPC_BASE_PATH, by default the
+    # system's temp directory, where vLLM leaves them behind: here a directory removed at stop.
+    scratch = Path(tempfile.mkdtemp(prefix="vllm-rpc-"))
+    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}),
+                  "VLLM_RPC_BASE_PATH": str(scratch), **(env or {})}
     server_env.pop("PYTHONPATH", None)  # the venv sees only its own packages
     command = server_command(python, model_dir, port, max_model_len, extra_args)
     # vLLM's engine core busy-waits (sched_yield) for its model worker: free to use both CPUs of a
@@ -126,7 +130,7 @@ def start_vllm(
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    env=server_env, start_new_session=True, text=True,
                                    preexec_fn=lambda: confine_to(allowed))
-    server = LocalServer(process, f"http://127.0.0.1:{port}/v1", log_path, temp_log)
+    server = LocalServer(process, f"http://127.0.0.1:{port}/v1", log_path, temp_log, scratch)
     try:
         wait_until_serving(server.url, timeout_s=timeout_s, pid=process.pid)
     except LLMError as exc:

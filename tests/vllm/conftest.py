@@ -56,7 +56,11 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     with stock_vllm(model_dir, python=python, max_model_len=MAX_MODEL_LEN, dev_mode=True,
                     log_path=log) as server:
+        # vLLM's engine sockets in the server's own directory, not left in /tmp after it (below)
+        assert server.scratch is not None and any(p.is_socket() for p in server.scratch.iterdir()), \
+            f"no vLLM socket under {server.scratch}: VLLM_RPC_BASE_PATH was not where vLLM put them"
         yield VLLMServer(server.url, model_dir, log, server.pid)
+    assert not server.scratch.exists(), f"{server.scratch} left after the server stopped"
 
 
 @pytest.fixture

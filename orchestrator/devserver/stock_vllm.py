@@ -13,6 +13,7 @@ nothing), and is stopped by that group: SIGTERM, then SIGKILL. Nothing is stoppe
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import socket
@@ -100,6 +101,21 @@ def server_command(python: Path, model_dir: Path, port: int, max_model_len: int,
     ]
 
 
+SOCKET_PATH_MAX = 107      # bytes of a Unix socket's path (sun_path, its NUL excluded)
+SOCKET_NAME_LEN = 37       # "/" and the uuid vLLM names each engine socket with
+
+
+def rpc_directory() -> Path:
+    """A new temp directory for the server (TMPDIR, VLLM_RPC_BASE_PATH): vLLM leaves its engine
+    sockets (ZMQ ipc) and a distributed-init file store in the temp directory; the server's stop
+    removes this one. Under /tmp when the temp directory is too deep for a socket's path."""
+    made = Path(tempfile.mkdtemp(prefix="vllm."))
+    if len(str(made)) + SOCKET_NAME_LEN > SOCKET_PATH_MAX:
+        made.rmdir()
+        made = Path(tempfile.mkdtemp(prefix="vllm.", dir="/tmp"))
+    return made
+
+
 def start_vllm(
     model_dir: Path, *, python: Path | None = None, port: int = 0, max_model_len: int = 2048,
     dev_mode: bool = False, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
@@ -114,11 +130,11 @@ def start_vllm(
         handle, name = tempfile.mkstemp(prefix="vllm-", suffix=".log")
         os.close(handle)
         log_path = Path(name)
-    # vLLM's engine sockets (ZMQ ipc://, uuid-named) go to VLLM_RPC_BASE_PATH, by default the
-    # system's temp directory, where vLLM leaves them behind: here a directory removed at stop.
-    scratch = Path(tempfile.mkdtemp(prefix="vllm-rpc-"))
-    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}),
-                  "VLLM_RPC_BASE_PATH": str(scratch), **(env or {})}
+    scratch = rpc_directory()
+    # torch's compile cache stays where it was (its default is under the temp directory), for the next start
+    inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or f"{tempfile.gettempdir()}/torchinductor_{getpass.getuser()}"
+    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}), "TMPDIR": str(scratch),
+                  "VLLM_RPC_BASE_PATH": str(scratch), "TORCHINDUCTOR_CACHE_DIR": inductor_cache, **(env or {})}
     server_env.pop("PYTHONPATH", None)  # the venv sees only its own packages
     command = server_command(python, model_dir, port, max_model_len, extra_args)
     # vLLM's engine core busy-waits (sched_yield) for its model worker: free to use both CPUs of a

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
-from orchestrator.devserver.stock_vllm import CPU_ARGS, CPU_ENV, free_port
+from orchestrator.devserver.stock_vllm import CPU_ARGS, CPU_ENV, free_port, rpc_directory
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from orchestrator.slurm.templates import render
 from orchestrator.spool.rundir import init_run
@@ -56,9 +58,11 @@ def test_rendered_vllm_script_serves_registers_and_deregisters(tmp_path: Path, v
         "extra_args": shlex.join([*CPU_ARGS, "--max-model-len", "512"]),
     }))
     out = tmp_path / "job.out"
+    # The node's temp directory: nothing of the job is left in it (short: a socket's path holds 107 bytes).
+    job_tmp = Path(tempfile.mkdtemp(prefix="job-tmp."))
     with open(out, "wb") as log:
         batch = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                 env={**os.environ, "SLURMD_NODENAME": "localhost"})
+                                 env={**os.environ, "SLURMD_NODENAME": "localhost", "TMPDIR": str(job_tmp)})
     try:
         wait_until(lambda: "registered http" in out.read_text(errors="replace") or batch.poll() is not None,
                    1500, "the server to register")
@@ -69,6 +73,9 @@ def test_rendered_vllm_script_serves_registers_and_deregisters(tmp_path: Path, v
         # Every flag reached the real server, and it was ready (one token) before registering.
         assert "non-default args" in text and "'enforce_eager': True" in text and "'max_model_len': 512" in text
         assert text.index("is serving: 1 token") < text.index("added http://localhost")
+        # vLLM's engine sockets are in the server's own directory under TMPDIR
+        [rpc_dir] = job_tmp.glob("vllm.*")
+        assert any(p.is_socket() for p in rpc_dir.iterdir()), f"no vLLM socket in {rpc_dir}"
 
         batch.send_signal(signal.SIGUSR2)  # what `scancel --batch --signal=USR2` does
         assert batch.wait(120) == 143
@@ -80,3 +87,24 @@ def test_rendered_vllm_script_serves_registers_and_deregisters(tmp_path: Path, v
             os.killpg(batch.pid, signal.SIGKILL)
         batch.wait(30)
     assert "removed http://localhost" in out.read_text(errors="replace")
+    # torch's compile cache (torchinductor_USER) is kept there on purpose: the next job reuses it
+    left = sorted(f"{p.name}{' (socket)' if p.is_socket() else ''}" for p in job_tmp.iterdir()
+                  if not p.name.startswith("torchinductor_"))
+    shutil.rmtree(job_tmp)
+    assert left == [], f"the job left these in the node's temp directory: {left}"
+
+
+def test_the_socket_directory_falls_back_to_tmp_when_the_temp_directory_is_too_deep(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 20)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    made = rpc_directory()
+    try:
+        assert made.parent == Path("/tmp") and len(str(made)) + 37 <= 107
+    finally:
+        made.rmdir()
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    made = rpc_directory()
+    made.rmdir()
+    assert made.parent == Path("/tmp")

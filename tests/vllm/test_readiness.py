@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.devserver.local_server import signal_group
 from orchestrator.llm.readiness import ServerNotReady, wait_until_serving
-from orchestrator.devserver.stock_vllm import CPU_ENV, free_port, server_command
+from orchestrator.devserver.stock_vllm import CPU_ENV, free_port, rpc_directory, server_command
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from tests.core.util import wait_until
 
@@ -39,7 +39,9 @@ def test_health_ok_is_not_ready_for_a_model_the_cpu_backend_cannot_run(tmp_path:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     log_path = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | CPU_ENV
+    scratch = rpc_directory()    # vLLM's temp files (sockets, file store), removed below
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | CPU_ENV | {
+        "TMPDIR": str(scratch), "VLLM_RPC_BASE_PATH": str(scratch)}
     with open(log_path, "wb") as log:
         server = subprocess.Popen(server_command(vllm_python, model, port, 256), stdout=log,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -51,4 +53,5 @@ def test_health_ok_is_not_ready_for_a_model_the_cpu_backend_cannot_run(tmp_path:
     finally:
         signal_group(server.pid, signal.SIGKILL)
         server.wait(60)
+        shutil.rmtree(scratch, ignore_errors=True)
     assert "head_dim=16" in log_path.read_text(errors="replace")

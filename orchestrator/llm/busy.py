@@ -17,7 +17,8 @@ from collections.abc import Iterable
 
 import httpx
 
-from orchestrator.llm.registry import Backend
+from orchestrator.llm.errors import RegistryError
+from orchestrator.llm.registry import Backend, BackendRegistry
 from orchestrator.llm.urls import endpoint
 
 BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -53,3 +54,13 @@ def busy_backends(backends: Iterable[Backend], timeout_s: float = ASK_TIMEOUT_S)
         if count:
             busy.append(backend.url)
     return busy
+
+
+def busy_registered(registry: BackendRegistry, timeout_s: float = ASK_TIMEOUT_S) -> list[str]:
+    """busy_backends over the registry's backends; a registry that cannot be read now (corrupt,
+    set aside) names none: it is an outage the workers deal with, not a reason to fail a step."""
+    try:
+        backends = registry.read().backends
+    except RegistryError:
+        return []
+    return busy_backends(backends, timeout_s)

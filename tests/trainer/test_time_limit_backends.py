@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.llm.busy import busy_backends, requests_in_flight
+from orchestrator.llm.busy import busy_backends, busy_registered, requests_in_flight
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.trainer.time_limit import GroupSlots, collect
 from tests.core.util import make_run
@@ -141,3 +141,9 @@ def test_busy_backends_asks_each_registered_backend_over_http(tmp_path: Path,
     assert busy_backends(backends) == []
     del served["/metrics"]
     assert busy_backends(backends) == []
+
+
+def test_a_registry_that_cannot_be_read_at_the_cut_asks_no_backend_instead_of_failing_the_step(tmp_path: Path) -> None:
+    paths = make_run(tmp_path / "run")
+    (paths.root / "backends.json").write_text('{"format": 1, "backe')   # truncated: an outage, not the step's end
+    assert busy_registered(BackendRegistry.of(paths)) == []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import HpcRolloutError
-from orchestrator.llm.busy import busy_backends
+from orchestrator.llm.busy import busy_registered
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.trainer.api import Spool
 from orchestrator.trainer.tail import TRAINER_COLUMNS, RowReader
@@ -74,7 +74,7 @@ class SpoolRollout:
         slots, cut = collect(reader, placement, len(prompts), self.spool.paths,
                              lambda groups: self.spool.cancel(groups=groups), self.time_limit_s,
                              self.cancel_grace_s, self.poll_s, started,
-                             busy=lambda: busy_backends(BackendRegistry.of(self.spool.paths).read().backends))
+                             busy=lambda: busy_registered(BackendRegistry.of(self.spool.paths)))
         tokenizer = _tokenizer_of(trainer)
         samples = samples_of(slots, group_of_slot, lambda i: _render(tokenizer, prompts[i]), _eos_id(tokenizer))
         self._record(samples, trainer, len(placement.rows_of_group), time.monotonic() - started, cut)

@@ -39,7 +39,7 @@ from verl import DataProto                      # this module is imported only w
 from verl.utils.ray_utils import auto_await
 
 from orchestrator.trainer.api import Spool
-from orchestrator.llm.busy import busy_backends
+from orchestrator.llm.busy import busy_registered
 from orchestrator.llm.logprob_mode import LogprobMode, parse_logprob_mode
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.spool import job_ids
@@ -238,7 +238,7 @@ class SpoolLoopManager:
         slots, self.cut = collect(self.reader, placement, len(placement.uids), self.spool.paths,
                                   lambda groups: self.spool.cancel(groups=groups), self.settings.time_limit_s,
                                   self.settings.cancel_grace_s, self.settings.poll_s, started,
-                                  busy=lambda: busy_backends(self.registry.read().backends))
+                                  busy=lambda: busy_registered(self.registry))
         return slots, time.monotonic() - started
 
     def _fallback_prompts(self, slots: Sequence[Mapping[str, Any] | None], placement: BatchPlacement) -> list[list[int]]:

@@ -266,7 +266,10 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_a_poll_costs_the_same_with_100_shards_per_writer_as_with_one": "slow",
         "test_eight_skewed_writers_and_a_reader_killed_at_random_deliver_every_row_once": "python",
     },
-    "tests/trainer/test_time_limit_backends.py": {"test_busy_backends_asks_each_registered_backend_over_http": "server"},
+    "tests/trainer/test_time_limit_backends.py": {
+        "test_busy_backends_asks_each_registered_backend_over_http": "server",
+        "test_a_backend_that_dribbles_or_floods_its_metrics_page_is_not_waited_for": "server",
+    },
     "tests/trainer/test_trl_parts.py": {},
     "tests/trainer/test_verl_outcomes.py": {},
     "tests/trainer/test_verl_parts.py": {

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.llm.busy import busy_backends, busy_registered, requests_in_flight
+from orchestrator.llm.busy import MAX_PAGE_BYTES, busy_backends, busy_registered, requests_in_flight
 from orchestrator.llm.registry import BackendRegistry
 from orchestrator.trainer.time_limit import GroupSlots, collect
 from tests.core.util import make_run
@@ -113,7 +113,16 @@ def metrics_server() -> Iterator[tuple[str, dict[str, str]]]:
             body = served.get(self.path)
             self.send_response(200 if body is not None else 404)
             self.end_headers()
-            self.wfile.write((body or "").encode())
+            if body != "DRIBBLE":
+                self.wfile.write((body or "").encode())
+                return
+            try:
+                for _ in range(600):
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:   # the client went away
+                pass
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -147,3 +156,17 @@ def test_a_registry_that_cannot_be_read_at_the_cut_asks_no_backend_instead_of_fa
     paths = make_run(tmp_path / "run")
     (paths.root / "backends.json").write_text('{"format": 1, "backe')   # truncated: an outage, not the step's end
     assert busy_registered(BackendRegistry.of(paths)) == []
+
+
+def test_a_backend_that_dribbles_or_floods_its_metrics_page_is_not_waited_for(
+        tmp_path: Path, metrics_server: tuple[str, dict[str, str]]) -> None:
+    url, served = metrics_server
+    registry = BackendRegistry.of(make_run(tmp_path / "run"))
+    registry.add(url)
+    backends = registry.read().backends
+    served["/metrics"] = "DRIBBLE"          # a byte every 0.1 s, for ever: bounded by the ask's own time
+    began = time.monotonic()
+    assert busy_backends(backends, timeout_s=0.5) == []
+    assert time.monotonic() - began < 3.0
+    served["/metrics"] = VLLM_PAGE + "#" * (MAX_PAGE_BYTES + 1)   # no gauge page is that large: not read
+    assert busy_backends(backends) == []

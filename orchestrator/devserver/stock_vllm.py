@@ -105,15 +105,22 @@ SOCKET_PATH_MAX = 107      # bytes of a Unix socket's path (sun_path, its NUL ex
 SOCKET_NAME_LEN = 37       # "/" and the uuid vLLM names each engine socket with
 
 
-def rpc_directory() -> Path:
-    """A new temp directory for the server (TMPDIR, VLLM_RPC_BASE_PATH): vLLM leaves its engine
-    sockets (ZMQ ipc) and a distributed-init file store in the temp directory; the server's stop
-    removes this one. Under /tmp when the temp directory is too deep for a socket's path."""
+def server_temp_directory() -> Path:
+    """A new temp directory for one vLLM server (see server_temp_env): vLLM leaves its engine
+    sockets (ZMQ ipc) and a distributed-init file store in the temp directory; whoever stops the
+    server removes this one. Under /tmp when the temp directory is too deep for a socket's path."""
     made = Path(tempfile.mkdtemp(prefix="vllm."))
     if len(str(made)) + SOCKET_NAME_LEN > SOCKET_PATH_MAX:
         made.rmdir()
         made = Path(tempfile.mkdtemp(prefix="vllm.", dir="/tmp"))
     return made
+
+
+def server_temp_env(directory: Path) -> dict[str, str]:
+    """A vLLM server's environment for its own temp directory; torch's compile cache stays where it
+    was (its default is under the temp directory), for the next start."""
+    inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or f"{tempfile.gettempdir()}/torchinductor_{getpass.getuser()}"
+    return {"TMPDIR": str(directory), "VLLM_RPC_BASE_PATH": str(directory), "TORCHINDUCTOR_CACHE_DIR": inductor_cache}
 
 
 def start_vllm(
@@ -130,11 +137,9 @@ def start_vllm(
         handle, name = tempfile.mkstemp(prefix="vllm-", suffix=".log")
         os.close(handle)
         log_path = Path(name)
-    scratch = rpc_directory()
-    # torch's compile cache stays where it was (its default is under the temp directory), for the next start
-    inductor_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or f"{tempfile.gettempdir()}/torchinductor_{getpass.getuser()}"
-    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}), "TMPDIR": str(scratch),
-                  "VLLM_RPC_BASE_PATH": str(scratch), "TORCHINDUCTOR_CACHE_DIR": inductor_cache, **(env or {})}
+    scratch = server_temp_directory()
+    server_env = {**os.environ, **CPU_ENV, **(DEV_MODE_ENV if dev_mode else {}), **server_temp_env(scratch),
+                  **(env or {})}
     server_env.pop("PYTHONPATH", None)  # the venv sees only its own packages
     command = server_command(python, model_dir, port, max_model_len, extra_args)
     # vLLM's engine core busy-waits (sched_yield) for its model worker: free to use both CPUs of a

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.devserver.local_server import signal_group
 from orchestrator.llm.readiness import ServerNotReady, wait_until_serving
-from orchestrator.devserver.stock_vllm import CPU_ENV, free_port, rpc_directory, server_command
+from orchestrator.devserver.stock_vllm import CPU_ENV, free_port, server_command, server_temp_directory, server_temp_env
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from tests.core.util import wait_until
 
@@ -39,9 +39,8 @@ def test_health_ok_is_not_ready_for_a_model_the_cpu_backend_cannot_run(tmp_path:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     log_path = tmp_path / "server.log"
-    scratch = rpc_directory()    # vLLM's temp files (sockets, file store), removed below
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | CPU_ENV | {
-        "TMPDIR": str(scratch), "VLLM_RPC_BASE_PATH": str(scratch)}
+    scratch = server_temp_directory()    # vLLM's temp files (sockets, file store), removed below
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | CPU_ENV | server_temp_env(scratch)
     with open(log_path, "wb") as log:
         server = subprocess.Popen(server_command(vllm_python, model, port, 256), stdout=log,
                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)

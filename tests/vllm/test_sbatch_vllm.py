@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from orchestrator.devserver.stock_vllm import CPU_ARGS, CPU_ENV, free_port, rpc_directory
+from orchestrator.devserver.stock_vllm import CPU_ARGS, CPU_ENV, free_port, server_temp_directory
 from orchestrator.devserver.tiny_model import tiny_model_dir
 from orchestrator.slurm.templates import render
 from orchestrator.spool.rundir import init_run
@@ -99,12 +99,12 @@ def test_the_socket_directory_falls_back_to_tmp_when_the_temp_directory_is_too_d
     deep = tmp_path / ("d" * 60) / ("e" * 20)
     deep.mkdir(parents=True)
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    made = rpc_directory()
+    made = server_temp_directory()
     try:
         assert made.parent == Path("/tmp") and len(str(made)) + 37 <= 107
     finally:
         made.rmdir()
     monkeypatch.setattr(tempfile, "tempdir", "/tmp")
-    made = rpc_directory()
+    made = server_temp_directory()
     made.rmdir()
     assert made.parent == Path("/tmp")

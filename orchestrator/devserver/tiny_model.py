@@ -20,6 +20,8 @@ from typing import Any, Callable
 
 from filelock import FileLock
 
+from orchestrator.llm.tokenizer import cache_home
+
 log = logging.getLogger(__name__)
 BUILD_LOCK_TIMEOUT_S = 1800.0   # a build takes seconds to a minute; a holder this slow is stuck
 
@@ -59,9 +61,7 @@ CHAT_TEMPLATE = (
 
 
 def cache_root() -> Path:
-    configured = os.environ.get("HPC_ROLLOUT_CACHE")
-    base = Path(configured) if configured else Path.home() / ".cache" / "hpc-rollout"
-    return base / "tiny"
+    return cache_home() / "tiny"
 
 
 def tiny_model_dir() -> Path:

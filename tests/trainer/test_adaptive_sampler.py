@@ -43,7 +43,10 @@ def test_prompts_without_signal_get_fewer_groups_and_a_restart_keeps_the_evidenc
         dead = [groups_paid(budget, p) for p in tasks if p["reward"]["bernoulli"] != 0.5]
         coins = [groups_paid(budget, p) for p in tasks if p["reward"]["bernoulli"] == 0.5]
         assert sampler.totals.skipped_prompts > 0
-        assert sum(dead) / len(dead) < 0.5 * sum(coins) / len(coins), f"groups per prompt: dead {dead}, coins {coins}"
+        # Uniform sampling pays a dead prompt as many groups as a coin (ratio ~1). The budget's ratio
+        # depends on what was in flight before the evidence came: 0.39-0.51 over 20 runs, two at a time
+        # on 2 cores (a bound of 0.5 failed CI once at 0.53); 0.7 still says "markedly fewer".
+        assert sum(dead) / len(dead) < 0.7 * sum(coins) / len(coins), f"groups per prompt: dead {dead}, coins {coins}"
 
         resumed_budget = AdaptiveBudget(samples=SAMPLES, seed=4)
         resumed = DynamicSampler(spool, tasks, handler="sleep", samples=SAMPLES, informative_groups=4,

@@ -6,7 +6,7 @@ What main_ppo does, with verl's own code: hydra over verl's ppo_trainer.yaml wit
 given (the config of docs/trainer.md), `validate_config`, the tokenizer of `HFModelConfig`,
 `create_rl_dataset` (RLHFDataset) and `create_rl_sampler` on a verl-format parquet, TaskRunner's
 worker mapping and resource pool (`BaseTaskRunner`), `RayPPOTrainer(...)`, then `fit()`:
-the legacy trainer (`trainer.use_v1=false`) or, with "v1": true, verl's v1 task runner.
+the legacy trainer (`trainer.use_v1=false`; verl's v1 trainer is not supported yet: docs/trainer.md).
 Metrics go to verl's own `file` logger (VERL_FILE_LOGGER_PATH, one JSON line per step).
 
 `init_workers` is verl's, less what needs a GPU (tests/verl/cpu_patches.py lists the patches

@@ -59,15 +59,21 @@ def memo_path(directory: Path) -> Path:
 
 
 def remembered_class(memo: Path) -> type[Any] | None:
-    """The class remembered in `memo`, if it is still one transformers exports; None otherwise."""
+    """The tokenizer class remembered in `memo`, if this user wrote it and transformers still exports
+    that class; None otherwise. The cache may be a group's directory: a memo of another user could
+    name another class, and a model class's from_pretrained would load weights as the tokenizer."""
     import transformers
 
     try:
-        name = fsops.read_bytes(memo, MEMO_LIMIT).decode().strip()
+        content, st = fsops.read_regular(memo, MEMO_LIMIT)
+        name = content.decode().strip()
     except (OSError, UnicodeDecodeError):   # none yet, or not a plain file (fsops refuses links, FIFOs)
         return None
+    if st.st_uid != os.getuid():
+        return None
     found = getattr(transformers, name, None) if name.isidentifier() else None
-    return found if isinstance(found, type) and hasattr(found, "from_pretrained") else None
+    tokenizer_base = transformers.PreTrainedTokenizerBase
+    return found if isinstance(found, type) and issubclass(found, tokenizer_base) else None
 
 
 def remember_class(memo: Path, directory: Path, chosen: type) -> None:

@@ -65,7 +65,8 @@ def test_a_memo_that_is_not_a_class_name_or_not_a_file_is_ignored(tmp_path: Path
     monkeypatch.setenv("HPC_ROLLOUT_CACHE", str(tmp_path / "cache"))
     memo = tokenizer_module.memo_path(tiny_model_dir())
     memo.parent.mkdir(parents=True)
-    for content in ("os", "__import__", "not a name", "PreTrainedModel\n" * 40):
+    for content in ("os", "__import__", "not a name", "PreTrainedModel\n" * 40, "PreTrainedModel", "AutoModel",
+                    "Qwen2ForCausalLM", "AutoTokenizer"):   # not a tokenizer class: from_pretrained would load a model
         memo.write_text(content)
         assert tokenizer_module.remembered_class(memo) is None, content
     memo.unlink()
@@ -74,6 +75,17 @@ def test_a_memo_that_is_not_a_class_name_or_not_a_file_is_ignored(tmp_path: Path
     memo.unlink()
     memo.write_text("Qwen2Tokenizer")
     assert tokenizer_module.remembered_class(memo).__name__ == "Qwen2Tokenizer"
+
+
+def test_a_memo_written_by_another_user_is_not_trusted(tmp_path: Path, monkeypatch) -> None:
+    # $HPC_ROLLOUT_CACHE may be a group's directory: a member's memo could name another class
+    monkeypatch.setenv("HPC_ROLLOUT_CACHE", str(tmp_path / "cache"))
+    memo = tokenizer_module.memo_path(tiny_model_dir())
+    memo.parent.mkdir(parents=True)
+    memo.write_text("Qwen2Tokenizer")
+    assert tokenizer_module.remembered_class(memo) is not None
+    monkeypatch.setattr(tokenizer_module.os, "getuid", lambda: os.stat(memo).st_uid + 1)
+    assert tokenizer_module.remembered_class(memo) is None
 
 
 def test_remote_code_is_never_remembered(tmp_path: Path, monkeypatch) -> None:

@@ -182,8 +182,8 @@ export HPC_ROLLOUT_VERIFIERS_INSTALL_PID=$!
 log "verifiers: installing in the background if not cached (pid $HPC_ROLLOUT_VERIFIERS_INSTALL_PID, log $HPC_ROLLOUT_VERIFIERS_INSTALL_LOG)"
 
 # Three pytest workers (pytest-xdist) on CI's 2 cores: much of the suite waits (Slurm, servers
-# starting, sandboxes, sleeps), so workers beyond the cores fill the idle time. Measured side by
-# side on fresh clones of this machine (2 cores): 2 workers 30:03 with the CPUs ~80% busy, 3 workers
+# starting, sandboxes, sleeps), so workers beyond the cores fill the idle time. Measured one after
+# the other on fresh clones of this machine (2 cores): 2 workers 30:03 with the CPUs ~80% busy, 3 workers
 # 26:56 at 90%. tests/conftest.py groups the tests so that what shares a resource (the Slurm
 # cluster, the vLLM server, a module's fixtures) runs on one worker.
 # HPC_ROLLOUT_TEST_WORKERS=0 runs them in this process, one after the other.

@@ -22,9 +22,10 @@ cd "$(dirname "$0")/.."
 
 VERSION=${VERL_VERSION:-0.9.1}               # the version the manager was verified against
 TORCH=${VERL_TORCH:-2.13.0+cpu}
-# What verl's trainer module (verl.trainer.ppo.ray_trainer) imports beyond verl's own requirements:
-# three packages of its `verl-core` extra (the whole extra also pulls TransferQueue, torchcodec, ...).
-VERL_TRAINER_EXTRAS=(cachetools uvicorn fastapi)
+# What verl's trainers import beyond verl's own requirements: three packages of its `verl-core`
+# extra for the legacy one (verl.trainer.ppo.ray_trainer), TransferQueue (with pyzmq and msgspec)
+# for the v1 one (trainer.use_v1=true); the whole extra also pulls torchcodec, ...
+VERL_TRAINER_EXTRAS=(cachetools uvicorn fastapi TransferQueue==0.1.11)
 BASE_PYTHON=${VERL_BASE_PYTHON:-python3}
 WAIT_S=${VERL_SETUP_WAIT_S:-1800}            # how long to wait for another installer
 CHECK_ONLY=${VERL_SETUP_CHECK_ONLY:-0}       # 1: report, do not install (after a background install)

@@ -6,7 +6,8 @@ Every test gets an `xdist_group`, the unit a worker runs whole:
 - each benchmark of tests/test_benchmarks.py is a unit of its own (minutes of waiting in all);
 - the tests on the session's stock vLLM server: one group, so that one server is started;
 - every other test: its module, so that a module-scoped fixture (a server, a finished run) is
-  set up once, on one worker.
+  set up once, on one worker; a module whose such fixture is parametrized (PER_PARAMETER: verl's
+  fit() of tests/verl/test_fit.py, once per trainer) is a group per parameter, for two workers.
 The order of the units is the order the workers take them: the long, wait-bound Slurm group
 first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh), of vLLM and of verl
 (installed in the background) last, so that their builds overlap the rest.
@@ -36,6 +37,10 @@ BACKGROUND_FIXTURES = ("task_image", "vllm_python", "vllm_server", "mini_swe_age
 LONG_MODULES = ("tests/trainer/test_closed_loop.py", "tests/report/test_report_run.py", "tests/llm/test_balance.py")
 
 
+# Module-scoped fixtures with parameters, each parameter minutes of work of its own.
+PER_PARAMETER = ("fit",)
+
+
 def group_of(item: pytest.Item) -> str:
     path = item.path.as_posix()
     if "/tests/slurm/" in path or item.get_closest_marker("slurm"):
@@ -44,7 +49,10 @@ def group_of(item: pytest.Item) -> str:
         return item.nodeid   # each benchmark alone: the two workers share them
     if "vllm_server" in getattr(item, "fixturenames", ()):
         return VLLM_SERVER_GROUP
-    return item.nodeid.split("::", 1)[0]
+    module = item.nodeid.split("::", 1)[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    chosen = [f"{name}={params[name]}" for name in PER_PARAMETER if name in params]
+    return f"{module}[{','.join(chosen)}]" if chosen else module
 
 
 def rank_of(item: pytest.Item, group: str) -> int:

@@ -26,7 +26,8 @@ from orchestrator.trainer.cursor import CursorError
 IN_SANDBOX = "orchestrator.sandbox.server"
 # Modules of an optional extra, importable only with it installed; they define no exception class
 # of their own (checked statically below), so the walk loses nothing by leaving them out.
-NEEDS_EXTRA = {"orchestrator.trainer.verl.manager": "verl", "orchestrator.trainer.verl.checkpoint_hook": "verl"}
+NEEDS_EXTRA = {"orchestrator.trainer.verl.manager": "verl", "orchestrator.trainer.verl.checkpoint_hook": "verl",
+               "orchestrator.trainer.verl.tq_manager": "verl"}
 
 
 def public_exception_classes() -> list[type[BaseException]]:

@@ -17,6 +17,15 @@ and nowhere else:
 5. the resource pool's GPU count: verl's ResourcePoolManager checks that Ray has as many GPUs as
    processes asked for; here it counts Ray's CPUs;
 6. a gloo process group: verl's workers open "cpu:gloo,<device>:<nccl>"; here gloo alone.
+
+For verl's v1 trainer (`no_rollout_replicas`, in the driver process only):
+7. verl's colocated vLLM replicas do not exist here (no vLLM, no GPU): the trainer class that
+   verl's `get_trainer_cls` returns gets `_enable_hybrid_replicas = False`, verl's own switch for
+   trainers that start none (its LLMServerManager is then empty), and the replica class verl
+   looks up by `rollout.name` (importing vLLM) is verl's base RolloutReplica, never instantiated;
+8. the weight sync to those replicas (verl's CheckpointEngineManager, `naive` backend, which the v1
+   trainer builds whatever checkpoint_manager_class says) is the spool's SpoolCheckpointManager,
+   which pushes every update to the spool's registered backends (set by the driver, fit_run.py).
 """
 
 from __future__ import annotations
@@ -115,6 +124,20 @@ def _register_cpu_platform(torch: Any) -> None:
 
         def cudart(self) -> None:
             return None
+
+
+def no_rollout_replicas(v1: Any) -> None:
+    """Patch 7 of the module doc, on verl's `verl.trainer.ppo.v1` module."""
+    from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry
+
+    original = getattr(v1, "_hpc_rollout_original", v1.get_trainer_cls)
+    v1._hpc_rollout_original = original
+
+    def without_replicas(name: str) -> Any:
+        return type(f"{original(name).__name__}NoReplicas", (original(name),), {"_enable_hybrid_replicas": False})
+
+    v1.get_trainer_cls = without_replicas
+    RolloutReplicaRegistry.register("vllm", lambda: RolloutReplica)
 
 
 def _zero_memory_statistics(torch: Any) -> None:

@@ -6,8 +6,8 @@ What main_ppo does, with verl's own code: hydra over verl's ppo_trainer.yaml wit
 given (the config of docs/trainer.md), `validate_config`, the tokenizer of `HFModelConfig`,
 `create_rl_dataset` (RLHFDataset) and `create_rl_sampler` on a verl-format parquet, TaskRunner's
 worker mapping and resource pool (`BaseTaskRunner`), `RayPPOTrainer(...)`, then `fit()`:
-the legacy trainer (`trainer.use_v1=false`; verl's v1 trainer is not supported yet: docs/trainer.md).
-Metrics go to verl's own `file` logger (VERL_FILE_LOGGER_PATH, one JSON line per step).
+the legacy trainer (`trainer.use_v1=false`), or verl's v1 trainer (`trainer.use_v1=true`, TransferQueue)
+run by verl's own `TaskRunnerV1.run` (`v1_fit`). Metrics go to verl's own `file` logger (VERL_FILE_LOGGER_PATH, one JSON line per step).
 
 `init_workers` is verl's, less what needs a GPU (tests/verl/cpu_patches.py lists the patches
 that make the rest run on CPU): verl's vLLM rollout engine and servers do not exist here, so the
@@ -112,6 +112,33 @@ def legacy_trainer(config: Any) -> Any:
                          collate_fn=collate_fn, train_sampler=create_rl_sampler(config.data, train))
 
 
+def v1_fit(config: Any) -> list[dict[str, Any]]:
+    """verl's own TaskRunnerV1.run (TransferQueue, the v1 sync trainer, init(), fit()), less what needs a
+    GPU: verl's colocated vLLM replicas, which its v1 trainers leave out with `_enable_hybrid_replicas =
+    False` (its separate_async trainer does so); the weight sync to those replicas is then the spool's
+    hook, SpoolCheckpointManager, in place of verl's CheckpointEngineManager (both patches: cpu_patches.py
+    7 and 8). The hook's record of pushes is returned."""
+    import verl.trainer.ppo.v1 as v1
+    import verl.trainer.ppo.v1.trainer_base as trainer_base
+    from verl.trainer.main_ppo import TaskRunnerV1
+    from verl.utils.config import validate_config
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+
+    from orchestrator.trainer.verl.checkpoint_hook import SpoolCheckpointManager
+
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    cpu_patches.no_rollout_replicas(v1)
+    trainer_base.CheckpointEngineManager = SpoolCheckpointManager
+    # main_ppo runs TaskRunnerV1 as a Ray actor; here its class runs in the driver, where patches 7-8 are.
+    runner = TaskRunnerV1.__ray_actor_class__()
+    try:
+        runner.run(config)
+    finally:
+        if runner.agent_loop_manager is not None:
+            runner.agent_loop_manager.close()
+    return runner.trainer.checkpoint_manager.pushed
+
+
 def grpo_of_rows(run_dir: str, n: int, response_length: int) -> list[dict[str, float]]:
     """verl's compute_grpo_outcome_advantage on the spool's rows, one figure set per submission of
     groups of rollout.n samples (= per step; not the manager's warm-up): what fit() must have
@@ -152,12 +179,15 @@ def run(args: dict[str, Any]) -> dict[str, Any]:
     auto_set_device(config)
     start_ray(config)
     try:
-        OmegaConf.resolve(config)
-        trainer = legacy_trainer(config)
-        init_workers_on_cpu(trainer)
-        trainer.fit()
-        trainer.async_rollout_manager.close()
-        pushed = trainer.checkpoint_manager.pushed
+        if config.trainer.use_v1:
+            pushed = v1_fit(config)
+        else:
+            OmegaConf.resolve(config)
+            trainer = legacy_trainer(config)
+            init_workers_on_cpu(trainer)
+            trainer.fit()
+            trainer.async_rollout_manager.close()
+            pushed = trainer.checkpoint_manager.pushed
     finally:
         ray.shutdown()
     return {"seconds": round(time.monotonic() - started, 1), "pushed": pushed,

@@ -251,5 +251,8 @@ def test_the_gsm8k_rule_is_verls_and_number_differs_only_where_documented(outcom
 
 
 def test_verls_v1_trainer_contract_is_refused_with_the_setting_that_works(outcome: dict[str, Any]) -> None:
+    """SpoolLoopManager with verl's v1 trainer: refused when created (the config says use_v1) and when
+    handed a TensorDict, naming SpoolLoopManagerTQ (the v1 trainer's manager, tests/verl/test_fit.py)."""
     r = outcome["v1"]
-    assert r.get("error") == "VerlConfigError" and "trainer.use_v1=false" in r["message"], r
+    assert r["at_create"].startswith("VerlConfigError") and "SpoolLoopManagerTQ" in r["at_create"], r
+    assert r["at_call"].startswith("VerlConfigError") and "SpoolLoopManagerTQ" in r["at_call"], r

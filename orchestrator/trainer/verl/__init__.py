@@ -2,6 +2,7 @@
 
     actor_rollout_ref.rollout.agent.agent_loop_manager_class=orchestrator.trainer.verl.SpoolLoopManager
     +hpc_rollout.spool=/scratch/spool/run1
+    # verl's v1 trainer (trainer.use_v1=true, TransferQueue): ...=orchestrator.trainer.verl.SpoolLoopManagerTQ
 
 verl is imported only by the modules that need it (manager, assemble, rewards at EVAL), and only
 when used: importing this package, its key names (orchestrator/trainer/verl_keys.py) or its config block
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SpoolLoopManager"]
+__all__ = ["SpoolLoopManager", "SpoolLoopManagerTQ"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from orchestrator.trainer.verl.manager import SpoolLoopManager
 
         return SpoolLoopManager
+    if name == "SpoolLoopManagerTQ":
+        from orchestrator.trainer.verl.tq_manager import SpoolLoopManagerTQ
+
+        return SpoolLoopManagerTQ
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

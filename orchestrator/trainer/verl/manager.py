@@ -82,11 +82,13 @@ class BatchPlacement:
 
 class SpoolLoopManager:
     """verl's AgentLoopManager contract over the spool; see the module doc."""
+    TRANSFER_QUEUE = False   # the legacy trainer's contract; SpoolLoopManagerTQ speaks the v1 one
 
     def __init__(self, config: Any, llm_client: Any = None, teacher_client: Any = None,
                  reward_loop_worker_handles: Any = None, **_: Any) -> None:
         self.config = config
         _show_info_lines()
+        _check_trainer(to_plain(config), self.TRANSFER_QUEUE)
         self.settings: ManagerSettings = parse_settings(config)
         self.routes = RouteLog(log)
         self.llm_client = llm_client
@@ -133,8 +135,7 @@ class SpoolLoopManager:
         self.registered = register_verl_servers(self.registry, addresses, self.settings)
 
     @auto_await
-    async def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """verl's batch in, verl's rollout batch out; awaited or not, like verl's manager (auto_await)."""
+    async def generate_sequences(self, prompts: DataProto) -> DataProto:   # awaited or not, like verl's
         return await asyncio.to_thread(self.generate, prompts)
 
     def close(self) -> None:
@@ -147,8 +148,8 @@ class SpoolLoopManager:
         if not isinstance(prompts, DataProto):
             raise VerlConfigError(
                 f"generate_sequences got a {type(prompts).__name__}: SpoolLoopManager speaks RayPPOTrainer's "
-                "DataProto contract; run verl with trainer.use_v1=false (verl 0.9.1's TransferQueue trainer "
-                "is not supported yet)")
+                "DataProto contract (the legacy trainer, trainer.use_v1=false); for verl's v1 trainer "
+                "(TransferQueue) set agent_loop_manager_class=orchestrator.trainer.verl.SpoolLoopManagerTQ")
         started = time.monotonic()
         meta = dict(prompts.meta_info or {})
         version = policy_version_of(meta)
@@ -358,6 +359,17 @@ def timing_of(slots: Sequence[Mapping[str, Any] | None], assembled: Assembled, s
     timing["hpc_rollout/generate_s"] = seconds
     timing["hpc_rollout/queue_s/mean"] = float(np.mean([float(r.get("queue_s") or 0.0) for r in rows] or [0.0]))
     return timing
+
+
+def _check_trainer(config: Mapping[str, Any], transfer_queue: bool) -> None:
+    """The manager class must be the one of verl's trainer: refused at create(), not at step 1."""
+    use_v1 = (config.get("trainer") or {}).get("use_v1")
+    if use_v1 is None or bool(use_v1) == transfer_queue:
+        return
+    wanted = "SpoolLoopManagerTQ" if use_v1 else "SpoolLoopManager"
+    raise VerlConfigError(
+        f"trainer.use_v1={str(bool(use_v1)).lower()} is verl's {'v1 (TransferQueue)' if use_v1 else 'legacy'} trainer: "
+        f"set actor_rollout_ref.rollout.agent.agent_loop_manager_class=orchestrator.trainer.verl.{wanted}")
 
 
 def _show_info_lines() -> None:

@@ -52,7 +52,9 @@ def group_of(item: pytest.Item) -> str:
     module = item.nodeid.split("::", 1)[0]
     params = getattr(getattr(item, "callspec", None), "params", {})
     chosen = [f"{name}={params[name]}" for name in PER_PARAMETER if name in params]
-    return f"{module}[{','.join(chosen)}]" if chosen else module
+    # No "]" in a group name: xdist reads the group after the last "@" only when no "]" follows it
+    # (LoadGroupScheduling._split_scope), and a name ending in one made every test its own unit.
+    return f"{module} ({','.join(chosen)})" if chosen else module
 
 
 def rank_of(item: pytest.Item, group: str) -> int:

@@ -202,6 +202,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_submit_points_to_launch_only_when_no_worker_is_running": "cli",
     },
     "tests/core/test_submitit_adapter.py": {},
+    "tests/core/test_scheduling.py": {},
     "tests/core/test_tiers.py": {},
     "tests/core/test_timeout_cancel.py": {
         "test_a_job_cancelled_before_its_worker_starts_is_not_run": "worker",

@@ -120,6 +120,7 @@ FAST_MODULES: dict[str, dict[str, str]] = {
         "test_a_command_group_that_cannot_be_imported_is_not_hidden": "cli",
         "test_every_command_group_loads_without_the_optional_extras": "python",
     },
+    "tests/core/test_dir_watch.py": {},
     "tests/core/test_docs.py": {},
     "tests/core/test_errors.py": {
         "test_every_public_exception_of_the_package_derives_from_the_one_base": "slow",

@@ -6,7 +6,8 @@ unfinished writer's next shard by name: about two stats per open writer, however
 exist. A shard missing before a closed writer's last one, or with a later one present, was
 committed and moved away (quarantined): it is skipped and named, never waited for. The writer's
 next shard is decoded on a thread meanwhile (Arrow decodes without the GIL), read ahead but never
-taken ahead: `next_seq` moves only when a shard is taken.
+taken ahead: `next_seq` moves only when a shard is taken. Between polls a reader waits on a watch
+of shards/ (spool/dir_watch.py): a shard committed on this node ends the wait at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from orchestrator.spool import fsops
+from orchestrator.spool.dir_watch import DirWatch
 from orchestrator.spool.paths import SpoolPaths
 from orchestrator.spool.shard_reader import READ_ERRORS, read_shard_table, unreadable_because, warn_skipped
 from orchestrator.spool.shardlog import WriterDirectory, shard_exists, shard_name
@@ -44,6 +46,7 @@ class ShardFollower:
     _closed_listed_at: float = field(default=-1e18, init=False)
     _read_ahead: tuple[str, int, Future[pa.Table | None]] | None = field(default=None, init=False)
     _pool: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    _commits: DirWatch | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.writers = WriterDirectory(self.paths)
@@ -56,6 +59,16 @@ class ShardFollower:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._commits is not None:
+            self._commits.close()
+            self._commits = None
+
+    def wait_for_commit(self, timeout_s: float) -> None:
+        """Sleep until a shard is committed on this node, or `timeout_s` at most (the poll period:
+        another node's commits raise no event here; spool/dir_watch.py)."""
+        if self._commits is None:   # made at the first wait: most readers never wait
+            self._commits = DirWatch([self.paths.shards])
+        self._commits.wait(timeout_s)
 
     def writers_to_probe(self) -> list[str]:
         """The open writers, then the closed ones with shards not taken yet."""

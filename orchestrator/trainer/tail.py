@@ -119,7 +119,7 @@ class RowReader:
             if delivered == 0:
                 if not follow:
                     return
-                time.sleep(self.poll_s)
+                self.wait(self.poll_s)
 
     def rows(self, follow: bool = False) -> Iterator[Row]:
         """Every row once, oldest fetched first. With follow, wait for new shards forever."""
@@ -135,7 +135,7 @@ class RowReader:
             if self.poll() == 0:
                 if not follow:
                     return
-                time.sleep(self.poll_s)
+                self.wait(self.poll_s)
 
     def groups(self, follow: bool = False) -> Iterator[list[Row]]:
         """Whole groups only, each once, when every sample of the group has its row."""
@@ -147,7 +147,7 @@ class RowReader:
             if self.poll() == 0:
                 if not follow:
                     return
-                time.sleep(self.poll_s)
+                self.wait(self.poll_s)
 
     def take_group(self) -> list[Row] | None:
         """A complete group already fetched (marked delivered), or None."""
@@ -164,6 +164,10 @@ class RowReader:
         self._held_jobs.difference_update(r["job_id"] for r in rows)
         return sorted(rows, key=lambda r: r.get("sample_index") or 0)
 
+    def wait(self, timeout_s: float) -> None:
+        """Sleep until a shard is committed on this node, or `timeout_s` at most."""
+        self.shards.wait_for_commit(timeout_s)
+
     def next_group(self, timeout_s: float) -> list[Row] | None:
         """The next complete group, polling for up to `timeout_s`; None when none came."""
         deadline = time.monotonic() + timeout_s
@@ -176,7 +180,7 @@ class RowReader:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            time.sleep(min(self.poll_s, left))
+            self.wait(min(self.poll_s, left))
 
     # -- fetching -------------------------------------------------------------------------------
     def poll(self) -> int:

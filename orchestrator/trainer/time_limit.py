@@ -35,6 +35,8 @@ Row = Mapping[str, Any]
 class RowSource(Protocol):
     def rows(self, follow: bool = False) -> Iterable[Row]: ...
 
+    def wait(self, timeout_s: float) -> None: ...   # until new rows may have come, `timeout_s` at most
+
 
 class Placement(Protocol):
     """Where the step's samples go: group id -> the slot of each of its samples."""
@@ -124,7 +126,7 @@ def collect(reader: RowSource, placement: Placement, size: int, paths: SpoolPath
                             "(masked as missing); still queued or claimed: %s; backends still counting a request: %s",
                             grace_s, left, ", ".join(cut.left_behind) or "nothing", ", ".join(generating) or "none")
                 return slots, cut
-        time.sleep(poll_s)
+        reader.wait(poll_s)
 
 
 def step_entries(paths: SpoolPaths, submissions: set[str]) -> list[str]:

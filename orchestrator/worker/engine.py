@@ -15,6 +15,7 @@ life: start, serve until asked to stop, drain, give back, retire. The collaborat
     Housekeeping  (housekeeping.py) heartbeat, recovery, cluster view, cancel/stop polls, sweep,
                                     claim audit, idle exit (Heartbeat in heartbeat.py)
     Drain         (drain.py)        what a stopping worker gives back
+    QueueWatch    (queue_watch.py)  wakes an idle dispatcher when a ticket lands in its queue here
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from orchestrator.worker.housekeeping import Housekeeping
 from orchestrator.worker.job_runner import JobRunner
 from orchestrator.worker.moves import TicketMoves
 from orchestrator.worker.options import WorkerOptions
+from orchestrator.worker.queue_watch import QueueWatch
 from orchestrator.worker.state import WorkerState
 from orchestrator.worker.warm_up import warm_up
 
@@ -57,6 +59,7 @@ class Worker:
         self.heartbeat = Heartbeat(state, self.committer.rows_buffered, self.lose_lease)
         self.housekeeping = Housekeeping(state, self.runner, self.moves, self.committer, self.heartbeat)
         self.drain = Drain(state, self.runner, self.moves)
+        self.queue_watch = QueueWatch(state)
         self.fatal: BaseException | None = None
 
     # What main.py and the tests see of a worker.
@@ -93,7 +96,11 @@ class Worker:
         ]
         for task in background + dispatchers:
             task.add_done_callback(self._essential_done)
-        await state.stopping.wait()
+        self.queue_watch.start()
+        try:
+            await state.stopping.wait()
+        finally:
+            self.queue_watch.stop()
         state.state = "draining"
         if not state.lease_lost:
             self.heartbeat.beat()

@@ -21,7 +21,9 @@ from tests.verl.test_time_limit import drive
 from tests.vllm.conftest import VLLMServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
-LIMIT_S, GRACE_S = 5.0, 20.0
+# The limit must fall while the 8 generations of 900 tokens run: they took 3.7 s on a quiet 2-core
+# machine (more under load), so a limit of 5 s let a quiet run finish the step uncut (CI, 2026-11-29).
+LIMIT_S, GRACE_S = 1.5, 20.0
 
 
 def test_a_step_cut_at_its_limit_leaves_nothing_running_on_stock_vllm(tmp_path: Path, vllm_server: VLLMServer) -> None:
@@ -33,7 +35,8 @@ def test_a_step_cut_at_its_limit_leaves_nothing_running_on_stock_vllm(tmp_path: 
     [cut] = figures["cut"]["calls"]
     assert cut["busy_at_return"] == 0, f"vLLM still running or holding requests at the return: {cut}"
     assert cut["held"] == [] and cut["pending"] == 0
-    assert cut["cancelled"] == 8 and cut["missing"] == 0 and cut["seconds"] < LIMIT_S + 3.0
+    assert cut["cancelled"] == 8, f"the step was not cut at {LIMIT_S} s (its generations ended first?): {cut}"
+    assert cut["missing"] == 0 and cut["seconds"] < LIMIT_S + 3.0
     said = cut["time_limit"]
     assert (said["cancelled_samples"], said["missing"], said["left_behind"], said["grace_s"]) == (8, 0, [], GRACE_S)
     assert said["still_generating"] == [], "the step waited for vLLM's own count of requests, not ours"

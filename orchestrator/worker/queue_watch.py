@@ -3,8 +3,9 @@
 Without it, an idle dispatcher of a small run notices a new ticket at its next stat of the queue
 directory (dispatch.QUEUE_WATCH_S, 50 ms) and one of a large run at its next poll: a trainer that
 submits a step and waits for its rows loses half of that on average every step. The watch sets
-the stage's wake-up and drops the claimer's cached listing, as work of the worker's own does; the
-polls go on unchanged, since another node's tickets raise nothing here (spool/dir_watch.py).
+the stage's wake-up, as work of the worker's own does (an idle dispatcher's cached listing is
+empty: its next claim lists the queue); the polls go on unchanged, since another node's tickets
+raise nothing here (spool/dir_watch.py). A busy dispatcher ignores the wake-up until it is idle.
 """
 
 from __future__ import annotations
@@ -49,5 +50,4 @@ class QueueWatch:
         for queue in self._watch.changed():
             stage = self._stage_of.get(queue)
             if stage is not None:
-                self.state.claimers[stage].forget()
                 self.state.pools.wake[stage].set()

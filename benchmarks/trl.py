@@ -1,17 +1,23 @@
 """TRL's GRPOTrainer, step time: rollouts through the spool against TRL generating in-process.
 
-    python -m benchmarks.trl [--steps 8] [--max-tokens 16]
+    python -m benchmarks.trl [--steps 16] [--max-tokens 16,128]
 
 The same tiny character-level model (orchestrator/devserver/tiny_model.py), the same "say D"
 prompts (2 per step x 4 generations), the same sampling and reward (the reply starts with D), the
-same GRPOConfig, on CPU, one after the other in one run:
+same GRPOConfig, on CPU, one after the other in one run, at each completion length:
   spool     rollout_func=SpoolRollout: a local worker, serve-llm over HTTP, rows through a shard,
             the reward from the `answer` handler at EVAL; SwapWeightsCallback pushes every step's
             weights to serve-llm (its time is part of the step, and shown apart)
   in-process  TRL's own generation (transformers generate on the training model), the reward
             computed by a reward function in the trainer
-Step time = on_step_begin to on_step_end (generation, scoring, the update, the weight push),
-median over the steps after the first (which pays the server's and the worker's warm-up).
+Every completion is exactly max_tokens long on both sides (EOS ignored: ignore_eos for serve-llm,
+min_new_tokens for transformers), so both generate the same number of tokens; a random model's
+completions otherwise end at random and the two sides' steps differ by their lengths, not their
+rollouts. Step time = on_step_begin to on_step_end (generation, scoring, the update, the weight
+push), median over the steps after the first (which pays the server's and the worker's warm-up).
+The spool's cost per step (its step minus the in-process one: submit, claim, commit, read, weight
+push) is about fixed, so the ratio falls as completions grow; the headline `spool_over_in_process`
+is the longest length's (RL completions are longer still), each length's ratio is printed too.
 Goal (issue 40): spool / in-process <= 1.2. Single-turn only: TRL generating in-process has no
 multi-turn tool episodes to compare with.
 """
@@ -31,7 +37,7 @@ from benchmarks.common import emit_json, median, parse_args, print_table
 GOAL = 1.2
 GENERATIONS = 4
 SETTINGS = {"shards.idle_flush_s": 0.01, "shards.max_age_s": 0.2, "leases.heartbeat_s": 1.0, "llm.health_check_s": 0}
-QUICK = {"steps": 2, "max_tokens": 4}
+QUICK = {"steps": 2, "max_tokens": "4"}
 
 
 def digit_rows() -> list[dict[str, Any]]:
@@ -77,7 +83,8 @@ def config(out: Path, steps: int, max_tokens: int) -> Any:
     return GRPOConfig(output_dir=str(out), use_cpu=True, max_steps=steps, learning_rate=1e-3,
                       per_device_train_batch_size=2 * GENERATIONS, num_generations=GENERATIONS,
                       max_completion_length=max_tokens, temperature=1.0, logging_steps=1, report_to=[],
-                      save_strategy="no", bf16=False, seed=0)
+                      save_strategy="no", bf16=False, seed=0,
+                      generation_kwargs={"min_new_tokens": max_tokens})   # in-process: every completion full length
 
 
 def run_in_process(base: Path, out: Path, steps: int, max_tokens: int) -> list[float]:
@@ -107,7 +114,8 @@ def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[
     server = start_server(tiny=False, model_dir=base, log_path=out / "serve-llm.log")
     try:
         BackendRegistry(spool.paths).add(server.url, version=0)
-        rollout = SpoolRollout(spool, task_of=digit_task, source_handlers={"toy/digits": "answer"}, time_limit_s=300)
+        rollout = SpoolRollout(spool, task_of=digit_task, sampling={"ignore_eos": True},   # full length, as in-process
+                               source_handlers={"toy/digits": "answer"}, time_limit_s=300)
         clock, swaps = timed(), SwapWeightsCallback(spool, out / "ckpt")
         trainer = GRPOTrainer(model=str(base), reward_funcs=[spool_reward], args=config(out, steps, max_tokens),
                               train_dataset=Dataset.from_list(digit_rows()), rollout_func=rollout,
@@ -119,31 +127,50 @@ def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[
     return list(clock.seconds), [s.seconds for s in swaps.swaps]
 
 
+def token_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: completion lengths as comma-separated numbers, e.g. 16,128")
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least one completion length, each >= 1")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per configuration (the first is warm-up)")
-    parser.add_argument("--max-tokens", type=int, default=16, help="max_completion_length")
+    parser.add_argument("--steps", type=int, default=16, help="optimizer steps per configuration (the first is warm-up)")
+    parser.add_argument("--max-tokens", type=token_counts, default="16,128",
+                        help="completion lengths (max_completion_length, every completion that long), comma-separated")
     args = parse_args(parser, QUICK)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from orchestrator.devserver.tiny_model import tiny_digits_model_dir
 
     base = tiny_digits_model_dir()
+    steady = lambda seconds: seconds[1:] or seconds   # noqa: E731   the first step pays the warm-ups
+    table, figures = [], {}
     work = Path(tempfile.mkdtemp(prefix="bench-trl-"))
     try:
-        in_process = run_in_process(base, work / "in-process", args.steps, args.max_tokens)
-        spool, swaps = run_spool(base, work / "spool", args.steps, args.max_tokens)
+        for tokens in args.max_tokens:
+            in_process = run_in_process(base, work / f"in-process-{tokens}", args.steps, tokens)
+            spool, swaps = run_spool(base, work / f"spool-{tokens}", args.steps, tokens)
+            ours, theirs = median(steady(spool)), median(steady(in_process))
+            table.append([tokens, theirs, ours, f"{1000 * (ours - theirs):.1f}", f"{ours / theirs:.2f}",
+                          median(swaps), f"{in_process[0]:.2f} / {spool[0]:.2f}"])
+            figures[tokens] = {"step_s_spool": round(ours, 4), "step_s_in_process": round(theirs, 4),
+                               "spool_over_in_process": round(ours / theirs, 3), "weight_push_s": round(median(swaps), 4)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    steady = lambda seconds: seconds[1:] or seconds   # noqa: E731   the first step pays the warm-ups
-    ratio = median(steady(spool)) / median(steady(in_process))
-    print_table(f"GRPOTrainer step time, {args.steps} steps of 2 prompts x {GENERATIONS}, max {args.max_tokens} tokens "
-                f"(load {os.getloadavg()[0]:.1f})", ["rollouts", "median s", "first s", "weight push s"],
-                [["in-process (TRL generate)", median(steady(in_process)), in_process[0], "-"],
-                 ["spool (worker + serve-llm)", median(steady(spool)), spool[0], median(swaps)]])
-    print(f"\nspool / in-process: {ratio:.2f} (goal <= {GOAL})")
-    emit_json({"step_s_spool": round(median(steady(spool)), 4), "step_s_in_process": round(median(steady(in_process)), 4),
-               "spool_over_in_process": round(ratio, 3), "weight_push_s": round(median(swaps), 4),
-               "goal": GOAL, "steps": args.steps, "max_tokens": args.max_tokens})
+    print_table(f"GRPOTrainer step time, {args.steps} steps of 2 prompts x {GENERATIONS}, every completion max tokens "
+                f"long (load {os.getloadavg()[0]:.1f})",
+                ["max tokens", "in-process s", "spool s", "spool cost ms", "spool / in-process", "weight push s",
+                 "first steps s"], table)
+    longest = figures[max(figures)]
+    print(f"\nspool / in-process at {max(figures)} tokens: {longest['spool_over_in_process']:.2f} (goal <= {GOAL})")
+    emit_json({**longest, "goal": GOAL, "steps": args.steps, "max_tokens": max(figures),
+               **{f"spool_over_in_process_{tokens}": f["spool_over_in_process"] for tokens, f in figures.items()},
+               **{f"spool_cost_ms_{tokens}": round(1000 * (f["step_s_spool"] - f["step_s_in_process"]), 1)
+                  for tokens, f in figures.items()}})
 
 
 if __name__ == "__main__":

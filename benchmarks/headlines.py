@@ -218,7 +218,7 @@ CATALOGUE: tuple[Benchmark, ...] = (
               # judged is the spool's own step: the ratio moves with the in-process side's noise
               (Figure("step_s_spool", "s", L, noise=0.1),
                Figure("spool_over_in_process", "x", L, 1.2, compare=False)),
-              ("--steps", "5")),
+              ()),
     Benchmark("cli_startup", "start-up of `hpc-rollout --version`, `--help` and `status RUN` beside `python -c pass` "
               "(medians of fresh processes, taken in turn; goal <= 0.5 s on an idle machine)",
               (Figure("status_ratio_to_python", "x", L), Figure("status_s", "s", L, 0.5, noise=0.05)),

@@ -18,8 +18,10 @@ push), median over the steps after the first (which pays the server's and the wo
 The spool's cost per step (its step minus the in-process one: submit, claim, commit, read, weight
 push) is about fixed, so the ratio falls as completions grow; the headline `spool_over_in_process`
 is the longest length's (RL completions are longer still), each length's ratio is printed too.
-Goal (issue 40): spool / in-process <= 1.2. Single-turn only: TRL generating in-process has no
-multi-turn tool episodes to compare with.
+Goal (issue 40): spool / in-process <= 1.2. Single-turn only: TRL's own tool loop
+(GRPOTrainer(tools=...)) calls a tool only when the model writes a call the chat template parses,
+which a random tiny model never does, so multi-turn tool episodes have no in-process side to time
+here (tests/trainer/test_trl.py trains on the spool's two-turn episodes).
 """
 
 from __future__ import annotations

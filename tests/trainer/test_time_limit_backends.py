@@ -39,6 +39,9 @@ class RowsAfterCancel:
     def cancel(self, groups: list[str]) -> None:
         self.cancelled = True
 
+    def wait(self, timeout_s: float) -> None:   # no shard to wait for: the poll period passes
+        time.sleep(timeout_s)
+
 
 class BusyFor:
     """A backend's count that stays up for `polls` asks after the first."""

@@ -188,13 +188,30 @@ log "verifiers: installing in the background if not cached (pid $HPC_ROLLOUT_VER
 # cluster, the vLLM server, a module's fixtures) runs on one worker.
 # HPC_ROLLOUT_TEST_WORKERS=0 runs them in this process, one after the other.
 workers=${HPC_ROLLOUT_TEST_WORKERS:-3}
+# Warm caches: every background install and build finds its result cached and ends within a
+# second; then the tests waiting for them (vLLM, verl, the images: minutes of CPU each) are handed
+# out right after the Slurm group, while it waits, instead of last (tests/conftest.py rank_of).
+# Decided here, once, so that every pytest worker orders the tests alike.
+HPC_ROLLOUT_HEAVY_FIRST=0
+for _ in {1..20}; do
+  running=0
+  for job in "$HPC_ROLLOUT_VLLM_SETUP_PID" "$HPC_ROLLOUT_VERL_SETUP_PID" "${HPC_ROLLOUT_TASK_IMAGE_BUILD_PID:-}" \
+             "${HPC_ROLLOUT_HARNESS_IMAGE_BUILD_PID:-}" "$HPC_ROLLOUT_HARNESS_INSTALL_PID" "$HPC_ROLLOUT_VERIFIERS_INSTALL_PID"; do
+    [[ -n $job ]] && kill -0 "$job" 2>/dev/null && running=1
+  done
+  ((running)) || { HPC_ROLLOUT_HEAVY_FIRST=1; break; }
+  sleep 0.25
+done
+export HPC_ROLLOUT_HEAVY_FIRST
 parallel=()
 ((workers > 0)) && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 # A short base for the tests' temporary directories: sandboxes keep Unix sockets under them, a
 # socket path has 108 bytes at most, and pytest-xdist adds popen-gwN/ to pytest's default
 # /tmp/pytest-of-USER/pytest-N/. Removed after a green run, kept (and named) after a failure.
 basetemp=$(mktemp -d "${TMPDIR:-/tmp}/hrt.XXXX")
-log "running pytest${parallel:+ with $workers workers} (temporary directories under $basetemp)"
+order=$([[ $HPC_ROLLOUT_HEAVY_FIRST == 1 ]] && echo "the tests of vLLM, verl and the images early: all cached" \
+        || echo "the tests of vLLM, verl and the images last: still installing or building")
+log "running pytest${parallel:+ with $workers workers} ($order; temporary directories under $basetemp)"
 status=0
 python -m pytest --basetemp "$basetemp" "${parallel[@]}" "$@" || status=$?
 if ((status == 0)); then rm -rf "$basetemp"; else log "kept the failed run's temporary directories: $basetemp"; fi

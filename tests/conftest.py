@@ -10,7 +10,9 @@ Every test gets an `xdist_group`, the unit a worker runs whole:
   fit() of tests/verl/test_fit.py, once per trainer) is a group per parameter, for two workers.
 The order of the units is the order the workers take them: the long, wait-bound Slurm group
 first, then the longest modules; the tests of the task image (built in the background by scripts/test.sh), of vLLM and of verl
-(installed in the background) last, so that their builds overlap the rest.
+(installed in the background) last, so that their builds overlap the rest. With warm caches (all
+of those ended before pytest started: HPC_ROLLOUT_HEAVY_FIRST=1 from scripts/test.sh) they come
+right after the Slurm group instead: their minutes of CPU overlap its waiting (rank_of).
 Without xdist the marks do nothing but the order applies as well.
 
 It also marks the fast tier (`python -m pytest -m fast`; the rule and its list: tests/tiers.py):
@@ -20,6 +22,7 @@ a server or the tiny model; with `-m fast` the other modules are not even collec
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -58,13 +61,19 @@ def group_of(item: pytest.Item) -> str:
 
 
 def rank_of(item: pytest.Item, group: str) -> int:
+    """The order groups are handed to the workers in: the Slurm group first (one worker, mostly
+    waiting); then, when scripts/test.sh found every background install and build done before
+    pytest started (warm caches: HPC_ROLLOUT_HEAVY_FIRST=1), the tests of vLLM, verl and the images
+    (minutes of CPU each), so that they fill the CPUs the waiting tests leave idle and the many short
+    groups balance the workers at the end; the long modules; the rest; last, the tests waiting for
+    what is still being installed or built."""
     if group == SLURM_GROUP:
         return 0
     fixtures = getattr(item, "fixturenames", ())
     if any(f"/tests/{heavy}/" in item.path.as_posix() for heavy in ("vllm", "verl")) \
             or any(name in fixtures for name in BACKGROUND_FIXTURES):
-        return 3
-    return 1 if group in LONG_MODULES else 2
+        return 1 if os.environ.get("HPC_ROLLOUT_HEAVY_FIRST") == "1" else 4
+    return 2 if group in LONG_MODULES else 3
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks (it appends the group to the node id)

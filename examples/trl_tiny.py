@@ -42,7 +42,8 @@ def digit_task(prompt: str) -> dict[str, Any]:
             "reward_model": {"style": "rule", "ground_truth": prompt[-1]}}
 
 
-def common_args(parser: argparse.ArgumentParser, out: str, steps: int, stop_at: float, lr: float = 2e-3) -> None:
+def common_args(parser: argparse.ArgumentParser, out: str, steps: int, stop_at: float, lr: float = 2e-3,
+                beta: float = 0.0) -> None:
     """The options every TRL example takes (examples/trl_reasoning_gym.py adds its own)."""
     parser.add_argument("--out", type=Path, default=REPO / "spool" / out, help="run directory (replaced)")
     parser.add_argument("--steps", type=int, default=steps, help="at most this many optimizer steps")
@@ -51,6 +52,8 @@ def common_args(parser: argparse.ArgumentParser, out: str, steps: int, stop_at: 
     parser.add_argument("--batch", type=int, default=32, help="samples per step (--generations per prompt)")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt (GRPO's group)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--beta", type=float, default=beta,
+                        help="GRPOConfig's KL coefficient to the starting model (0: none, TRL's default)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -104,7 +107,7 @@ def train_through_spool(args: argparse.Namespace, model: Path | Callable[[], Pat
                             learning_rate=args.lr, per_device_train_batch_size=args.batch,
                             num_generations=args.generations, max_completion_length=max_completion_length,
                             temperature=1.0, logging_steps=1, report_to=[], save_strategy="no", bf16=False,
-                            seed=args.seed, disable_tqdm=True)
+                            seed=args.seed, disable_tqdm=True, beta=args.beta)
         repeats = max(1, args.steps * args.batch // (args.generations * len(prompts)) + 1)
         trainer = GRPOTrainer(model=str(model_dir), reward_funcs=[spool_reward], args=config,
                               train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * repeats),

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO / "examples"))
 from grpo_tiny import report_run  # noqa: E402
 from trl_tiny import common_args, fresh_run, train_through_spool  # noqa: E402
 
+from orchestrator.devserver.supervised import Example, labelled, teach  # noqa: E402
 from orchestrator.devserver.tiny_model import tiny_digits_model_dir  # noqa: E402
 
 # "How many 1 bits are there in the binary representation of the number 11?" -> "3": n in 1..15,
@@ -88,38 +89,20 @@ def best_constant_answer(size: int, seed: int) -> tuple[str, float]:
 def warm_start(base: Path, target: Path, questions: list[str], steps: int, seed: int, started: float) -> Path:
     """`base` trained to reply FORMAT with a random digit to these questions (the chat template the
     handler renders, no system prompt), saved with its tokenizer in `target`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(base), local_files_only=True)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=WARM_LR)
-    draw = random.Random(seed)
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in questions]
-    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-    model.train()
-    for _ in range(steps):
-        inputs, labels = [], []
-        for prompt in draw.choices(prompts, k=16):
-            reply = tokenizer(FORMAT.format(draw.randrange(10)), add_special_tokens=False)["input_ids"]
-            reply = [*reply, tokenizer.eos_token_id]
-            inputs.append([*prompt, *reply])
-            labels.append([-100] * len(prompt) + reply)   # the loss on the reply only
-        width = max(map(len, inputs))
-        pad = tokenizer.pad_token_id
-        ids = torch.tensor([row + [pad] * (width - len(row)) for row in inputs])
-        mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in inputs])
-        targets = torch.tensor([row + [-100] * (width - len(row)) for row in labels])
-        loss = model(input_ids=ids, attention_mask=mask, labels=targets).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    floor = math.log(10) / len(reply)   # the random digit's share of the mean loss per reply token
-    print(f"warm start: {steps} steps, loss {loss.item():.3f} (a perfect format: {floor:.3f}), "
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+               for q in questions]
+
+    def batch(draw: random.Random) -> list[Example]:
+        chosen = draw.choices(prompts, k=16)
+        return [labelled(tokenizer, [(prompt, False), (FORMAT.format(draw.randrange(10)) + tokenizer.eos_token, True)])
+                for prompt in chosen]
+
+    loss = teach(base, target, batch, steps, WARM_LR, seed)
+    floor = math.log(10) / len(tokenizer(FORMAT.format(0) + tokenizer.eos_token)["input_ids"])
+    print(f"warm start: {steps} steps, loss {loss:.3f} (a perfect format: {floor:.3f}, the random digit's share), "
           f"t {time.monotonic() - started:.1f}s", flush=True)
     return target
 

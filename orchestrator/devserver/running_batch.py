@@ -8,10 +8,11 @@ clients that arrive staggered (the spool's workers, each refilling a slot as its
 than a burst of the same requests, so comparisons through it measure its scheduling.
 
 Rows are packed into one sequence, as variable-length attention does: each step feeds every
-row's new tokens (one sampled token, or a newcomer's whole prompt) side by side, with a mask that
-lets a token see only its own row's cache and earlier new tokens, and its row's own positions.
-No row is padded. The KV cache is one sequence of columns, each owned by a row; a finished
-row's columns are dropped. Only each row's last token goes through the LM head.
+running row's sampled token side by side, with a mask that lets a token see only its own row's
+cache columns, at its row's own positions; a newcomer's prompt goes through the model in a causal
+pass of its own in the same step, and its columns join the cache. No row is padded. The KV cache
+is one sequence of columns, each owned by a row; a finished row's columns are dropped. Only each
+row's last token goes through the LM head.
 """
 
 from __future__ import annotations
@@ -135,29 +136,64 @@ class RunningBatch(Generic[Tag]):
         return token
 
     def _forward(self, fed: list[tuple[_Row[Tag], list[int]]]) -> None:
+        """The rows' next tokens through the model: the running rows' one token each in one packed
+        pass over the cache, the newcomers' prompts in causal passes of their own (short prompts
+        packed together up to PACK_TOKENS: eight prompts of P tokens in one pass would score
+        (8P)^2 pairs instead of 8 P^2), their columns then appended to the cache. `fed` lists the
+        running rows first, as the logits come out."""
+        running = [(row, tokens) for row, tokens in fed if row.next_position > 0]
+        logits = [self._decode(running)] if running else []
+        for pack in packs(fed[len(running):]):
+            logits.append(self._prefill(pack))
+        self.logits = self.torch.cat(logits)
+
+    def _decode(self, fed: list[tuple[_Row[Tag], list[int]]]) -> Any:
+        torch = self.torch
+        ids = [tokens[0] for _, tokens in fed]
+        positions = [row.next_position for row, _ in fed]
+        new_owners = torch.tensor([row.key for row, _ in fed], dtype=torch.long)
+        for row, _ in fed:
+            row.next_position += 1
+        columns = torch.cat([self.owners, new_owners])
+        seen = columns[None, :] == new_owners[:, None]           # a token sees only its own row's columns
+        out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                         attention_mask=seen[None, None].to(self.device),
+                         position_ids=torch.tensor([positions], device=self.device),
+                         use_cache=True, **{self.cache_name: self.cache})
+        self.cache, self.owners = getattr(out, self.cache_name), columns
+        return out.logits[0].float().cpu()
+
+    def _prefill(self, pack: list[tuple[_Row[Tag], list[int]]]) -> Any:
+        from transformers import DynamicCache
+
         torch = self.torch
         ids: list[int] = []
         positions: list[int] = []
         owners: list[int] = []
         last: list[int] = []
-        for row, tokens in fed:
+        for row, tokens in pack:
             ids += tokens
-            positions += range(row.next_position, row.next_position + len(tokens))
+            positions += range(len(tokens))
             owners += [row.key] * len(tokens)
-            row.next_position += len(tokens)
+            row.next_position = len(tokens)
             last.append(len(ids) - 1)
         new_owners = torch.tensor(owners, dtype=torch.long)
-        columns = new_owners if self.owners is None else torch.cat([self.owners, new_owners])
-        seen = columns[None, :] == new_owners[:, None]           # a token sees only its own row ...
-        count = len(owners)
-        seen[:, -count:] &= torch.ones((count, count), dtype=torch.bool).tril()   # ... and no later token
-        arguments = {self.cache_name: self.cache} if self.cache is not None else {}
+        mask = {}
+        if len(pack) > 1:   # a token sees its own row's earlier tokens only
+            seen = (new_owners[None, :] == new_owners[:, None]) & torch.ones((len(ids), len(ids)), dtype=torch.bool).tril()
+            mask = {"attention_mask": seen[None, None].to(self.device)}
         out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                         attention_mask=seen[None, None].to(self.device),
                          position_ids=torch.tensor([positions], device=self.device),
-                         use_cache=True, logits_to_keep=torch.tensor(last, device=self.device), **arguments)
-        self.cache, self.owners = getattr(out, self.cache_name), columns
-        self.logits = out.logits[0].float().cpu()
+                         use_cache=True, logits_to_keep=torch.tensor(last, device=self.device), **mask)
+        mine = getattr(out, self.cache_name)
+        if self.cache is None:
+            self.cache, self.owners = mine, new_owners
+        else:
+            self.cache = DynamicCache(ddp_cache_data=[
+                (torch.cat([old.keys, new.keys], dim=2), torch.cat([old.values, new.values], dim=2))
+                for old, new in zip(self.cache.layers, mine.layers)])
+            self.owners = torch.cat([self.owners, new_owners])
+        return out.logits[0].float().cpu()
 
     def _drop(self, staying: set[int]) -> None:
         """Drop the cache columns of every row not in `staying` (keys)."""
@@ -172,3 +208,22 @@ class RunningBatch(Generic[Tag]):
         self.cache = DynamicCache(ddp_cache_data=[
             (layer.keys[:, :, on_device], layer.values[:, :, on_device]) for layer in self.cache.layers])
         self.owners = self.owners[keep]
+
+
+PACK_TOKENS = 256   # newcomers' prompts share a prefill pass up to this many tokens: a pass's fixed cost
+                    # dominates short prompts, the (sum of tokens)^2 mask long ones
+
+
+def packs(newcomers: list[tuple[_Row[Tag], list[int]]]) -> list[list[tuple[_Row[Tag], list[int]]]]:
+    """The newcomers in prefill passes: in order, each pass up to PACK_TOKENS tokens or one prompt."""
+    grouped: list[list[tuple[_Row[Tag], list[int]]]] = []
+    size = 0
+    for entry in newcomers:
+        if grouped and size + len(entry[1]) <= PACK_TOKENS:
+            grouped[-1].append(entry)
+            size += len(entry[1])
+        else:
+            grouped.append([entry])
+            size = len(entry[1])
+    return grouped
+

@@ -59,6 +59,33 @@ def test_rows_joining_and_leaving_do_not_change_a_rows_samples() -> None:
     assert max(abs(a - b) for a, b in zip(together.raw_logprobs, alone.raw_logprobs)) < 1e-4
 
 
+def test_prompts_joining_together_are_not_packed_into_one_quadratic_pass() -> None:
+    """Eight prompts of 600 tokens joining at once: packed into one sequence of 4,800 tokens, their
+    pass scored 4,800 x 4,800 pairs (8x the 8 x 600 x 600 of their own causal passes; 64 prompts of
+    4k tokens would ask for 65 G mask entries): each prompt goes through the model on its own, and
+    their samples are the ones each gets alone."""
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=8)
+    requests = [GenRequest(tuple(5 + (i * 7 + k) % 50 for k in range(600)), 4, seed=i, ignore_eos=True)
+                for i in range(8)]
+    alone = [engine.generate([request])[0] for request in requests[:2]]
+    widest: list[int] = []
+    forward = engine.model.forward
+
+    def recording(*args, **kwargs):
+        widest.append(kwargs["input_ids"].shape[-1])
+        return forward(*args, **kwargs)
+
+    engine.model.forward = recording
+    together = engine.generate(requests)
+    assert max(widest) == 600, f"a forward pass fed {max(widest)} tokens at once"
+    for one, crowded in zip(alone, together):
+        assert crowded.output_ids == one.output_ids
+        assert max(abs(a - b) for a, b in zip(crowded.raw_logprobs, one.raw_logprobs)) < 1e-4
+    widest.clear()   # short prompts still share a pass: a pass's fixed cost is most of theirs
+    engine.generate([GenRequest(tuple(range(5, 12)), 2, seed=i, ignore_eos=True) for i in range(8)])
+    assert widest[0] == 8 * 7
+
+
 def test_a_reload_waits_for_the_running_requests_and_admits_nobody_meanwhile() -> None:
     engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
     seen_at_reload: list[tuple[bool, bool]] = []

@@ -131,6 +131,8 @@ class ToolAgentHandler(AgentHandler):
     async def init(self, ctx: "JobContext") -> dict[str, Any]:
         task = self.task(ctx.job.instance)
         sandbox = await ctx.open_sandbox(**self.sandbox_options(task))
+        if "python" in self.tools:   # its interpreter boots during setup and the first LLM turn, not at the first call
+            await sandbox.warm(("python",))
         return {"sandbox_kind": sandbox.kind, **await self.setup(ctx, sandbox, task)}
 
     async def run(self, ctx: "JobContext", prepared: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import abc
 import base64
 import os
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.sandbox.results import BashResult, PythonResult, ToolResult
@@ -59,6 +60,13 @@ class Sandbox(abc.ABC):
         """Run `code` in a persistent interpreter; the last expression's repr is `result`."""
         args = {"code": code, "timeout": timeout, "max_output": max_output}
         return PythonResult.from_reply(await self.call("python", args))
+
+    async def warm(self, tools: Sequence[str]) -> int | None:
+        """Start the named tools that start on first use (python) now, so they boot while the
+        caller goes on; the python interpreter's pid when it was among them."""
+        reply = await self.call("warm", {"tools": list(tools)})
+        pid = reply.get("python")
+        return int(pid) if pid is not None else None
 
     async def interrupt(self, tool: str = "bash") -> None:
         """Interrupt the bash or python call in progress (from another task)."""

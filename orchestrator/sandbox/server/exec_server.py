@@ -53,8 +53,14 @@ class Server:
             "files": lambda args: self.files.run(args),
             "interrupt": self.interrupt,
             "ping": lambda args: {"pid": os.getpid(), "time": time.time()},
+            "warm": self.warm,
         }
         self.listener: "socket.socket | None" = None
+
+    def warm(self, args: "Dict[str, Any]") -> "Dict[str, Any]":
+        """Start the lazily started tools named in args["tools"] now (python: its interpreter's pid)."""
+        names = args.get("tools") or []
+        return {"python": self.python.warm()} if "python" in names else {}
 
     # The other tools are imported on first use: sandbox start-up time matters.
     @property

@@ -49,6 +49,15 @@ class PythonSession(InterpreterSession):
         if self.on_start is not None:
             self.on_start()
 
+    def warm(self) -> int:
+        """Start the interpreter now (it boots while the caller goes on); its pid."""
+        with self.lock:
+            if not self.alive():
+                self.stop()
+                self.start()
+            assert self.proc is not None
+            return self.proc.pid
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

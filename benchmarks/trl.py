@@ -18,10 +18,14 @@ push), median over the steps after the first (which pays the server's and the wo
 The spool's cost per step (its step minus the in-process one: submit, claim, commit, read, weight
 push) is about fixed, so the ratio falls as completions grow; the headline `spool_over_in_process`
 is the longest length's (RL completions are longer still), each length's ratio is printed too.
-Goal (issue 40): spool / in-process <= 1.2. Single-turn only: TRL's own tool loop
-(GRPOTrainer(tools=...)) calls a tool only when the model writes a call the chat template parses,
-which a random tiny model never does, so multi-turn tool episodes have no in-process side to time
-here (tests/trainer/test_trl.py trains on the spool's two-turn episodes).
+Goal (issue 40): spool / in-process <= 1.2.
+
+Then two-turn tool episodes (benchmarks/trl_tools.py), at each tool latency: a tiny model taught
+to call the python tool (code that sleeps the latency) and then answer, trained by TRL's own tool
+loop in-process (GRPOTrainer(tools=...): each sample's calls run in the trainer's process, one
+sample after another) and through the spool (`math` jobs: the agent loop and the python tool in
+each job's sandbox, the jobs side by side). The table shows python calls per sample on both sides
+(1.00: every sample called the tool once). Goal: the spool faster once rollouts wait on tools.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from benchmarks.common import emit_json, median, parse_args, print_table
 GOAL = 1.2
 GENERATIONS = 4
 SETTINGS = {"shards.idle_flush_s": 0.01, "shards.max_age_s": 0.2, "leases.heartbeat_s": 1.0, "llm.health_check_s": 0}
-QUICK = {"steps": 2, "max_tokens": "4"}
+QUICK = {"steps": 2, "max_tokens": "4", "tool_s": "0.1", "tool_steps": 2, "teach_steps": 2}
 
 
 def digit_rows() -> list[dict[str, Any]]:
@@ -129,6 +133,37 @@ def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[
     return list(clock.seconds), [s.seconds for s in swaps.swaps]
 
 
+def tool_episodes(args: argparse.Namespace) -> dict[str, float]:
+    """The two-turn comparison at each latency: its table, and its figures for the JSON line."""
+    from benchmarks.trl_tools import compare
+
+    if not args.tool_s:
+        return {}
+    table, figures = [], {}
+    work = Path(tempfile.mkdtemp(prefix="bench-trl-tools-"))
+    try:
+        for seconds in args.tool_s:
+            row, measured = compare(work, seconds, args.tool_steps, args.teach_steps)
+            table.append(row)
+            figures.update({f"tools_{key}_{seconds:g}s": value for key, value in measured.items()})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print_table(f"Two-turn tool episodes: {args.tool_steps} steps of 2 prompts x {GENERATIONS} (load "
+                f"{os.getloadavg()[0]:.1f})", ["tool latency s", "in-process s", "spool s", "spool / in-process",
+                                              "python calls per sample (in-process / spool)"], table)
+    return figures
+
+
+def latencies(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: tool latencies as comma-separated seconds, e.g. 0.1,0.5")
+    if any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: latencies are seconds >= 0")
+    return [value for value in values if value > 0]
+
+
 def token_counts(text: str) -> list[int]:
     try:
         counts = [int(part) for part in text.split(",") if part.strip()]
@@ -144,6 +179,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16, help="optimizer steps per configuration (the first is warm-up)")
     parser.add_argument("--max-tokens", type=token_counts, default="16,128",
                         help="completion lengths (max_completion_length, every completion that long), comma-separated")
+    parser.add_argument("--tool-s", type=latencies, default="0.1,0.5",
+                        help="tool latencies of the two-turn comparison, seconds, comma-separated (0: skip it)")
+    parser.add_argument("--tool-steps", type=int, default=8, help="optimizer steps per side of the two-turn comparison")
+    parser.add_argument("--teach-steps", type=int, default=200,
+                        help="supervised steps teaching the tool call (the model is cached per latency and count)")
     args = parse_args(parser, QUICK)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from orchestrator.devserver.tiny_model import tiny_digits_model_dir
@@ -169,7 +209,8 @@ def main() -> None:
                  "first steps s"], table)
     longest = figures[max(figures)]
     print(f"\nspool / in-process at {max(figures)} tokens: {longest['spool_over_in_process']:.2f} (goal <= {GOAL})")
-    emit_json({**longest, "goal": GOAL, "steps": args.steps, "max_tokens": max(figures),
+    tools = tool_episodes(args)
+    emit_json({**longest, **tools, "goal": GOAL, "steps": args.steps, "max_tokens": max(figures),
                **{f"spool_over_in_process_{tokens}": f["spool_over_in_process"] for tokens, f in figures.items()},
                **{f"spool_cost_ms_{tokens}": round(1000 * (f["step_s_spool"] - f["step_s_in_process"]), 1)
                   for tokens, f in figures.items()}})

@@ -1,8 +1,8 @@
 """TRL's GRPOTrainer on two-turn tool episodes: TRL's own tool loop against the spool's workers.
 
 Both sides train the same tiny tool-calling model (benchmarks/tool_model.py: asked "say 7" under
-the `math` handler's system prompt and tools, it calls the python tool with code that sleeps
-TOOL_S, then replies \\boxed{7}) on the same prompts with the same GRPOConfig:
+the `math` handler's system prompt and tools, it calls the python tool with code that sleeps the
+tool latency, then replies \\boxed{7}) on the same prompts with the same GRPOConfig:
   in-process  GRPOTrainer(tools=[python, think, submit]): TRL generates the batch, parses the calls
               (the tiny chat template's RESPONSE_TEMPLATE), runs each sample's tool calls in the
               trainer's process one sample after another, then generates the next turn
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import median
 from benchmarks.tool_model import TOOLS, prompt_messages, tool_model_dir
 from benchmarks.trl import GENERATIONS, SETTINGS, timed
 
@@ -173,3 +174,16 @@ def python_calls(spool: Any) -> int:
         for row in pq.read_table(shard, columns=["tool_calls"]).column("tool_calls").to_pylist():
             calls += sum(1 for call in row or [] if call.get("name") == "python")
     return calls
+
+
+def compare(work: Path, seconds: float, steps: int, teach_steps: int) -> tuple[list[Any], dict[str, float]]:
+    """One tool latency, both sides one after the other: the table row and the figures."""
+    model = tool_model_dir(seconds, teach_steps)
+    in_process, calls_in_process = run_in_process(model, work / f"tools-in-process-{seconds:g}", steps)
+    spool, calls_spool = run_spool(model, work / f"tools-spool-{seconds:g}", steps)
+    spool_s, in_process_s = median(spool[1:] or spool), median(in_process[1:] or in_process)   # the first warms up
+    row = [f"{seconds:g}", in_process_s, spool_s, f"{spool_s / in_process_s:.2f}",
+           f"{calls_in_process:.2f} / {calls_spool:.2f}"]
+    return row, {"step_s_spool": round(spool_s, 4), "step_s_in_process": round(in_process_s, 4),
+                 "spool_over_in_process": round(spool_s / in_process_s, 3),
+                 "python_calls_per_sample_spool": calls_spool, "python_calls_per_sample_in_process": calls_in_process}

@@ -210,7 +210,7 @@ class RunningBatch(Generic[Tag]):
         self.owners = self.owners[keep]
 
 
-PACK_TOKENS = 256   # newcomers' prompts share a prefill pass up to this many tokens: a pass's fixed cost
+PACK_TOKENS = 1024  # newcomers' prompts share a prefill pass up to this many tokens: a pass's fixed cost
                     # dominates short prompts, the (sum of tokens)^2 mask long ones
 
 

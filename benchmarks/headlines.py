@@ -219,10 +219,14 @@ CATALOGUE: tuple[Benchmark, ...] = (
               ("--jobs", "160")),
     Benchmark("trl", "TRL's GRPOTrainer step time with the spool's rollout function (a local worker, serve-llm, "
               "SwapWeightsCallback) against TRL generating in-process: same tiny model, prompts, sampling and config, "
-              "every completion 16 then 128 tokens long, one after the other; spool / in-process at 128 (goal <= 1.2)",
-              # judged is the spool's own step: the ratio moves with the in-process side's noise
+              "every completion 16 then 128 tokens long, one after the other; spool / in-process at 128 (goal <= 1.2); "
+              "then two-turn tool episodes, TRL's own tool loop against the spool's math jobs, at tool latencies "
+              "0.1 and 0.5 s; spool / in-process at 0.5 s (goal <= 1: faster once rollouts wait on tools)",
+              # judged is the spool's own step: the ratios move with the in-process side's noise
               (Figure("step_s_spool", "s", L, noise=0.1),
-               Figure("spool_over_in_process", "x", L, 1.2, compare=False)),
+               Figure("spool_over_in_process", "x", L, 1.2, compare=False),
+               Figure("tools_spool_over_in_process_0.5s", "x", L, 1.0, compare=False,
+                      quick_key="tools_spool_over_in_process_0.1s")),
               ()),
     Benchmark("cli_startup", "start-up of `hpc-rollout --version`, `--help` and `status RUN` beside `python -c pass` "
               "(medians of fresh processes, taken in turn; goal <= 0.5 s on an idle machine)",

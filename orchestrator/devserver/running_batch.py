@@ -7,12 +7,13 @@ newcomers wait for the whole batch, or gives each newcomer a forward pass of its
 clients that arrive staggered (the spool's workers, each refilling a slot as its job ends) more
 than a burst of the same requests, so comparisons through it measure its scheduling.
 
-Rows are packed into one sequence, as variable-length attention does: each step feeds every
-running row's sampled token side by side, with a mask that lets a token see only its own row's
-cache columns, at its row's own positions; a newcomer's prompt goes through the model in a causal
-pass of its own in the same step, and its columns join the cache. No row is padded. The KV cache
-is one sequence of columns, each owned by a row; a finished row's columns are dropped. Only each
-row's last token goes through the LM head.
+The running rows sit side by side in a left-padded batch, as transformers' `generate` keeps
+them: each step feeds every row's sampled token at its own position, with a mask that lets it see
+its row's columns only (not the padding), so a step scores each row against its own length, not
+the batch's total. A newcomer's prompt goes through the model in that step in a causal pass of its
+own (short prompts share one, packed behind a mask, up to PACK_TOKENS), and its columns join the
+batch, padded on the left to the longest row. A finished row leaves the batch, and columns that
+are padding for every row left are cut.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class RunningBatch(Generic[Tag]):
         self.rows: list[_Row[Tag]] = []        # rows with logits to sample from, in `logits` order
         self.joining: list[_Row[Tag]] = []     # admitted, prompt not yet through the model
         self.finished_at_once: list[tuple[Tag, GenResult]] = []   # asked for no token at all
-        self.cache: Any = None                 # DynamicCache: [1, kv heads, columns, head dim] per layer
-        self.owners: Any = None                # [columns]: the key of the row each cache column belongs to
+        self.cache: Any = None                 # DynamicCache: [rows, kv heads, width, head dim] per layer
+        self.valid: Any = None                 # [rows, width] bool: the row's own columns (False: padding)
         self.logits: Any = None                # [rows, vocab] on the CPU
         self._keys = 0
 
@@ -99,23 +100,26 @@ class RunningBatch(Generic[Tag]):
 
     def step(self) -> list[tuple[Tag, GenResult]]:
         """Sample one token for every row that has logits (rows done leave, returned with their
-        tags), then one forward pass: the others' tokens and the newcomers' prompts."""
+        tags), then the forward passes: the others' tokens and the newcomers' prompts."""
         finished, self.finished_at_once = self.finished_at_once, []
-        fed: list[tuple[_Row[Tag], list[int]]] = []
+        tokens: list[int] = []
         if self.rows:
             raw = self.torch.log_softmax(self.logits, dim=-1)
+            staying: list[int] = []
             for index, row in enumerate(self.rows):
                 token = self._sample(row, index, raw)
                 if token is None:
                     finished.append((row.tag, row.result))
                 else:
-                    fed.append((row, [token]))
-            if len(fed) < len(self.rows):
-                self._drop({row.key for row, _ in fed})
-        fed += [(row, list(row.request.prompt_ids)) for row in self.joining]
-        self.rows, self.joining = [row for row, _ in fed], []
-        if fed:
-            self._forward(fed)
+                    staying.append(index)
+                    tokens.append(token)
+            if len(staying) < len(self.rows):
+                self._keep(staying)
+        newcomers, self.joining = self.joining, []
+        logits = [self._decode(tokens)] if self.rows else []
+        for pack in packs([(row, list(row.request.prompt_ids)) for row in newcomers]):
+            logits.append(self._prefill(pack))
+        self.logits = self.torch.cat(logits) if logits else None
         return finished
 
     def _sample(self, row: _Row[Tag], index: int, raw: Any) -> int | None:
@@ -135,80 +139,91 @@ class RunningBatch(Generic[Tag]):
             return None
         return token
 
-    def _forward(self, fed: list[tuple[_Row[Tag], list[int]]]) -> None:
-        """The rows' next tokens through the model: the running rows' one token each in one packed
-        pass over the cache, the newcomers' prompts in causal passes of their own (short prompts
-        packed together up to PACK_TOKENS: eight prompts of P tokens in one pass would score
-        (8P)^2 pairs instead of 8 P^2), their columns then appended to the cache. `fed` lists the
-        running rows first, as the logits come out."""
-        running = [(row, tokens) for row, tokens in fed if row.next_position > 0]
-        logits = [self._decode(running)] if running else []
-        for pack in packs(fed[len(running):]):
-            logits.append(self._prefill(pack))
-        self.logits = self.torch.cat(logits)
-
-    def _decode(self, fed: list[tuple[_Row[Tag], list[int]]]) -> Any:
+    def _decode(self, tokens: list[int]) -> Any:
+        """The running rows' sampled tokens through the model, each at its row's next position."""
         torch = self.torch
-        ids = [tokens[0] for _, tokens in fed]
-        positions = [row.next_position for row, _ in fed]
-        new_owners = torch.tensor([row.key for row, _ in fed], dtype=torch.long)
-        for row, _ in fed:
+        positions = [[row.next_position] for row in self.rows]
+        for row in self.rows:
             row.next_position += 1
-        columns = torch.cat([self.owners, new_owners])
-        seen = columns[None, :] == new_owners[:, None]           # a token sees only its own row's columns
-        out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                         attention_mask=seen[None, None].to(self.device),
-                         position_ids=torch.tensor([positions], device=self.device),
+        self.valid = torch.cat([self.valid, torch.ones((len(self.rows), 1), dtype=torch.bool)], dim=1)
+        out = self.model(input_ids=torch.tensor([[token] for token in tokens], device=self.device),
+                         attention_mask=self.valid[:, None, None, :].to(self.device),
+                         position_ids=torch.tensor(positions, device=self.device),
                          use_cache=True, **{self.cache_name: self.cache})
-        self.cache, self.owners = getattr(out, self.cache_name), columns
-        return out.logits[0].float().cpu()
+        self.cache = getattr(out, self.cache_name)
+        return out.logits[:, -1].float().cpu()
 
     def _prefill(self, pack: list[tuple[_Row[Tag], list[int]]]) -> Any:
-        from transformers import DynamicCache
-
+        """Newcomers' prompts in one causal pass (packed behind a mask when several); their
+        columns join the batch. The logits of each prompt's last token, in pack order."""
         torch = self.torch
         ids: list[int] = []
         positions: list[int] = []
         owners: list[int] = []
-        last: list[int] = []
+        spans: list[tuple[int, int]] = []
         for row, tokens in pack:
+            spans.append((len(ids), len(ids) + len(tokens)))
             ids += tokens
             positions += range(len(tokens))
             owners += [row.key] * len(tokens)
             row.next_position = len(tokens)
-            last.append(len(ids) - 1)
-        new_owners = torch.tensor(owners, dtype=torch.long)
         mask = {}
-        if len(pack) > 1:   # a token sees its own row's earlier tokens only
-            seen = (new_owners[None, :] == new_owners[:, None]) & torch.ones((len(ids), len(ids)), dtype=torch.bool).tril()
+        if len(pack) > 1:   # a token sees its own prompt's earlier tokens only
+            owner = torch.tensor(owners, dtype=torch.long)
+            seen = (owner[None, :] == owner[:, None]) & torch.ones((len(ids), len(ids)), dtype=torch.bool).tril()
             mask = {"attention_mask": seen[None, None].to(self.device)}
         out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                         position_ids=torch.tensor([positions], device=self.device),
-                         use_cache=True, logits_to_keep=torch.tensor(last, device=self.device), **mask)
-        mine = getattr(out, self.cache_name)
-        if self.cache is None:
-            self.cache, self.owners = mine, new_owners
-        else:
-            self.cache = DynamicCache(ddp_cache_data=[
-                (torch.cat([old.keys, new.keys], dim=2), torch.cat([old.values, new.values], dim=2))
-                for old, new in zip(self.cache.layers, mine.layers)])
-            self.owners = torch.cat([self.owners, new_owners])
+                         position_ids=torch.tensor([positions], device=self.device), use_cache=True,
+                         logits_to_keep=torch.tensor([end - 1 for _, end in spans], device=self.device), **mask)
+        layers = getattr(out, self.cache_name).layers
+        self._join([row for row, _ in pack], [[(layer.keys[:, :, a:b], layer.values[:, :, a:b]) for layer in layers]
+                                              for a, b in spans])
         return out.logits[0].float().cpu()
 
-    def _drop(self, staying: set[int]) -> None:
-        """Drop the cache columns of every row not in `staying` (keys)."""
+    def _join(self, rows: list[_Row[Tag]], columns: list[list[tuple[Any, Any]]]) -> None:
+        """Rows (each its [1, kv heads, length, head dim] keys and values per layer) appended to the
+        batch, everyone left-padded to the longest."""
         from transformers import DynamicCache
 
         torch = self.torch
-        keep = torch.isin(self.owners, torch.tensor(sorted(staying), dtype=torch.long))
-        if not bool(keep.any()):
-            self.cache = self.owners = None
-            return
-        on_device = keep.to(self.device)
-        self.cache = DynamicCache(ddp_cache_data=[
-            (layer.keys[:, :, on_device], layer.values[:, :, on_device]) for layer in self.cache.layers])
-        self.owners = self.owners[keep]
+        lengths = [layers[0][0].shape[2] for layers in columns]
+        width = max([*lengths, 0 if self.valid is None else self.valid.shape[1]])
 
+        def padded(tensor: Any) -> Any:
+            missing = width - tensor.shape[2]
+            if not missing:
+                return tensor
+            pad = torch.zeros((*tensor.shape[:2], missing, tensor.shape[3]), dtype=tensor.dtype, device=tensor.device)
+            return torch.cat([pad, tensor], dim=2)
+
+        old = [] if self.cache is None else [(layer.keys, layer.values) for layer in self.cache.layers]
+        merged = []
+        for index in range(len(columns[0])):
+            parts = ([old[index]] if old else []) + [layers[index] for layers in columns]
+            merged.append((torch.cat([padded(k) for k, _ in parts]), torch.cat([padded(v) for _, v in parts])))
+        self.cache = DynamicCache(ddp_cache_data=merged)
+        valid = [] if self.valid is None else [torch.cat([torch.zeros((len(self.rows), width - self.valid.shape[1]),
+                                                                       dtype=torch.bool), self.valid], dim=1)]
+        valid += [torch.arange(width)[None] >= width - length for length in lengths]
+        self.valid = torch.cat(valid)
+        self.rows += rows
+
+    def _keep(self, staying: list[int]) -> None:
+        """Only these rows (indices) stay; columns that are padding for all of them are cut."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        self.rows = [self.rows[index] for index in staying]
+        if not staying:
+            self.cache = self.valid = None
+            return
+        chosen = torch.tensor(staying, dtype=torch.long)
+        valid = self.valid[chosen]
+        first = int(valid.any(dim=0).nonzero()[0])
+        self.valid = valid[:, first:]
+        on_device = chosen.to(self.device)
+        self.cache = DynamicCache(ddp_cache_data=[
+            (layer.keys[on_device, :, first:], layer.values[on_device, :, first:]) for layer in self.cache.layers])
 
 PACK_TOKENS = 1024  # newcomers' prompts share a prefill pass up to this many tokens: a pass's fixed cost
                     # dominates short prompts, the (sum of tokens)^2 mask long ones

@@ -86,6 +86,30 @@ def test_prompts_joining_together_are_not_packed_into_one_quadratic_pass() -> No
     assert widest[0] == 8 * 7
 
 
+def test_a_decode_step_attends_over_its_own_row_not_the_whole_batch() -> None:
+    """Each running row's next token looks at its own row's cache: the keys a decode step scores per
+    token are the longest row's, not every row's (packed into one sequence, 32 rows of 600 tokens
+    scored 32 x 19,200 pairs a step instead of 32 x 600: 2.3x transformers' generate)."""
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=8)
+    requests = [GenRequest(tuple(5 + (i * 3 + k) % 40 for k in range(300 + 10 * i)), 3, seed=i, ignore_eos=True)
+                for i in range(8)]
+    alone = [engine.generate([request])[0] for request in requests[:2]]
+    keys: list[int] = []
+    forward = engine.model.forward
+
+    def recording(*args, **kwargs):
+        if kwargs["input_ids"].numel() <= len(requests):   # a decode step: a token per running row
+            keys.append(kwargs["attention_mask"].shape[-1])
+        return forward(*args, **kwargs)
+
+    engine.model.forward = recording
+    together = engine.generate(requests)
+    assert keys and max(keys) <= 370 + 3, f"a decode step scored {max(keys)} keys per token"
+    for one, crowded in zip(alone, together):
+        assert crowded.output_ids == one.output_ids
+        assert max(abs(a - b) for a, b in zip(crowded.raw_logprobs, one.raw_logprobs)) < 1e-4
+
+
 def test_a_reload_waits_for_the_running_requests_and_admits_nobody_meanwhile() -> None:
     engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
     seen_at_reload: list[tuple[bool, bool]] = []

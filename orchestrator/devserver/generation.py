@@ -67,7 +67,7 @@ class Engine:
             torch.set_num_threads(threads)
         self.torch = torch
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        # sdpa: the running batch hands its own 4D boolean masks (padding, packed prompts), which that kernel takes as is
+        # sdpa: the running batch hands its own 4D boolean masks (padding, packed prompts) to that kernel
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="sdpa")
         check_packable(self.model.config)
         self.model.to(self.device).eval()

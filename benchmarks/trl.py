@@ -36,6 +36,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,22 +107,36 @@ def run_in_process(base: Path, out: Path, steps: int, max_tokens: int) -> list[f
     return list(clock.seconds)
 
 
-def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[float], list[float]]:
-    from datasets import Dataset
-    from trl import GRPOTrainer
-
+@contextmanager
+def served_spool(out: Path, model: Path) -> Iterator[Any]:
+    """A fresh spool in OUT/spool with one local worker and serve-llm serving `model`, registered;
+    both stopped on the way out."""
     from orchestrator.app.local_launch import start_local_workers
     from orchestrator.devserver.local_server import start_server
     from orchestrator.llm.registry import BackendRegistry
     from orchestrator.trainer.api import Spool
-    from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
     from orchestrator.worker.options import WorkerOptions
 
     spool = Spool.create(out / "spool", **SETTINGS)
     launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
-    server = start_server(tiny=False, model_dir=base, log_path=out / "serve-llm.log")
     try:
-        BackendRegistry(spool.paths).add(server.url, version=0)
+        server = start_server(tiny=False, model_dir=model, log_path=out / "serve-llm.log")
+        try:
+            BackendRegistry(spool.paths).add(server.url, version=0)
+            yield spool
+        finally:
+            server.stop()
+    finally:
+        launch.terminate(timeout_s=30)
+
+
+def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[float], list[float]]:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
+
+    with served_spool(out, base) as spool:
         rollout = SpoolRollout(spool, task_of=digit_task, sampling={"ignore_eos": True},   # full length, as in-process
                                source_handlers={"toy/digits": "answer"}, time_limit_s=300)
         clock, swaps = timed(), SwapWeightsCallback(spool, out / "ckpt")
@@ -128,9 +144,6 @@ def run_spool(base: Path, out: Path, steps: int, max_tokens: int) -> tuple[list[
                               train_dataset=Dataset.from_list(digit_rows()), rollout_func=rollout,
                               callbacks=[clock, swaps])
         trainer.train()
-    finally:
-        launch.terminate(timeout_s=30)
-        server.stop()
     return list(clock.seconds), [s.seconds for s in swaps.swaps]
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks.common import median
 from benchmarks.tool_model import TOOLS, prompt_messages, tool_model_dir
-from benchmarks.trl import GENERATIONS, SETTINGS, timed
+from benchmarks.trl import GENERATIONS, served_spool, timed
 
 TEMPERATURE = 0.5
 COMPLETION_TOKENS = 192      # the whole episode after the prompt: the call, the tool's answer, the reply
@@ -127,11 +127,11 @@ def run_in_process(model: Path, out: Path, steps: int) -> tuple[list[float], flo
     from trl import GRPOTrainer
 
     clock, tools = timed(), ToolCounter()
-    tokenizer = tokenizer_of(model)
-    check_same_prompt(tokenizer, tools.functions())
+    tokenizer, functions = tokenizer_of(model), tools.functions()
+    check_same_prompt(tokenizer, functions)
     trainer = GRPOTrainer(model=str(model), processing_class=tokenizer, reward_funcs=[boxed_digit],
                           args=config(out, steps), train_dataset=Dataset.from_list(digit_rows()),
-                          tools=tools.functions(), callbacks=[clock])
+                          tools=functions, callbacks=[clock])
     trainer.train()
     return list(clock.seconds), tools.python_calls / (steps * 2 * GENERATIONS)
 
@@ -141,29 +141,16 @@ def run_spool(model: Path, out: Path, steps: int) -> tuple[list[float], float]:
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from orchestrator.app.local_launch import start_local_workers
-    from orchestrator.devserver.local_server import start_server
-    from orchestrator.llm.registry import BackendRegistry
-    from orchestrator.trainer.api import Spool
     from orchestrator.trainer.trl import SpoolRollout, SwapWeightsCallback, spool_reward
-    from orchestrator.worker.options import WorkerOptions
 
-    spool = Spool.create(out / "spool", **SETTINGS)
-    launch = start_local_workers(spool.paths, 1, WorkerOptions(runtime="local", idle_exit_s=0), verbose=0)
-    server = start_server(tiny=False, model_dir=model, log_path=out / "serve-llm.log")
-    try:
-        BackendRegistry(spool.paths).add(server.url, version=0)
+    with served_spool(out, model) as spool:
         rollout = SpoolRollout(spool, task_of=math_task, time_limit_s=300)
         clock = timed()
         trainer = GRPOTrainer(model=str(model), processing_class=tokenizer_of(model), reward_funcs=[spool_reward],
                               args=config(out, steps), train_dataset=Dataset.from_list(digit_rows()),
                               rollout_func=rollout, callbacks=[clock, SwapWeightsCallback(spool, out / "ckpt")])
         trainer.train()
-        calls = python_calls(spool)
-    finally:
-        launch.terminate(timeout_s=30)
-        server.stop()
-    return list(clock.seconds), calls / (steps * 2 * GENERATIONS)
+    return list(clock.seconds), python_calls(spool) / (steps * 2 * GENERATIONS)
 
 
 def python_calls(spool: Any) -> int:

@@ -110,6 +110,19 @@ def test_a_decode_step_attends_over_its_own_row_not_the_whole_batch() -> None:
         assert max(abs(a - b) for a, b in zip(crowded.raw_logprobs, one.raw_logprobs)) < 1e-4
 
 
+def test_a_short_row_samples_the_same_when_the_longest_row_beside_it_leaves() -> None:
+    """The batch pads every row to the longest; when that row leaves, the padding columns are cut
+    and a 1-token row's samples must not move (nor when it is alone)."""
+    engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
+    short = GenRequest((9,), 40, seed=5, ignore_eos=True)
+    long = GenRequest(tuple(5 + k % 60 for k in range(700)), 2, seed=6, ignore_eos=True)
+    alone = engine.generate([short])[0]
+    together = engine.generate([long, short, long])
+    assert together[1].output_ids == alone.output_ids
+    assert max(abs(a - b) for a, b in zip(together[1].raw_logprobs, alone.raw_logprobs)) < 1e-4
+    assert [len(r.output_ids) for r in together] == [2, 40, 2]
+
+
 def test_a_reload_waits_for_the_running_requests_and_admits_nobody_meanwhile() -> None:
     engine = Engine(tiny_model_dir(), threads=1, max_batch=4)
     seen_at_reload: list[tuple[bool, bool]] = []

@@ -26,12 +26,13 @@ def new_run(tmp_path: Path) -> SpoolPaths:
     return paths
 
 
-def heavy_tailed_tasks(count: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Chat tasks whose reply budgets follow a Pareto tail (most short, a few long)."""
+def heavy_tailed_tasks(count: int, seed: int = 0, shortest: int = 4) -> list[dict[str, Any]]:
+    """Chat tasks whose reply budgets follow a Pareto tail from `shortest` tokens (most short, a few
+    long), at most 96."""
     rng = random.Random(seed)
     tasks = []
     for index in range(count):
-        max_tokens = min(96, int(4 * rng.paretovariate(1.2)))
+        max_tokens = min(96, int(shortest * rng.paretovariate(1.2)))
         turns = rng.choice([1, 2, 3])
         tasks.append({
             "messages": [{"role": "user", "content": f"Task {index}: say something."}],

@@ -73,9 +73,13 @@ def test_balance_with_four_backends_and_four_workers(tmp_path: Path, servers: li
     for url in urls:
         BackendRegistry.of(paths).add(url)
     # 128 tasks: 8 waves of the 16 slots. The steady state is measured on LLM work alone: the
-    # workers load their tokenizers before RUN (orchestrator/worker/warm_up.py), and with 64
-    # tasks the run after that lasted ~6 s, a dozen samples with every slot busy.
-    submit(paths, heavy_tailed_tasks(128))
+    # workers load their tokenizers before RUN (orchestrator/worker/warm_up.py).
+    # Replies of 16 tokens and more: each worker publishes its counts up to 50 ms late
+    # (WORKER_PUBLISH_S, orchestrator/llm/inflight.py), so tasks must outlast that, as real ones
+    # (seconds) do. Since serve-llm batches rows as `generate` does, replies from 4 tokens lasted
+    # ~30 ms: picks on different workers landed on the same stale minimum (within one task of the
+    # share in 0.47-0.83 of samples, 1.75 seen; 1.00 with counts published at once).
+    submit(paths, heavy_tailed_tasks(128, shortest=16))
     with LoadSampler(paths) as sampler:
         wait(paths, launch(paths, WORKERS, RUN_POOL))
     found = rows(paths)
@@ -83,9 +87,16 @@ def test_balance_with_four_backends_and_four_workers(tmp_path: Path, servers: li
     assert all(len({t["backend"] for t in r["turns"]}) == 1 for r in found)  # 100% sticky
     ratios = steady_max_over_mean(sampler.samples, urls, WORKERS * RUN_POOL)
     assert len(ratios) >= 10, "the run never reached steady state"
-    print(f"steady state max/mean in flight: mean {statistics.mean(ratios):.3f}, "
-          f"median {statistics.median(ratios):.3f} over {len(ratios)} samples")
-    assert statistics.mean(ratios) <= 1.25, ratios
+    # 16 tasks on 4 backends: max/mean moves in steps of 1/4 (1.25: the busiest holds one task
+    # above its share), so a mean over a dozen samples moves by 0.02 with a single 1.5 (a mean of
+    # 1.273 over 11 samples once failed a bound of 1.25). Judged instead: the share of samples
+    # where the busiest is within one task of its share. Measured 0.83-1.00 (mean max/mean
+    # 1.10-1.17, 27-53 samples, idle or beside a busy loop); random routing 0.09-0.23 (per sample
+    # 0.31 for 16 tasks thrown at 4 backends).
+    within_one = sum(r <= 1.25 for r in ratios) / len(ratios)
+    print(f"steady state max/mean in flight: mean {statistics.mean(ratios):.3f}, median "
+          f"{statistics.median(ratios):.3f}, within one task of the share {within_one:.2f}, {len(ratios)} samples")
+    assert within_one >= 0.75, ratios
     per_backend = Counter(r["turns"][0]["backend"] for r in found)
     assert set(per_backend) == set(urls)
 

@@ -26,6 +26,11 @@ from tests.core.util import FAST, rows, start_worker, stop_worker, wait_drained,
 from tests.llm.helpers import chat_instance
 
 pytestmark = pytest.mark.llm
+# Turns per episode. The swap must land mid-episode: it took 0.29 s here, in which the episodes of
+# 11 turns of 8 tokens finished all their remaining 32 turns (serve-llm batches rows as `generate`
+# does now), so they ran whole on the old policy. 21 turns of 16 tokens leave ~5x that work to do
+# (~1,200 tokens a conversation, within serve-llm's 2,048).
+TURNS = 21
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +70,13 @@ def back_to_original_weights(spool: Spool) -> None:
 
 
 def swap_mid_episode(served: tuple[LocalServer, Path, Path], run_dir: Path, staleness: str) -> tuple[Spool, list[dict[str, Any]]]:
-    """Four chat jobs of 11 turns each; the weights swap (version 0 -> 1, lag 0: only version 1
+    """Four chat jobs of TURNS turns each; the weights swap (version 0 -> 1, lag 0: only version 1
     is trained on from then) once a few turns are done. Returns the spool and the generations."""
     server, record, checkpoint = served
     spool = Spool.create(run_dir, **{**FAST, "pools.run": 4, "trainer.max_policy_lag": 0})
     BackendRegistry(spool.paths).add(server.url, version=0)
     before = len(generations(record))
-    spool.submit([chat_instance(n_user_turns=10)] * 4, handler="chat", sampling={"max_tokens": 8},
+    spool.submit([chat_instance(n_user_turns=TURNS - 1)] * 4, handler="chat", sampling={"max_tokens": 16},
                  staleness=staleness)
     worker = start_worker(spool.paths)
     try:
@@ -91,11 +96,12 @@ def test_continue_keeps_the_finished_turns_and_finishes_on_the_new_version(
     assert len(finished) == 4 and {r["status"] for r in finished} == {"ok"}, [r["error"] for r in finished]
     assert {r["staleness"] for r in finished} == {"continue"}
     spanning = [r for r in finished if {t["policy_version"] for t in r["turns"]} == {0, 1}]
-    assert spanning, "no episode spanned the swap: the test did not exercise a partial rollout"
+    assert spanning, ("no episode spanned the swap: the test did not exercise a partial rollout",
+                      [[t["policy_version"] for t in r["turns"]] for r in finished])
 
     # Nothing was generated twice: every generation the server made is one turn of one row.
     turns = [t for r in finished for t in r["turns"]]
-    assert len(turns) == len(generated) == 4 * 11
+    assert len(turns) == len(generated) == 4 * TURNS
     served_turns = {(tuple(g["prompt_ids"]), tuple(g["output_ids"])) for g in generated}
     assert {(tuple(t["input_ids"]), tuple(t["output_ids"])) for t in turns} == served_turns
 
@@ -117,7 +123,8 @@ def test_continue_keeps_the_finished_turns_and_finishes_on_the_new_version(
     masked_row, masked = mask_stale_turns(row, min_version=1)
     old_tokens = sum(len(t["output_ids"]) for t in row["turns"] if t["policy_version"] == 0)
     assert masked == old_tokens > 0
-    assert sum(masked_row["response_mask"]) == sum(row["response_mask"]) - old_tokens
+    # an int8 array: summed by numpy (a Python sum of its int8 items wraps past 127)
+    assert int(masked_row["response_mask"].sum()) == sum(row["response_mask"]) - old_tokens
     batch = GroupBatcher().build([[masked_row]]).numpy()
     versions = batch["token_policy_versions"][0]
     for turn, span in zip(row["turns"], row["turn_spans"]):

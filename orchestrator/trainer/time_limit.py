@@ -26,6 +26,7 @@ from orchestrator.spool import fsops
 from orchestrator.spool.batches import first_job_of
 from orchestrator.spool.job_ids import group_id, parse_group_id, parse_job_id
 from orchestrator.spool.paths import SpoolPaths
+from orchestrator.trainer.stall import STALL_WARN_S, StallNotice
 
 log = logging.getLogger(__name__)
 
@@ -84,26 +85,33 @@ class Cut:
 
 def collect(reader: RowSource, placement: Placement, size: int, paths: SpoolPaths,
             cancel: Callable[[list[str]], object], limit_s: float | None, grace_s: float, poll_s: float,
-            started: float, busy: Callable[[], list[str]] | None = None) -> tuple[list[Row | None], Cut | None]:
+            started: float, busy: Callable[[], list[str]] | None = None,
+            stall_after_s: float = STALL_WARN_S) -> tuple[list[Row | None], Cut | None]:
     """The row of every slot (None: none came) and what the limit cut (None: nothing).
 
     Rows are followed until every slot has one; with `limit_s`, at `started + limit_s` the groups
     still open are cancelled with `cancel(groups)`, and the wait goes on until the cut jobs are
-    gone and `busy()` names no backend (orchestrator/llm/busy.py), or `grace_s` has passed."""
+    gone and `busy()` names no backend (orchestrator/llm/busy.py), or `grace_s` has passed.
+    A wait with no new row for `stall_after_s` warns, naming the live workers (trainer/stall.py)."""
     slots: list[Row | None] = [None] * size
     left = size
     cut: Cut | None = None
     cut_at = 0.0
+    stall = StallNotice(paths, started, stall_after_s)
     while True:
+        came = left
         for row in reader.rows(follow=False):
             slot = placement.slot(str(row.get("group_id")), int(row.get("sample_index") or 0))
             if slot is not None and slots[slot] is None:
                 slots[slot] = row
                 left -= 1
         now = time.monotonic()
+        if left < came:
+            stall.rows_came(now)
         if cut is None:
             if not left:
                 return slots, None
+            stall.check(now, left, size)
             if limit_s is not None and now >= started + limit_s:
                 open_groups = open_groups_of(placement, slots)
                 cancel(open_groups)

@@ -28,7 +28,6 @@ class StallNotice:
     after_s: float = STALL_WARN_S
     _last_row: float = field(init=False)
     _quiet_s: float = field(init=False)   # the silence that triggers the next warning
-    warnings: int = 0
 
     def __post_init__(self) -> None:
         self._last_row, self._quiet_s = self.started, self.after_s
@@ -42,7 +41,6 @@ class StallNotice:
         if missing <= 0 or quiet < self._quiet_s:
             return
         self._quiet_s *= 2
-        self.warnings += 1
         log.warning("hpc-rollout: the step has had no new row for %.1f s (%d of %d samples missing): %s",
                     quiet, missing, size, self.who_works())
 

@@ -10,6 +10,7 @@ crashing a trainer steps later or shifting log-probs against their tokens.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,25 +20,61 @@ from orchestrator.errors import HpcRolloutError
 LOGPROB_CEILING = 1e-4
 
 
+# What the check covers; a row that fails it keeps them in `result.token_columns_refused`, as given.
+TOKEN_COLUMNS = ("prompt_ids", "response_ids", "response_mask", "logprobs")
+
+
 class TokenColumnsError(HpcRolloutError, ValueError):
     """A row's token columns disagree (the job fails with this as its error)."""
 
 
 def token_columns_problem(columns: Mapping[str, Any]) -> str | None:
     """What is wrong with the token columns of a handler's result, or None when they agree."""
+    for name in ("prompt_ids", "response_ids"):
+        ids = _sequence(columns.get(name)) or []
+        if not _all_ids(ids):
+            index, value = next((i, v) for i, v in enumerate(ids) if not _all_ids([v]))
+            return f"{name}[{index}] = {value!r}: a token id is an integer"
     response = _sequence(columns.get("response_ids"))
     for name in ("response_mask", "logprobs"):
         values = _sequence(columns.get(name))
         if values and len(values) != len(response or ()):   # empty: not given (readers fill it in)
             return f"{name} has {len(values)} entries for {len(response or ())} response_ids: give one per token"
-    for index, flag in enumerate(_sequence(columns.get("response_mask")) or ()):
-        if flag not in (0, 1) or isinstance(flag, bool):
-            return f"response_mask[{index}] = {flag!r}: 1 for a token the model sampled, 0 for any other"
-    for index, logprob in enumerate(_sequence(columns.get("logprobs")) or ()):
-        if not isinstance(logprob, (int, float)) or isinstance(logprob, bool) or not math.isfinite(logprob) \
-                or logprob > LOGPROB_CEILING:
+    # Per row on the worker's loop: whole-list checks first (C speed), the culprit's index only then.
+    mask = _sequence(columns.get("response_mask")) or []
+    if not _all_flags(mask):
+        index, flag = next((i, f) for i, f in enumerate(mask) if not _all_flags([f]))
+        return f"response_mask[{index}] = {flag!r}: 1 for a token the model sampled, 0 for any other"
+    logprobs = _sequence(columns.get("logprobs")) or []
+    if logprobs and not _all_logprobs(logprobs):
+        culprit = next(((i, v) for i, v in enumerate(logprobs) if not _all_logprobs([v])), None)
+        if culprit is not None:   # None: each is valid, only their sum overflowed
+            index, logprob = culprit
             return f"logprobs[{index}] = {logprob!r}: a log-probability is a finite number <= 0 (0.0 on masked tokens)"
     return None
+
+
+def _all_ids(values: Sequence[Any]) -> bool:
+    try:
+        array("q", values)   # C speed; refuses floats, texts and lists
+        return True
+    except (TypeError, OverflowError):
+        return False
+
+
+def _all_flags(values: Sequence[Any]) -> bool:
+    try:
+        return set(values) <= {0, 1}
+    except TypeError:   # an unhashable entry: not a flag
+        return False
+
+
+def _all_logprobs(values: Sequence[Any]) -> bool:
+    """Every value a finite number <= LOGPROB_CEILING (a NaN or an infinity makes the sum non-finite)."""
+    try:
+        return math.isfinite(math.fsum(values)) and max(values) <= LOGPROB_CEILING
+    except (TypeError, ValueError, OverflowError):   # not numbers; a sum past the float range
+        return False
 
 
 def _sequence(value: Any) -> Sequence[Any] | None:

@@ -19,7 +19,7 @@ from orchestrator.handler_api.contract import AgentHandler, HandlerError, load_h
 from orchestrator.spool import fsops
 from orchestrator.spool.jobs import JobStatus, Stage, StageError
 from orchestrator.spool.rows import build_row
-from orchestrator.spool.token_columns import TokenColumnsError, token_columns_problem
+from orchestrator.spool.token_columns import TOKEN_COLUMNS, TokenColumnsError, token_columns_problem
 from orchestrator.spool.tickets import Ticket
 from orchestrator.worker.commit import Committer
 from orchestrator.worker.full_spool import FullSpoolReturn, disk_full_error
@@ -232,10 +232,13 @@ class JobRunner:
         ticket.timings["finished_at"] = time.time()
         merged = final_fields(handler, ctx, ticket.outputs, error)
         if status is JobStatus.OK and (problem := token_columns_problem(merged)) is not None:
-            # Not trainable as it stands: failed here, with everything the handler returned kept.
+            # Not trainable as it stands: failed here. The columns go to the row's `result` as given
+            # (typed columns could not hold a text log-prob or a list in the mask).
             status, error = JobStatus.FAILED, StageError(Stage.EVAL.value, TokenColumnsError.__name__,
                                                          f"the handler's row ({ticket.job.handler}): {problem}")
             ticket.keep_error(error.to_record())
+            refused = {name: merged.pop(name) for name in TOKEN_COLUMNS if name in merged}
+            merged = {**merged, "token_columns_refused": refused}
         row = build_row(ticket, merged, status, state.worker_id)
         state.shards.add(row, ticket.name)
         state.recent.add(row)

@@ -5,6 +5,7 @@ crashes a trainer steps later, or trains on tokens shifted against their log-pro
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ BAD = {
     "a mask of 2": ({**GOOD, "response_mask": [1, 2, 1]}, "response_mask[1] = 2"),
     "a NaN log-prob": ({**GOOD, "logprobs": [-0.5, math.nan, -1.5]}, "logprobs[1] = nan"),
     "a positive log-prob": ({**GOOD, "logprobs": [-0.5, 0.0, 2.0]}, "logprobs[2] = 2.0"),
+    "a list in the mask": ({**GOOD, "response_mask": [1, [0], 1]}, "response_mask[1] = [0]"),
+    "an infinite log-prob": ({**GOOD, "logprobs": [-0.5, -math.inf, -1.5]}, "logprobs[1] = -inf"),
+    "a text log-prob": ({**GOOD, "logprobs": [-0.5, "low", -1.5]}, "logprobs[1] = 'low'"),
+    "a float id": ({**GOOD, "response_ids": [3, 4.0, 5]}, "response_ids[1] = 4.0"),
+    "a text id": ({**GOOD, "prompt_ids": ["1", 2]}, "prompt_ids[0] = '1'"),
     "a mask without ids": ({"response_mask": [1, 1]}, "response_mask has 2 entries for 0 response_ids"),
 }
 
@@ -51,6 +57,7 @@ def test_agreeing_columns_and_rows_without_tokens_pass() -> None:
     assert token_columns_problem({"reward": 1.0}) is None                                # a handler without an LLM
     assert token_columns_problem({**GOOD, "logprobs": [], "response_mask": []}) is None  # empty: not given
     assert token_columns_problem({**GOOD, "logprobs": [-0.5, 0.0, 1e-6]}) is None         # float32 rounding of 0
+    assert token_columns_problem({**GOOD, "logprobs": [-1e308, 0.0, -1e308]}) is None     # only their sum overflows
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -66,8 +73,8 @@ def test_a_job_whose_columns_disagree_fails_with_the_cause_and_keeps_what_it_ret
         paths = make_run(tmp_path / "run")
         tasks = [{"handler": GivenColumns.name, "instance": {"columns": GOOD}}]
         tasks += [{"handler": GivenColumns.name, "instance": {"columns": columns}} for columns, _ in BAD.values()]
-        # NaN is not JSON: the task file carries the NaN case's log-probs as a string the handler cannot send
-        tasks = [t for t in tasks if not any(isinstance(v, float) and math.isnan(v)
+        # NaN and infinities are not JSON: a task file cannot carry those cases (the checks above do)
+        tasks = [t for t in tasks if not any(isinstance(v, float) and not math.isfinite(v)
                                              for v in t["instance"]["columns"].get("logprobs", []))]
         submit_file(paths, write_jsonl(tmp_path / "t.jsonl", tasks))
         serve_in_process(paths)
@@ -81,7 +88,6 @@ def test_a_job_whose_columns_disagree_fails_with_the_cause_and_keeps_what_it_ret
         assert row["status"] == "failed", row
         assert row["error"].startswith("TokenColumnsError: "), row["error"]
         assert "the handler's row" in row["error"] and "given_columns" in row["error"], row["error"]
-        given = task["instance"]["columns"]
-        assert list(row["response_ids"] or []) == given.get("response_ids", [])   # kept to inspect
-        assert list(row["response_mask"] or []) == given["response_mask"]
+        assert row["response_ids"] is None and row["logprobs"] is None   # nothing a trainer could pick up
+        assert json.loads(row["result"])["token_columns_refused"] == task["instance"]["columns"]   # kept, as given
         assert row["reward"] == 1.0

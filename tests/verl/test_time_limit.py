@@ -39,7 +39,10 @@ pytestmark = pytest.mark.llm
 # steps cancelled the whole first batch before create() warmed the workers.
 WARM_LIMIT_S = 3.0
 CUT_LIMIT_S, GRACE_S = 4.0, 10.0
-LONG = {"max_tokens": 1500, "ignore_eos": True}    # seconds of sampling: only the cut ends these
+# Seconds of sampling: only the cut ends these. 1,500 tokens (in a 2,048 context) lasted 4-5 s
+# until serve-llm batched rows as `generate` does; then all 8 finished before a 4 s cut in CI.
+MAX_MODEL_LEN = 4096   # the tiny model's max_position_embeddings
+LONG = {"max_tokens": 3900, "ignore_eos": True}
 
 
 def scenarios() -> list[dict[str, Any]]:
@@ -76,7 +79,8 @@ def drive(verl: VerlEnv, paths: SpoolPaths, url: str, base: Path, chosen: list[d
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalServer]:
-    started = start_server(threads=1, extra_args=("--logprobs-mode", "processed"))
+    started = start_server(threads=1, extra_args=("--logprobs-mode", "processed",
+                                                  "--max-model-len", str(MAX_MODEL_LEN)))
     try:
         yield started
     finally:
